@@ -1,0 +1,82 @@
+"""System inputs: GPUs and clusters (node type + network), as frozen pydantic models.
+
+Units are in the key names. Bandwidths in Gbps are 1e9 bits/s; memory sizes in GiB (2^30 B).
+Knows nothing of the planner.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EfficiencyPoint(_Entry):
+    """Achievable fraction of peak matmul throughput at a GEMM size.
+
+    `flops` is the size of one GEMM (2*m*n*k); the fraction is interpolated in log(flops).
+    """
+
+    gemm_gflop: float = Field(gt=0)
+    fraction: float = Field(gt=0, le=1)
+
+
+class GPU(_Entry):
+    id: str
+    name: str
+    vendor: str
+    hbm_gib: float = Field(gt=0)
+    hbm_gbytes_per_s: float = Field(gt=0)
+    fp32_tflops: float = Field(gt=0)
+    tf32_tflops: float | None = Field(default=None, gt=0)
+    fp16_tflops: float = Field(gt=0)
+    bf16_tflops: float | None = Field(default=None, gt=0)  # None: no bf16 tensor cores (V100)
+    fp8_tflops: float | None = Field(default=None, gt=0)
+    intranode_gbps: float = Field(gt=0, description="per-GPU, one direction (NVLink/xGMI)")
+    package: str | None = Field(default=None, description="what the framework sees vs what is sold")
+    devices_per_package: int = Field(default=1, gt=0)
+    # Achievable matmul efficiency by GEMM size (data, calibrated by measurement).
+    matmul_efficiency: list[EfficiencyPoint] = Field(default_factory=list)
+    source: str
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for a training precision (bf16/fp16 mixed use the 16-bit tensor cores)."""
+        if precision in ("bf16", "bf16_pure"):
+            if self.bf16_tflops is None:
+                raise ValueError(f"{self.id} has no bf16 support")
+            return self.bf16_tflops
+        if precision == "fp16":
+            return self.fp16_tflops
+        if precision == "fp32":
+            return self.fp32_tflops
+        if precision == "tf32":
+            return self.tf32_tflops or self.fp32_tflops
+        if precision == "fp8":
+            if self.fp8_tflops is None:
+                raise ValueError(f"{self.id} has no fp8 support")
+            return self.fp8_tflops
+        raise ValueError(f"unknown precision {precision!r}")
+
+
+class Cluster(_Entry):
+    """A node type and the network between nodes (a DGX box, or a named machine's partition)."""
+
+    id: str
+    name: str
+    gpu: str
+    gpus_per_node: int = Field(gt=0)
+    host_ram_gib: float = Field(gt=0, description="per node")
+    host_to_gpu_gbps: float = Field(gt=0, description="per GPU, one direction (PCIe or C2C)")
+    internode_gbps: float = Field(gt=0, description="per node, injection bandwidth")
+    intranode_gbps: float | None = Field(default=None, gt=0, description="override of the GPU's")
+    cpu_cores_per_node: int | None = Field(default=None, gt=0)
+    nodes: int | None = Field(default=None, gt=0, description="nodes available, if known")
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    source: str
+
+
+class Catalog(_Entry):
+    gpus: dict[str, GPU]
+    clusters: dict[str, Cluster]

@@ -1,0 +1,56 @@
+"""Shared pieces of the CLI face: error boundary, JSON output, consoles."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+
+from planner.errors import PlanError
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(fn: F) -> F:
+    """The error boundary: a user error becomes one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PlanError as e:
+            err_console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ())) or "input"
+            err_console.print(f"[bold red]error:[/] {field}: {first['msg']}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except FileNotFoundError as e:
+            err_console.print(f"[bold red]error:[/] {e.filename}: file not found", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, default=str) + "\n")

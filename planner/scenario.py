@@ -1,0 +1,113 @@
+"""The execution-plan vocabulary: knobs, `Scenario` (pinned knobs, blanks = search),
+`ExecutionPlan` (every knob resolved) and `Estimate` (a plan with its breakdowns).
+
+The knob names here are the CLI flag names, the JSON/CSV column names, the trainer's flags and
+the tuner's Optuna parameter names: one vocabulary everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Sharding = Literal[
+    "none", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid"
+]
+Offload = Literal["none", "optimizer", "optimizer+params"]
+Checkpointing = Literal["none", "selective", "full"]
+Precision = Literal["fp32", "fp16", "bf16", "bf16_pure"]
+Optimizer = Literal["adamw", "adafactor", "sgd"]
+Attention = Literal["flash", "eager"]
+
+SHARDINGS: tuple[str, ...] = Sharding.__args__  # type: ignore[attr-defined]
+OFFLOADS: tuple[str, ...] = Offload.__args__  # type: ignore[attr-defined]
+CHECKPOINTINGS: tuple[str, ...] = Checkpointing.__args__  # type: ignore[attr-defined]
+PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
+OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
+ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
+
+# The knobs of an execution plan, in the order the output shows them.
+PLAN_KNOBS: tuple[str, ...] = (
+    "tp", "pp", "vpp", "dp", "sequence_parallel", "sharding", "offload",
+    "activation_checkpointing", "precision", "optimizer", "attention",
+    "micro_batch", "grad_accum", "global_batch",
+)
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ExecutionPlan(Frozen):
+    """Every knob resolved: how one training step is laid out on the GPUs."""
+
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0)  # virtual pipeline stages per GPU (interleaved 1F1B)
+    dp: int = Field(default=1, gt=0)
+    sequence_parallel: bool = False
+    sharding: Sharding = "none"
+    offload: Offload = "none"
+    activation_checkpointing: Checkpointing = "none"
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adamw"
+    attention: Attention = "flash"
+    micro_batch: int = Field(default=1, gt=0)
+    grad_accum: int = Field(default=1, gt=0)
+    seq_len: int = Field(default=2048, gt=0)
+    # DeepSpeed / FSDP communication buffers (elements), chosen by the planner.
+    reduce_bucket_elems: int = Field(default=500_000_000, gt=0)
+    allgather_bucket_elems: int = Field(default=500_000_000, gt=0)
+    stage3_prefetch_elems: int = Field(default=50_000_000, ge=0)
+    stage3_max_live_params: int = Field(default=1_000_000_000, ge=0)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step."""
+        return self.micro_batch * self.grad_accum * self.dp
+
+
+class MemoryBreakdown(Frozen):
+    """Bytes per GPU (and host bytes per node) of one plan, each term from planner/memory.py."""
+
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    comm_buffers_bytes: float
+    runtime_bytes: float
+    fragmentation_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    host_bytes_per_node: float
+    host_capacity_bytes_per_node: float
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.total_bytes
+
+
+class StepTimeBreakdown(Frozen):
+    """Seconds per optimizer step and its parts (filled by planner/throughput.py)."""
+
+    step_time_s: float
+    compute_s: float
+    comm_exposed_s: float
+    bubble_s: float
+    offload_s: float
+    bottleneck: str
+
+
+class Estimate(Frozen):
+    """One plan and what the analytic model says of it."""
+
+    plan: ExecutionPlan
+    memory: MemoryBreakdown
+    time: StepTimeBreakdown | None = None
+    fits: bool
+    reason: str = ""
