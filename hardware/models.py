@@ -6,7 +6,11 @@ Knows nothing of the planner.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from hardware.errors import unknown_id
 
 
 class _Entry(BaseModel):
@@ -77,6 +81,34 @@ class Cluster(_Entry):
     source: str
 
 
+class ModelTable(_Entry):
+    """A model preset as read from catalog/models/<id>.toml: validated by the planner (which
+    owns ModelSpec), since hardware/ must not import the planner."""
+
+    path: str
+    data: dict[str, Any]
+
+
 class Catalog(_Entry):
     gpus: dict[str, GPU]
     clusters: dict[str, Cluster]
+    models: dict[str, ModelTable] = Field(default_factory=dict)
+    # "gpus/<id>" -> the file the entry came from (after user overrides)
+    paths: dict[str, str] = Field(default_factory=dict)
+
+    def gpu(self, gpu_id: str) -> GPU:
+        """The GPU with this id; CatalogError with close-name suggestions if unknown."""
+        found = self.gpus.get(gpu_id) or self.gpus.get(gpu_id.lower())
+        if found is None:
+            raise unknown_id("gpu", gpu_id, self.gpus)
+        return found
+
+    def cluster(self, cluster_id: str) -> Cluster:
+        """The cluster with this id; CatalogError with close-name suggestions if unknown."""
+        found = self.clusters.get(cluster_id) or self.clusters.get(cluster_id.lower())
+        if found is None:
+            raise unknown_id("cluster", cluster_id, self.clusters)
+        return found
+
+    def cluster_gpu(self, cluster_id: str) -> GPU:
+        return self.gpu(self.cluster(cluster_id).gpu)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,10 +13,13 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
+from hardware.errors import CatalogError
 from planner.errors import PlanError
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (CI logs, files) gets a wide console instead of rich's 80 columns.
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=_WIDTH)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,7 +31,7 @@ def handle_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except PlanError as e:
+        except (PlanError, CatalogError) as e:
             err_console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except ValidationError as e:

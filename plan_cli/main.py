@@ -18,6 +18,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """Plan, estimate and tune distributed LLM training runs."""
+
+
 # One module per command (group); a module that is not there yet is skipped.
 COMMAND_MODULES = ("estimate", "catalog", "train", "bench", "probe", "tune", "export", "serve")
 

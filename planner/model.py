@@ -44,7 +44,9 @@ class ModelSpec(BaseModel):
     tied_embeddings: bool = True
     bias: bool = True  # biases on the linear layers
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
+    norm_bias: bool = True  # LayerNorm has a bias (MPT with no_bias=True: weight only)
     published_params: int | None = None  # the count the model's authors publish, for tests
+    source: str | None = None  # where the shape comes from (config file, paper, rule)
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
@@ -95,7 +97,7 @@ class ModelSpec(BaseModel):
             return []
         if self.norm == "rmsnorm":
             return [(self.hidden,)]
-        return [(self.hidden,), (self.hidden,)]
+        return [(self.hidden,), (self.hidden,)] if self.norm_bias else [(self.hidden,)]
 
     def other_param_shapes(self) -> list[tuple[int, ...]]:
         """Embeddings, final norm and output head."""

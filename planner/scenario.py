@@ -103,11 +103,71 @@ class StepTimeBreakdown(Frozen):
     bottleneck: str
 
 
+class Performance(Frozen):
+    """Speed and time-to-train of one plan (filled by planner/throughput.py)."""
+
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hw_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    network_gbps_needed: float
+    days: float | None = None
+    gpu_hours: float | None = None
+    cost: float | None = None
+
+
 class Estimate(Frozen):
     """One plan and what the analytic model says of it."""
 
     plan: ExecutionPlan
     memory: MemoryBreakdown
     time: StepTimeBreakdown | None = None
+    performance: Performance | None = None
     fits: bool
     reason: str = ""
+
+
+class Scenario(Frozen):
+    """One row of the scenario interface: the model, the system and the pinned knobs.
+
+    `None` (an empty cell) means "the planner chooses". Field names are the public column
+    names of `plan estimate --scenarios` and the CLI flag names.
+    """
+
+    # model: a preset id, a bare size ("7b"), or a path to a Hugging Face config.json ...
+    model: str | None = None
+    # ... or the architecture columns
+    n_layers: int | None = Field(default=None, gt=0)
+    hidden: int | None = Field(default=None, gt=0)
+    n_heads: int | None = Field(default=None, gt=0)
+    n_kv_heads: int | None = Field(default=None, gt=0)
+    ffn_hidden: int | None = Field(default=None, gt=0)
+    vocab: int | None = Field(default=None, gt=0)
+    seq_len: int | None = Field(default=None, gt=0)
+    # system
+    gpu: str | None = None
+    gpus: int | None = Field(default=None, gt=0)
+    gpus_per_node: int | None = Field(default=None, gt=0)
+    cluster: str | None = None
+    internode_gbps: float | None = Field(default=None, gt=0)
+    # execution-plan knobs
+    tp: int | None = Field(default=None, gt=0)
+    pp: int | None = Field(default=None, gt=0)
+    vpp: int | None = Field(default=None, gt=0)
+    sequence_parallel: bool | None = None
+    sharding: Sharding | None = None
+    offload: Offload | None = None
+    activation_checkpointing: Checkpointing | None = None
+    precision: Precision | None = None
+    optimizer: Optimizer | None = None
+    attention: Attention | None = None
+    micro_batch: int | None = Field(default=None, gt=0)
+    grad_accum: int | None = Field(default=None, gt=0)
+    global_batch: int | None = Field(default=None, gt=0)  # sequences per optimizer step
+    global_batch_tokens: int | None = Field(default=None, gt=0)
+    # what to train, and what it costs
+    tokens: float | None = Field(default=None, gt=0)
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)

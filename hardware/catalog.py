@@ -1,0 +1,108 @@
+"""Load the hardware catalog: catalog/{gpus,clusters,models}/<id>.toml -> `Catalog`.
+
+Directories, later ones overriding earlier ones entry by entry (same id = same file stem):
+  1. the built-in `catalog` package folder,
+  2. the folders in the env var PLAN_CATALOG (os.pathsep-separated),
+  3. the folders passed as `extra_dirs` (the CLI's --catalog).
+Each may hold gpus/, clusters/ and models/ subfolders. A malformed file raises CatalogError
+naming the file and the field. Results are cached per (dirs, file mtimes).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from hardware.errors import CatalogError, unknown_id
+from hardware.models import GPU, Catalog, Cluster, ModelTable
+
+ENV_VAR = "PLAN_CATALOG"
+KINDS = ("gpus", "clusters", "models")
+
+
+def builtin_dir() -> Path:
+    import catalog  # the data package shipped with plan
+
+    return Path(catalog.__file__).resolve().parent
+
+
+def catalog_dirs(extra_dirs: Sequence[str | Path] | None = None) -> tuple[Path, ...]:
+    """The catalog folders in override order (built-in first, --catalog last)."""
+    env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
+    user = [Path(p).expanduser() for p in [*env, *(extra_dirs or ())]]
+    for d in user:
+        if not d.is_dir():
+            raise CatalogError(d, "catalog", "not a directory")
+        if not any((d / kind).is_dir() for kind in KINDS):
+            raise CatalogError(d, "catalog", f"has none of the subfolders {', '.join(KINDS)}")
+    return (builtin_dir(), *(d.resolve() for d in user))
+
+
+def load_catalog(extra_dirs: Sequence[str | Path] | None = None) -> Catalog:
+    """The merged catalog of the built-in folder, PLAN_CATALOG and `extra_dirs`."""
+    files = _catalog_files(catalog_dirs(extra_dirs))
+    stamp = tuple((kind, str(p), p.stat().st_mtime_ns) for kind, p in files)
+    return _load(stamp)
+
+
+def _catalog_files(dirs: tuple[Path, ...]) -> list[tuple[str, Path]]:
+    return [(kind, p) for d in dirs for kind in KINDS for p in sorted((d / kind).glob("*.toml"))]
+
+
+@functools.lru_cache(maxsize=32)
+def _load(stamp: tuple[tuple[str, str, int], ...]) -> Catalog:
+    tables: dict[str, dict[str, tuple[Path, dict[str, Any]]]] = {k: {} for k in KINDS}
+    for kind, path_str, _ in stamp:
+        path = Path(path_str)
+        tables[kind][path.stem] = (path, read_table(path))  # later dirs override
+    gpus = {i: _validate(GPU, p, i, t) for i, (p, t) in tables["gpus"].items()}
+    clusters = {i: _validate(Cluster, p, i, t) for i, (p, t) in tables["clusters"].items()}
+    for cid, cluster in clusters.items():
+        if cluster.gpu not in gpus:
+            err = unknown_id("gpu", cluster.gpu, gpus)
+            raise CatalogError(tables["clusters"][cid][0], "gpu", err.message)
+    models = {i: ModelTable(path=str(p), data=t) for i, (p, t) in tables["models"].items()}
+    paths = {f"{k}/{i}": str(p) for k in KINDS for i, (p, _) in tables[k].items()}
+    return Catalog(gpus=gpus, clusters=clusters, models=models, paths=paths)
+
+
+def read_table(path: Path) -> dict[str, Any]:
+    """Parse one TOML file; its `id` key, if any, must equal the file stem (and is dropped)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise CatalogError(path, "toml", f"not valid TOML ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CatalogError(path, "file", f"cannot be read ({e})") from None
+    given = data.pop("id", path.stem)
+    if given != path.stem:
+        raise CatalogError(path, "id", f"{given!r} must equal the file name {path.stem!r}")
+    return data
+
+
+def _validate(cls: type[BaseModel], path: Path, entry_id: str, table: dict[str, Any]) -> Any:
+    try:
+        return cls.model_validate({**table, "id": entry_id})
+    except ValidationError as e:
+        raise validation_error(path, e, cls) from None
+
+
+def validation_error(path: Path | str, exc: ValidationError, cls: type[BaseModel]) -> CatalogError:
+    """The first pydantic error as a one-line CatalogError naming the file and the field."""
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "entry"
+    kind = first.get("type", "")
+    if kind == "missing":
+        msg = "missing required field"
+    elif kind == "extra_forbidden":
+        allowed = ", ".join(f for f in cls.model_fields if f != "id")
+        msg = f"unknown field (allowed: {allowed})"
+    else:
+        msg = f"{first['msg']} (got {first.get('input')!r})"
+    return CatalogError(path, field, msg)

@@ -1,0 +1,167 @@
+"""`plan estimate`: rank every configuration that fits, and say why the others do not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from plan_cli.common import console, handle_errors, print_json
+from planner.errors import PlanError
+
+Opt = typer.Option
+SCEN = "Scenario (blank = planner chooses)"
+OUT = "Output"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate")(estimate)
+
+
+@handle_errors
+def estimate(
+    model: Annotated[Optional[str], Opt(help="Preset id, size (7b, 52b) or path to a HF config.json", rich_help_panel=SCEN)] = None,
+    gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,
+    gpu: Annotated[Optional[str], Opt(help="GPU catalog id (plan catalog list)", rich_help_panel=SCEN)] = None,
+    cluster: Annotated[Optional[str], Opt(help="Cluster catalog id (default dgx-a100)", rich_help_panel=SCEN)] = None,
+    gpus_per_node: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    internode_gbps: Annotated[Optional[float], Opt(help="Inter-node bandwidth per node", rich_help_panel=SCEN)] = None,
+    seq_len: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    n_layers: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    hidden: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    n_heads: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    n_kv_heads: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    ffn_hidden: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    vocab: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    tp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    pp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    vpp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    sequence_parallel: Annotated[Optional[bool], Opt("--sequence-parallel/--no-sequence-parallel", rich_help_panel=SCEN)] = None,
+    sharding: Annotated[Optional[str], Opt(help="none|zero1|zero2|zero3|fsdp_full_shard|fsdp_shard_grad_op|fsdp_hybrid", rich_help_panel=SCEN)] = None,
+    offload: Annotated[Optional[str], Opt(help="none|optimizer|optimizer+params", rich_help_panel=SCEN)] = None,
+    activation_checkpointing: Annotated[Optional[str], Opt(help="none|selective|full", rich_help_panel=SCEN)] = None,
+    precision: Annotated[Optional[str], Opt(help="fp32|fp16|bf16|bf16_pure", rich_help_panel=SCEN)] = None,
+    optimizer: Annotated[Optional[str], Opt(help="adamw|adafactor|sgd", rich_help_panel=SCEN)] = None,
+    attention: Annotated[Optional[str], Opt(help="flash|eager", rich_help_panel=SCEN)] = None,
+    micro_batch: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    grad_accum: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    global_batch: Annotated[Optional[int], Opt(help="Sequences per optimizer step", rich_help_panel=SCEN)] = None,
+    global_batch_tokens: Annotated[Optional[str], Opt(help="Tokens per optimizer step (e.g. 4M)", rich_help_panel=SCEN)] = None,
+    tokens: Annotated[Optional[str], Opt(help="Tokens to train (e.g. 100B): adds days, GPU-hours, cost", rich_help_panel=SCEN)] = None,
+    price_per_gpu_hour: Annotated[Optional[float], Opt(rich_help_panel=SCEN)] = None,
+    objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom")] = "tokens_per_s",
+    network_from: Annotated[Optional[Path], Opt(help="JSON from `plan allreduce-bench --json`")] = None,
+    calibration: Annotated[Optional[Path], Opt(help="Calibration JSON from `plan tune --calibration-out`")] = None,
+    catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s) (also $PLAN_CATALOG)")] = None,
+    fragmentation_margin: Annotated[Optional[float], Opt(help="Fraction of HBM kept free for the allocator (default 0.10)")] = None,
+    runtime_overhead_gib: Annotated[Optional[float], Opt(help="CUDA context/workspaces per GPU (default 1.5)")] = None,
+    scenarios: Annotated[Optional[Path], Opt(help="CSV or JSONL of scenarios to evaluate in one process", rich_help_panel=OUT)] = None,
+    out: Annotated[Optional[Path], Opt(help="Where --scenarios writes its results (.csv or .jsonl)", rich_help_panel=OUT)] = None,
+    top: Annotated[Optional[int], Opt(min=1, help="Show the K best (default 10; 1 per scenario with --scenarios)", rich_help_panel=OUT)] = None,
+    explain: Annotated[bool, Opt(help="Full breakdown of the configuration at --rank", rich_help_panel=OUT)] = False,
+    rank: Annotated[int, Opt(min=1, help="Which ranked configuration --explain shows", rich_help_panel=OUT)] = 1,
+    json_out: Annotated[bool, Opt("--json", help="Print JSON", rich_help_panel=OUT)] = False,
+    csv_out: Annotated[bool, Opt("--csv", help="Print CSV", rich_help_panel=OUT)] = False,
+    plot: Annotated[Optional[Path], Opt(help="PNG/SVG: days vs GPUs for a sweep, or breakdowns", rich_help_panel=OUT)] = None,
+) -> None:
+    """Rank every configuration that fits, with a per-GPU memory breakdown and speed."""
+    from hardware.catalog import load_catalog
+    from plan_cli import estimate_view as view
+    from planner import api
+    from planner.scenario import Scenario
+    from planner.units import parse_count, parse_gpu_range
+
+    cat = load_catalog(catalog)
+    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib)
+    if scenarios is not None:
+        if out is None:
+            raise PlanError("out", "--scenarios needs --out FILE (.csv or .jsonl)")
+        from plan_cli.scenarios_io import run_scenarios
+
+        n, errors = run_scenarios(scenarios, out, catalog=cat, settings=settings, objective=objective, top=top or 1)
+        console.print(f"{n} rows written to {out} ({errors} with an error)")
+        return
+
+    base = dict(
+        model=model, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
+        internode_gbps=internode_gbps, seq_len=seq_len, n_layers=n_layers, hidden=hidden,
+        n_heads=n_heads, n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden, vocab=vocab, tp=tp, pp=pp,
+        vpp=vpp, sequence_parallel=sequence_parallel, sharding=sharding, offload=offload,
+        activation_checkpointing=activation_checkpointing, precision=precision,
+        optimizer=optimizer, attention=attention, micro_batch=micro_batch, grad_accum=grad_accum,
+        global_batch=global_batch,
+        global_batch_tokens=int(parse_count("global_batch_tokens", global_batch_tokens)) if global_batch_tokens else None,
+        tokens=parse_count("tokens", tokens) if tokens else None,
+        price_per_gpu_hour=price_per_gpu_hour,
+    )
+    top = top or 10
+    if model is None and n_layers is None:
+        base["model"] = "7b"
+    gpu_counts = [None] if gpus is None else parse_gpu_range(gpus, _node_size(base, cat))
+    reports = []
+    for count in gpu_counts:
+        scenario = Scenario(**base, gpus=count)
+        system = _system(scenario, cat, network_from)
+        reports.append(api.estimate(scenario, catalog=cat, settings=settings, objective=objective,
+                                    top=max(top, rank), include_rejected=True, system=system))
+
+    if len(reports) > 1:
+        view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)
+        return
+    report = reports[0]
+    if explain:
+        view.show_explain(report, rank, json_out=json_out)
+    elif json_out:
+        print_json(report)
+    elif csv_out:
+        view.print_csv([api.estimate_row(e, report) for e in report.results[:top]])
+    else:
+        view.show_table(report, top)
+    if plot is not None:
+        from plan_cli.plots import plot_breakdown
+
+        plot_breakdown(report.results[:top], plot)
+        console.print(f"plot written to {plot}")
+
+
+def _settings(calibration, fragmentation_margin, runtime_overhead_gib):
+    from planner.settings import Calibration, Settings
+
+    update = {}
+    if calibration is not None:
+        try:
+            update["calibration"] = Calibration.model_validate_json(calibration.read_text())
+        except OSError as e:
+            raise PlanError("calibration", f"cannot read {calibration}: {e.strerror}") from None
+        except ValueError as e:
+            raise PlanError("calibration", f"{calibration} is not a calibration JSON: {str(e).splitlines()[0]}") from None
+    if fragmentation_margin is not None:
+        update["fragmentation_margin"] = fragmentation_margin
+    if runtime_overhead_gib is not None:
+        update["runtime_overhead_gib"] = runtime_overhead_gib
+    return Settings(**update)
+
+
+def _node_size(base: dict, cat) -> int:
+    if base.get("gpus_per_node"):
+        return base["gpus_per_node"]
+    from planner.resolve import resolve_system
+    from planner.scenario import Scenario
+
+    return resolve_system(Scenario(**{**base, "gpus": None}), cat).gpus_per_node
+
+
+def _system(scenario, cat, network_from):
+    from planner.resolve import resolve_system
+
+    system = resolve_system(scenario, cat)
+    if network_from is None:
+        return system
+    from planner.network import load_network
+
+    measured = load_network(network_from)
+    return system.model_copy(update={
+        "measured_intranode_busbw_gbps": measured.get("intranode_busbw_gbps"),
+        "measured_internode_busbw_gbps": measured.get("internode_busbw_gbps"),
+    })

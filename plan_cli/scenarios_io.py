@@ -1,0 +1,103 @@
+"""`plan estimate --scenarios FILE --out FILE`: many scenarios in one process (CSV or JSONL).
+
+Empty cells mean "the planner chooses". A row that cannot be evaluated gets an `error` cell and
+the batch goes on. Extra `id`/`name` columns are passed through.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from hardware.errors import CatalogError
+from planner import api
+from planner.errors import PlanError
+from planner.scenario import Scenario
+from planner.units import parse_count
+
+PASSTHROUGH = ("id", "name")
+
+
+def read_rows(path: Path) -> list[dict]:
+    suffix = path.suffix.lower()
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise PlanError("scenarios", f"cannot read {path}: {e.strerror}") from None
+    if suffix == ".csv":
+        return [dict(r) for r in csv.DictReader(text.splitlines())]
+    if suffix in (".jsonl", ".ndjson"):
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    rows.append({"__error__": f"line {n}: invalid JSON ({e.msg})"})
+        return rows
+    raise PlanError("scenarios", f"{path}: use a .csv or .jsonl file")
+
+
+def _scenario(row: dict) -> Scenario:
+    if "__error__" in row:
+        raise PlanError("row", row["__error__"])
+    clean = {k.strip(): v for k, v in row.items() if k is not None and k.strip() not in PASSTHROUGH}
+    clean = {k: v for k, v in clean.items() if v not in ("", None)}
+    for key in ("tokens", "global_batch_tokens"):
+        if key in clean and isinstance(clean[key], str):
+            clean[key] = parse_count(key, clean[key])
+    return Scenario(**clean)
+
+
+def _error_text(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "row"
+        return f"{field}: {first['msg']}"
+    return str(e)
+
+
+def evaluate_rows(rows: list[dict], *, catalog, settings, objective: str, top: int) -> list[dict]:
+    out: list[dict] = []
+    for n, row in enumerate(rows, 1):
+        keep = {k: row[k] for k in PASSTHROUGH if k in row}
+        try:
+            report = api.estimate(_scenario(row), catalog=catalog, settings=settings,
+                                  objective=objective, top=top, include_rejected=True)
+        except (PlanError, CatalogError, ValidationError) as e:
+            out.append({"scenario": n, **keep, "error": _error_text(e)})
+            continue
+        if not report.results:
+            out.append({"scenario": n, **keep, "fits": False,
+                        "error": "no valid plan: " + "; ".join(report.rejected)})
+            continue
+        for rank, est in enumerate(report.results[:top], 1):
+            out.append({"scenario": n, **keep, "rank": rank, **api.estimate_row(est, report),
+                        "evaluated": report.evaluated, "fitting": report.fitting, "error": ""})
+    return out
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    if path.suffix.lower() == ".csv":
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+    elif path.suffix.lower() in (".jsonl", ".ndjson"):
+        with path.open("w") as f:
+            for r in rows:
+                f.write(json.dumps(r, default=str) + "\n")
+    else:
+        raise PlanError("out", f"{path}: use a .csv or .jsonl file")
+
+
+def run_scenarios(src: Path, dst: Path, *, catalog, settings, objective: str, top: int = 1) -> tuple[int, int]:
+    if dst.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
+        raise PlanError("out", f"{dst}: use a .csv or .jsonl file")
+    rows = evaluate_rows(read_rows(src), catalog=catalog, settings=settings, objective=objective, top=top)
+    write_rows(rows, dst)
+    return len(rows), sum(1 for r in rows if r.get("error"))

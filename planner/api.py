@@ -1,0 +1,196 @@
+"""The planner's public entry points: `estimate` (search and rank) and `evaluate` (one plan).
+
+Everything the faces (CLI, HTTP service, tuner, exports) need from the planner goes through here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from hardware.models import Catalog
+from planner import search as search_mod
+from planner.errors import PlanError
+from planner.layout import Layout
+from planner.model import ModelSpec
+from planner.resolve import resolve_model, resolve_system, seq_len_of
+from planner.scenario import (
+    Estimate,
+    Frozen,
+    MemoryBreakdown,
+    Performance,
+    Scenario,
+    StepTimeBreakdown,
+)
+from planner.settings import Settings
+from planner.system import System
+
+Objective = Literal["tokens_per_s", "days", "cost", "memory-headroom"]
+OBJECTIVES: tuple[str, ...] = Objective.__args__  # type: ignore[attr-defined]
+GIB = 2**30
+
+
+class EstimateReport(Frozen):
+    scenario: Scenario
+    model: ModelSpec
+    system: System
+    seq_len: int
+    objective: str
+    evaluated: int = Field(description="candidate plans considered")
+    fitting: int = Field(description="candidates that fit")
+    rejected: dict[str, int] = Field(description="rejected candidates by reason")
+    results: list[Estimate] = Field(description="best first")
+
+    @property
+    def best(self) -> Estimate | None:
+        return self.results[0] if self.results else None
+
+
+def _settings_for(scenario: Scenario, settings: Settings | None) -> Settings:
+    settings = settings or Settings()
+    update = {}
+    if scenario.tokens is not None:
+        update["tokens"] = scenario.tokens
+    if scenario.price_per_gpu_hour is not None:
+        update["price_per_gpu_hour"] = scenario.price_per_gpu_hour
+    return settings.model_copy(update=update) if update else settings
+
+
+def _performance(spec: ModelSpec, lay: Layout, system: System, settings: Settings) -> dict[str, np.ndarray] | None:
+    from planner.throughput import performance
+
+    return performance(spec, lay, system, settings)
+
+
+def estimate(
+    scenario: Scenario,
+    *,
+    catalog: Catalog | None = None,
+    settings: Settings | None = None,
+    objective: str = "tokens_per_s",
+    top: int | None = 10,
+    include_rejected: bool = False,
+    system: System | None = None,
+) -> EstimateReport:
+    """Search every plan of `scenario`, drop what does not fit, rank the rest.
+
+    `top` limits the results (None: all that fit). With `include_rejected`, when nothing fits
+    the closest misses are returned (fits=False) so the caller can show why.
+    """
+    if objective not in OBJECTIVES:
+        raise PlanError("objective", f"unknown value {objective!r} (allowed: {', '.join(OBJECTIVES)})")
+    settings = _settings_for(scenario, settings)
+    if objective == "days" and settings.tokens is None:
+        raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
+    if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
+        raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
+    spec = resolve_model(scenario)
+    system = system or resolve_system(scenario, catalog)
+    seq_len = seq_len_of(scenario, spec)
+    found = search_mod.search(spec, system, scenario, settings, seq_len)
+
+    idx = np.flatnonzero(found.fits)
+    lay = found.layout.take(idx)
+    perf = _performance(spec, lay, system, settings) if idx.size else None
+    order = _rank(lay, found, idx, perf, objective)
+    chosen = idx[order] if top is None else idx[order[:top]]
+    chosen_perf_pos = order if top is None else order[:top]
+    results = [
+        _estimate_at(found, int(i), perf, int(j))
+        for i, j in zip(chosen, chosen_perf_pos)
+    ]
+    if not results and include_rejected:
+        results = _closest_misses(spec, found, system, settings, top or 10)
+    return EstimateReport(
+        scenario=scenario, model=spec, system=system, seq_len=seq_len, objective=objective,
+        evaluated=len(found.layout), fitting=int(idx.size),
+        rejected=found.rejected_counts(), results=results,
+    )
+
+
+def evaluate(scenario: Scenario, **kwargs) -> Estimate:
+    """The best plan of a (usually fully pinned) scenario, fitting or not, with its reason."""
+    report = estimate(scenario, top=1, include_rejected=True, **kwargs)
+    if not report.results:
+        reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items())
+        raise PlanError("scenario", f"no valid plan ({reasons})")
+    return report.results[0]
+
+
+def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarray:
+    simple = search_mod.simplicity(lay)
+    headroom = found.mem["capacity_bytes"][idx] - found.mem["total_bytes"][idx]
+    if objective == "memory-headroom" or perf is None:
+        primary = -headroom
+    elif objective == "tokens_per_s":
+        primary = -perf["tokens_per_s"]
+    elif objective == "days":
+        primary = perf["days"]
+    else:
+        primary = perf["cost"]
+    # round so that near-ties (within 0.5%) are broken toward simpler setups
+    primary = np.round(np.log(np.maximum(np.abs(primary), 1e-30)) / 0.005) * np.sign(primary)
+    return np.lexsort((simple, primary))
+
+
+def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:
+    mem = MemoryBreakdown(**{k: float(v[i]) for k, v in found.mem.items()})
+    time = performance = None
+    if perf is not None:
+        time = StepTimeBreakdown(**{k: _scalar(perf[k][j]) for k in StepTimeBreakdown.model_fields})
+        performance = Performance(**{k: _scalar(perf[k][j]) for k in Performance.model_fields if k in perf})
+    reason_i = int(found.reason[i])
+    reason = "" if reason_i < 0 else search_mod.REASONS[reason_i]
+    if reason_i == search_mod.GPU_OOM:
+        reason = f"needs {mem.total_bytes / GIB:.1f} GiB per GPU > {mem.capacity_bytes / GIB:.1f} GiB"
+    elif reason_i == search_mod.HOST_OOM:
+        reason = (f"needs {mem.host_bytes_per_node / GIB:.0f} GiB host RAM per node > "
+                  f"{mem.host_capacity_bytes_per_node / GIB:.0f} GiB")
+    return Estimate(plan=found.layout.plan(i), memory=mem, time=time, performance=performance,
+                    fits=reason_i < 0, reason=reason)
+
+
+def _scalar(v):
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
+    return v
+
+
+def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
+    """Candidates that failed only on memory, least overshoot first."""
+    mem_fail = (found.reason == search_mod.GPU_OOM) | (found.reason == search_mod.HOST_OOM)
+    idx = np.flatnonzero(mem_fail)
+    if idx.size == 0:
+        idx = np.arange(len(found.layout))
+    over = np.maximum(found.mem["total_bytes"][idx] / found.mem["capacity_bytes"][idx],
+                      found.mem["host_bytes_per_node"][idx] / found.mem["host_capacity_bytes_per_node"][idx])
+    order = np.argsort(over, kind="stable")[:k]
+    return [_estimate_at(found, int(idx[o]), None, 0) for o in order]
+
+
+def estimate_row(est: Estimate, report: EstimateReport | None = None) -> dict:
+    """A flat row (the scenario interface's output columns) for CSV/JSONL."""
+    row: dict = {}
+    if report is not None:
+        row.update(model=report.model.name, gpu=report.system.gpu.id, gpus=report.system.gpus,
+                   gpus_per_node=report.system.gpus_per_node, cluster=report.system.cluster_id,
+                   internode_gbps=report.system.internode_gbps, seq_len=report.seq_len)
+    plan = est.plan.model_dump()
+    plan["global_batch"] = est.plan.global_batch
+    row.update(plan)
+    row["fits"] = est.fits
+    row["reason"] = est.reason
+    m = est.memory
+    row["mem_gpu_gib"] = round(m.total_bytes / GIB, 3)
+    for k in ("weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation"):
+        row[f"mem_{k}_gib"] = round(getattr(m, f"{k}_bytes") / GIB, 3)
+    row["mem_capacity_gib"] = round(m.capacity_bytes / GIB, 3)
+    row["mem_host_gib_per_node"] = round(m.host_bytes_per_node / GIB, 2)
+    if est.time is not None:
+        row.update(est.time.model_dump())
+    if est.performance is not None:
+        row.update(est.performance.model_dump())
+    return row

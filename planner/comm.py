@@ -1,0 +1,108 @@
+"""Communication cost model: collectives on rings/trees, split intra-node vs inter-node.
+
+Cost of one collective (Thakur et al. 2005; NCCL's busbw convention, nccl-tests PERFORMANCE.md):
+    all-reduce:               2 (n-1)/n * bytes / busbw + latency
+    reduce-scatter/all-gather:  (n-1)/n * bytes / busbw + latency
+`busbw` is the intra-node link when the group fits in a node; when it spans nodes, each node's
+NICs are shared by the gpus_per_node / m groups running at once (m = members of one group on a
+node), so the group gets internode_bw * m / gpus_per_node, never more than the intra-node link.
+
+Rank order is Megatron's: tp innermost, then dp, then pp.
+All functions take numpy arrays (one entry per candidate) and return seconds or bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.settings import Settings
+from planner.system import System
+
+# NCCL reaches about this share of the link's line rate as bus bandwidth (nccl-tests on
+# DGX A100/H100: ~230 of 300 GB/s NVLink; ~90% of IB line rate across nodes).
+INTRANODE_LINK_EFFICIENCY = 0.80
+INTERNODE_LINK_EFFICIENCY = 0.85
+# Per-step latency of a collective (NCCL ~5 us inside a node, ~20 us across IB), paid
+# 2*log2(n) times (tree / double binary tree, Sanders et al. 2009).
+INTRANODE_LATENCY_S = 5e-6
+INTERNODE_LATENCY_S = 20e-6
+
+
+@dataclass(frozen=True)
+class Links:
+    """Achievable bandwidths in bytes/s (calibration applied, measurements preferred)."""
+
+    intra_Bps: float  # bus bandwidth of a collective inside a node
+    inter_node_Bps: float  # bus bandwidth of one node's NICs in a collective across nodes
+    gpus_per_node: int
+    host_Bps: float  # host<->GPU, per GPU, one direction
+
+    @classmethod
+    def of(cls, system: System, settings: Settings) -> "Links":
+        k = settings.calibration.network
+        if system.measured_intranode_busbw_gbps:
+            intra = system.measured_intranode_busbw_gbps
+        else:
+            intra = system.intranode_gbps * INTRANODE_LINK_EFFICIENCY
+        if system.measured_internode_busbw_gbps:
+            inter = system.measured_internode_busbw_gbps
+        else:
+            inter = system.internode_gbps * INTERNODE_LINK_EFFICIENCY
+        return cls(
+            intra_Bps=intra * k * 1e9 / 8,
+            inter_node_Bps=inter * k * 1e9 / 8,
+            gpus_per_node=system.gpus_per_node,
+            host_Bps=system.host_to_gpu_gbps * 1e9 / 8,
+        )
+
+
+def members_per_node(group, stride, gpus_per_node: int) -> np.ndarray:
+    """How many GPUs of one group (consecutive members `stride` ranks apart) share a node."""
+    per_node = np.maximum(1, gpus_per_node // np.maximum(stride, 1))
+    return np.minimum(group, per_node)
+
+
+def group_busbw_Bps(links: Links, group, m) -> np.ndarray:
+    """Bus bandwidth of a group of `group` GPUs with `m` of them on each node."""
+    spans = group > m
+    inter = np.minimum(links.intra_Bps, links.inter_node_Bps * m / links.gpus_per_node)
+    return np.where(spans, inter, links.intra_Bps)
+
+
+def latency_s(group, m) -> np.ndarray:
+    steps = 2.0 * np.ceil(np.log2(np.maximum(group, 1)))
+    return steps * np.where(group > m, INTERNODE_LATENCY_S, INTRANODE_LATENCY_S)
+
+
+def allreduce_s(links: Links, nbytes, group, m, calls=1) -> np.ndarray:
+    """`calls` all-reduces moving `nbytes` in total, in a group of `group` GPUs."""
+    n = np.asarray(group, dtype=np.float64)
+    bw = 2.0 * (n - 1) / n * nbytes / group_busbw_Bps(links, group, m)
+    return np.where(n > 1, bw + calls * latency_s(group, m), 0.0)
+
+
+def allgather_s(links: Links, nbytes, group, m, calls=1) -> np.ndarray:
+    """All-gather or reduce-scatter of `nbytes` (the full, unsharded size) in total."""
+    n = np.asarray(group, dtype=np.float64)
+    bw = (n - 1) / n * nbytes / group_busbw_Bps(links, group, m)
+    return np.where(n > 1, bw + calls * latency_s(group, m), 0.0)
+
+
+def node_bytes(nbytes, group, m, gpus_per_node: int, factor: float) -> np.ndarray:
+    """Bytes one node sends across the network for a collective (0 inside a node).
+
+    factor: 2 for all-reduce, 1 for all-gather / reduce-scatter.
+    """
+    n = np.asarray(group, dtype=np.float64)
+    per_group = factor * (n - 1) / n * nbytes
+    return np.where(group > m, per_group * gpus_per_node / m, 0.0)
+
+
+def p2p_s(links: Links, nbytes, inter_node) -> np.ndarray:
+    """Point-to-point send of `nbytes` (pipeline activations): a GPU's share of the NICs."""
+    inter_bw = np.minimum(links.intra_Bps, links.inter_node_Bps / links.gpus_per_node)
+    bw = np.where(inter_node, inter_bw, links.intra_Bps)
+    lat = np.where(inter_node, INTERNODE_LATENCY_S, INTRANODE_LATENCY_S)
+    return nbytes / bw + lat

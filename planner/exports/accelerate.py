@@ -1,0 +1,137 @@
+"""An `ExecutionPlan` as a Hugging Face accelerate config (what `accelerate launch
+--config_file` reads): FSDP2 plugin for fsdp_* plans, DeepSpeed plugin pointing at the
+exported JSON for zero* plans, plain DDP for sharding=none.
+
+Key names are accelerate's config-file keys (accelerate/commands/config/config_args.py and
+the `fsdp_*` launch arguments); the tests load the file with accelerate's own classes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from planner.errors import PlanError
+from planner.exports.common import Target, check_target, is_deepspeed, is_fsdp
+from planner.scenario import ExecutionPlan
+from planner.system import System
+
+MIXED_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16", "bf16_pure": "bf16"}
+DEFAULT_PORT = 29500
+
+
+def accelerate_config(
+    plan: ExecutionPlan,
+    system: System,
+    *,
+    target: Target = "gpu",
+    deepspeed_config_file: str = "ds_config.json",
+    block_cls: str = "Block",
+    main_process_port: int = DEFAULT_PORT,
+) -> dict[str, Any]:
+    """The accelerate ClusterConfig dict for `plan` on `system` (nodes x gpus_per_node)."""
+    target = check_target(target)
+    if plan.pp > 1:
+        raise PlanError("pp", "accelerate has no pipeline parallelism; use pp=1 or a Megatron launcher")
+    nodes = _nodes(plan, system)
+    config: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "num_machines": nodes,
+        "num_processes": plan.gpus,  # accelerate counts processes over all machines
+        "machine_rank": 0,
+        "main_process_port": main_process_port,
+        "rdzv_backend": "c10d" if nodes > 1 else "static",
+        "same_network": True,
+        "main_training_function": "main",
+        "use_cpu": target == "cpu",
+    }
+    if is_deepspeed(plan):
+        config["distributed_type"] = "DEEPSPEED"
+        # Everything else (batch sizes, ZeRO, offload, precision) lives in the JSON file;
+        # accelerate refuses a mixed_precision key next to a deepspeed_config_file.
+        config["deepspeed_config"] = {
+            "deepspeed_config_file": deepspeed_config_file,
+            "zero3_init_flag": plan.sharding == "zero3",
+        }
+    elif is_fsdp(plan):
+        config["distributed_type"] = "FSDP"
+        config["mixed_precision"] = MIXED_PRECISION[plan.precision]
+        config["fsdp_config"] = fsdp_section(plan, block_cls)
+        if plan.sharding == "fsdp_hybrid":
+            # HSDP: shard inside a node, replicate across nodes (a 2-D device mesh)
+            config["parallelism_config"] = {
+                "parallelism_config_dp_replicate_size": nodes,
+                "parallelism_config_dp_shard_size": plan.dp // nodes,
+                "parallelism_config_tp_size": plan.tp,
+            }
+    else:
+        if plan.offload != "none":
+            raise PlanError("offload", "offload needs sharding (zero1-3 or fsdp_*); DDP keeps everything on the GPU")
+        config["distributed_type"] = "MULTI_CPU" if target == "cpu" else "MULTI_GPU"
+        config["mixed_precision"] = MIXED_PRECISION[plan.precision]
+    if plan.tp > 1 and "parallelism_config" not in config:
+        if not is_fsdp(plan):
+            raise PlanError("tp", "accelerate runs tensor parallelism only with FSDP2 (sharding=fsdp_*)")
+        config["parallelism_config"] = {"parallelism_config_dp_shard_size": plan.dp,
+                                        "parallelism_config_tp_size": plan.tp}
+    return config
+
+
+def fsdp_section(plan: ExecutionPlan, block_cls: str) -> dict[str, Any]:
+    if plan.offload == "optimizer":
+        raise PlanError("offload", "FSDP offloads parameters, gradients and optimizer state together: use offload=optimizer+params or none")
+    return {
+        "fsdp_version": 2,
+        # FSDP2 spells the sharding strategy as reshard_after_forward:
+        # true = FULL_SHARD (ZeRO-3-like), false = SHARD_GRAD_OP (ZeRO-2-like)
+        "fsdp_reshard_after_forward": plan.sharding != "fsdp_shard_grad_op",
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_transformer_layer_cls_to_wrap": block_cls,
+        "fsdp_activation_checkpointing": plan.activation_checkpointing != "none",
+        "fsdp_offload_params": plan.offload == "optimizer+params",
+        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_sync_module_states": True,
+    }
+
+
+def _nodes(plan: ExecutionPlan, system: System) -> int:
+    per_node = min(system.gpus_per_node, plan.gpus)
+    if plan.gpus % per_node:
+        raise PlanError("gpus", f"{plan.gpus} GPUs do not fill nodes of {system.gpus_per_node}")
+    return plan.gpus // per_node
+
+
+# ---- a small YAML writer (block style; enough for flat/nested dicts of scalars) ----------
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+_RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
+
+
+def to_yaml(data: dict[str, Any], indent: int = 0) -> str:
+    lines: list[str] = []
+    for key, value in data.items():
+        pad = " " * indent
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key}:" + (" {}" if not value else ""))
+            if value:
+                lines.append(to_yaml(value, indent + 2).rstrip("\n"))
+        else:
+            lines.append(f"{pad}{key}: {_scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_scalar(v) for v in value) + "]"
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _RESERVED:
+        return text
+    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar

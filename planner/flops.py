@@ -1,0 +1,116 @@
+"""FLOPs of a training step and the achievable matmul throughput.
+
+Every function is vectorised: `seq_len`, `tp`, `micro_batch`, ... may be numpy arrays (one
+entry per candidate plan) or scalars. FLOPs count a multiply-add as 2.
+
+Conventions (the ones Megatron-LM and PaLM use, so MFU/HFU compare with published tables):
+- attention scores count the full s x s product (no causal halving);
+- model FLOPs = 3 x forward (backward = 2 x forward); hardware FLOPs add what activation
+  checkpointing recomputes (full: one more forward of the blocks; selective: the attention core).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.layout import CKPT
+from planner.model import ModelSpec
+
+# Default matmul efficiency (fraction of dense peak) by GEMM size in GFLOP, used when a GPU in
+# the catalog has no curve of its own. Shape of cuBLAS GEMM micro-benchmarks (NVIDIA "Matrix
+# Multiplication Background" guide): small GEMMs are latency/wave bound, large ones plateau.
+DEFAULT_EFFICIENCY: tuple[tuple[float, float], ...] = (
+    (0.01, 0.05), (0.1, 0.18), (1.0, 0.40), (8.0, 0.58), (64.0, 0.68), (512.0, 0.72),
+)
+# FlashAttention reaches a smaller share of peak than a dense GEMM of the same size
+# (Dao 2023, FlashAttention-2: 50-73% forward, less backward, vs ~80% for cuBLAS GEMMs).
+ATTENTION_CORE_FACTOR = 0.75
+
+
+def _ffn_matrices(spec: ModelSpec) -> int:
+    return 3 if spec.mlp == "swiglu" else 2
+
+
+def layer_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
+    """One block's forward FLOPs per token: projections, MLP and the attention core."""
+    h, kv, f = spec.hidden, spec.kv_dim, spec.ffn
+    # Narayanan et al. SC21 eq. (3), with GQA's smaller K/V projections and SwiGLU's 3 matrices.
+    proj = 2 * h * (h + 2 * kv) + 2 * h * h
+    mlp = 2 * h * f * _ffn_matrices(spec)
+    return proj + mlp + attention_core_forward_flops_per_token(spec, seq_len)
+
+
+def attention_core_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
+    # QK^T and attention x V: 2 * 2 * s * h per token (PaLM appendix B; queries use all heads).
+    return 4.0 * np.asarray(seq_len, dtype=np.float64) * spec.hidden
+
+
+def logits_forward_flops_per_token(spec: ModelSpec) -> float:
+    return 2.0 * spec.hidden * spec.vocab_padded
+
+
+def model_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
+    """Training FLOPs per token without recomputation (the 'model FLOPs' of MFU).
+
+    ~6N plus the attention term; Korthikanti et al. 2022 sec. 6 / PaLM appendix B.
+    """
+    fwd = spec.n_layers * layer_forward_flops_per_token(spec, seq_len)
+    return 3.0 * (fwd + logits_forward_flops_per_token(spec))
+
+
+def recompute_flops_per_token(spec: ModelSpec, seq_len, checkpointing) -> np.ndarray:
+    """Extra forward FLOPs per token that activation checkpointing recomputes.
+
+    full: every block's forward again (x4/3 on the blocks, Chen et al. 2016; Megatron's factor 4);
+    selective: only the attention core (Korthikanti et al. 2022 sec. 5).
+    """
+    ckpt = np.asarray(checkpointing)
+    full = spec.n_layers * layer_forward_flops_per_token(spec, seq_len)
+    sel = spec.n_layers * attention_core_forward_flops_per_token(spec, seq_len)
+    return np.where(ckpt == CKPT["full"], full, np.where(ckpt == CKPT["selective"], sel, 0.0))
+
+
+def hardware_flops_per_token(spec: ModelSpec, seq_len, checkpointing) -> np.ndarray:
+    return model_flops_per_token(spec, seq_len) + recompute_flops_per_token(spec, seq_len, checkpointing)
+
+
+def seed002_tflops_per_gpu(params, seq_len, global_batch, iter_time_s, gpus, checkpointing: bool):
+    """Seed 002's figure: params * (4 with checkpointing, else 3) * 2 * seq * gbs / (t * gpus)."""
+    factor = 4 if checkpointing else 3
+    return params * factor * 2 * seq_len * global_batch / (iter_time_s * gpus * 1e12)
+
+
+def efficiency(points: tuple[tuple[float, float], ...] | list, gemm_gflop) -> np.ndarray:
+    """Achievable fraction of peak for a GEMM of `gemm_gflop`, linear in log(size), clamped."""
+    pts = sorted((float(g), float(f)) for g, f in points) or list(DEFAULT_EFFICIENCY)
+    xs = np.log([p[0] for p in pts])
+    ys = np.array([p[1] for p in pts])
+    return np.interp(np.log(np.maximum(gemm_gflop, 1e-9)), xs, ys)
+
+
+def block_gemms(spec: ModelSpec, tokens, tp) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(FLOPs per token on one GPU, GEMM size in GFLOP) of each forward matmul of a block.
+
+    `tokens` is the GEMM's m dimension (tokens per micro batch); `tp` splits n or k (Megatron
+    column/row parallel linears, Shoeybi et al. 2019).
+    """
+    h, kv, f = spec.hidden, spec.kv_dim, spec.ffn
+    m = np.asarray(tokens, dtype=np.float64)
+    t = np.asarray(tp, dtype=np.float64)
+    up = f * (_ffn_matrices(spec) - 1)
+    shapes = [(h + 2 * kv, h), (h, h), (up, h), (h, f)]  # (n, k) before the tp split
+    out = []
+    for n, k in shapes:
+        per_token = 2.0 * n * k / t
+        out.append((per_token, m * per_token / 1e9))
+    return out
+
+
+def logits_gemm(spec: ModelSpec, tokens, tp) -> tuple[np.ndarray, np.ndarray]:
+    per_token = logits_forward_flops_per_token(spec) / np.asarray(tp, dtype=np.float64)
+    return per_token, np.asarray(tokens, dtype=np.float64) * per_token / 1e9
+
+
+def attention_core_gemm(spec: ModelSpec, tokens, seq_len, tp) -> tuple[np.ndarray, np.ndarray]:
+    per_token = attention_core_forward_flops_per_token(spec, seq_len) / np.asarray(tp, dtype=np.float64)
+    return per_token, np.asarray(tokens, dtype=np.float64) * per_token / 1e9

@@ -1,0 +1,340 @@
+"""Memory model: bytes per GPU (and host bytes per node) of an execution plan.
+
+Pure functions over (ModelSpec, Layout, System, Settings). Layout fields may be numpy arrays
+(many plans at once) or 0-d arrays (one plan); every function returns the same shape.
+
+Model states follow the ZeRO paper's accounting (Rajbhandari et al. 2020, sec. 3: 2 bytes
+16-bit params + 2 bytes 16-bit grads + K=12 bytes fp32 master/momentum/variance) extended the way
+DeepSpeed's own estimators count them (`estimate_zero2_model_states_mem_needs`: 2P + 18P/N, i.e.
+also 4 bytes of fp32 gradient partition). Activations follow Korthikanti et al. 2022
+("Reducing Activation Recomputation in Large Transformer Models", sec. 4) tensor by tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
+from planner.model import ModelSpec
+from planner.scenario import MemoryBreakdown
+from planner.settings import Settings
+from planner.system import System
+
+GIB = 2**30
+
+
+# ---------------------------------------------------------------------------------------
+# bytes per element
+def compute_dtype_bytes(layout: Layout) -> np.ndarray:
+    """Bytes of the 16-bit (or fp32) working copy of params and activations."""
+    return np.where(layout.precision == PREC["fp32"], 4, 2)
+
+
+def _is_mixed(layout: Layout) -> np.ndarray:
+    """fp16/bf16 mixed precision: 16-bit compute, fp32 master weights (Micikevicius et al. 2018)."""
+    return (layout.precision == PREC["fp16"]) | (layout.precision == PREC["bf16"])
+
+
+# ---------------------------------------------------------------------------------------
+# parameter counts per GPU
+def params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Parameters one GPU holds before data-parallel sharding: its pipeline stage, split by tp.
+
+    The first stage (embeddings + L/pp layers) is the largest; tensor parallelism splits every
+    matrix, embedding included (vocab-parallel, Shoeybi et al. 2019); the replicated norms are
+    small and counted as split too.
+    """
+    layers = spec.n_layers / layout.pp * spec.params_per_layer
+    first_stage_extra = spec.vocab_padded * spec.hidden
+    if spec.position == "learned":
+        first_stage_extra += spec.max_positions * spec.hidden
+    other = np.where(layout.pp == 1, spec.embedding_params, first_stage_extra)
+    return (layers + other) / layout.tp
+
+
+def shard_degree(layout: Layout, system: System) -> np.ndarray:
+    """Ranks that share one copy of the sharded model states.
+
+    ZeRO and FSDP shard over the whole data-parallel group; FSDP hybrid shards inside a node and
+    replicates across nodes (PyTorch HYBRID_SHARD / 2-D device mesh).
+    """
+    per_node = np.maximum(1, system.gpus_per_node // (layout.tp * layout.pp))
+    hybrid = np.gcd(layout.dp, per_node)
+    sharded = np.where(layout.sharding == SHARD["fsdp_hybrid"], hybrid, layout.dp)
+    return np.where(layout.sharding == SHARD["none"], 1, sharded)
+
+
+def _unit_params(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Largest module gathered at once by ZeRO-3/FSDP (a block, or the embedding), per tp rank."""
+    return spec.largest_layer_params / layout.tp
+
+
+# ---------------------------------------------------------------------------------------
+# model states
+def optimizer_state_bytes_per_param(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Optimizer state bytes per parameter, master weights excluded.
+
+    AdamW: momentum + variance (Loshchilov & Hutter 2019), fp32 = 8 B, or 4 B in pure bf16.
+    SGD: momentum, 4 B (2 in pure bf16). Adafactor (Shazeer & Stern 2018): factored second
+    moment, 4*(rows+cols) per matrix and 4*n per vector, no momentum.
+    """
+    pure = layout.precision == PREC["bf16_pure"]
+    adam = np.where(pure, 4.0, 8.0)
+    sgd = np.where(pure, 2.0, 4.0)
+    adafactor = _adafactor_bytes_per_param(spec)
+    return np.select(
+        [layout.optimizer == OPTIM["adamw"], layout.optimizer == OPTIM["sgd"]],
+        [adam, sgd],
+        default=adafactor,
+    )
+
+
+def _adafactor_bytes_per_param(spec: ModelSpec) -> float:
+    shapes = spec.layer_param_shapes() * spec.n_layers + spec.other_param_shapes()
+    state = sum(4 * (s[0] + s[1]) if len(s) == 2 else 4 * s[0] for s in shapes)
+    return state / spec.n_params
+
+
+def master_bytes_per_param(layout: Layout) -> np.ndarray:
+    """fp32 master copy kept by the optimizer, apart from the parameters themselves.
+
+    DeepSpeed ZeRO keeps a flat fp32 partition next to the 16-bit params under mixed precision
+    (Micikevicius et al. 2018), and also a separate fp32 clone of the partition when training
+    in fp32. DDP + autocast and FSDP keep fp32 parameters that are their own master (counted in
+    weights); pure bf16 keeps none.
+    """
+    return np.where(layout.is_deepspeed & (layout.precision != PREC["bf16_pure"]), 4.0, 0.0)
+
+
+def weights_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
+    """Parameter bytes resident on one GPU (working copies; fp32 masters count as optimizer).
+
+    - none (DDP + autocast): fp32 params (4 B, they are the master) plus autocast's 16-bit
+      cast cache (2 B) under mixed precision; 2 B in pure bf16; 4 B in fp32.
+    - ZeRO-1/2: 16-bit params replicated (2 B; fp32 training: 4 B).
+    - ZeRO-3: 16-bit partition 2P/N plus the largest gathered module (DeepSpeed's estimator
+      counts 4 B per largest-layer param for params + grads, here 2 B + 2 B in grads).
+    - FSDP: the sharded parameters are stored in fp32 for mixed precision (MixedPrecisionPolicy
+      casts on all-gather), plus the unsharded 16-bit units in flight (current + prefetched);
+      SHARD_GRAD_OP keeps all unsharded params from forward to backward.
+    - optimizer+params offload: parameter partitions live in host memory; only gathered
+      modules are on the GPU.
+    """
+    p = params_per_gpu(spec, layout)
+    n = shard_degree(layout, system)
+    c = compute_dtype_bytes(layout)
+    unit = _unit_params(spec, layout)
+    mixed = _is_mixed(layout)
+    param_offload = layout.offload == OFFLOAD["optimizer+params"]
+    s = layout.sharding
+
+    ddp = np.where(mixed, 4.0 + 2.0, c) * p
+    zero12 = c * p
+    zero3 = np.where(param_offload, 0.0, c * p / n) + c * unit
+    fsdp_store = np.where(mixed, 4.0, c)  # sharded storage dtype
+    fsdp_units = 2 * c * unit  # current + prefetched unit
+    fsdp_full = np.where(param_offload, 0.0, fsdp_store * p / n) + fsdp_units
+    fsdp_sgo = np.where(param_offload, 0.0, fsdp_store * p / n) + c * p
+    return np.select(
+        [s == SHARD["none"], (s == SHARD["zero1"]) | (s == SHARD["zero2"]), s == SHARD["zero3"],
+         s == SHARD["fsdp_shard_grad_op"]],
+        [ddp, zero12, zero3, fsdp_sgo],
+        default=fsdp_full,
+    )
+
+
+def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
+    """Gradient bytes on one GPU.
+
+    - none (DDP): grads in the params' dtype (fp32 under autocast), full size.
+    - ZeRO-1: full 16-bit grads + the fp32 gradient partition 4P/N (DeepSpeed's "4 grads_32bit").
+    - ZeRO-2: 16-bit partition 2P/N + fp32 partition 4P/N; ZeRO-3: the fp32 partition 4P/N
+      and the gathered module's 16-bit grads (as DeepSpeed's estimators count them). With optimizer offload the fp32 partition lives on the host and the 16-bit
+      partition is copied out as it is reduced (DeepSpeed's estimate: 2P on GPU for ZeRO-2).
+    - FSDP: sharded grads in the storage dtype (fp32 under mixed precision) + one unsharded
+      unit of 16-bit grads before its reduce-scatter.
+    """
+    p = params_per_gpu(spec, layout)
+    n = shard_degree(layout, system)
+    c = compute_dtype_bytes(layout)
+    unit = _unit_params(spec, layout)
+    mixed = _is_mixed(layout)
+    offload = layout.offload != OFFLOAD["none"]
+    # the fp32 gradient partition the optimizer steps on (mixed precision only; in fp32 the
+    # reduced grads already are fp32, in pure bf16 there is no fp32 copy)
+    fp32_part = np.where(offload | ~mixed, 0.0, 4.0 * p / n)
+    part16 = np.where(offload, 0.0, c * p / n)  # the reduced partition in the compute dtype
+    s = layout.sharding
+
+    ddp = np.where(mixed, 4.0, c) * p
+    zero1 = c * p + fp32_part
+    zero2 = part16 + fp32_part
+    # ZeRO-3 (DeepSpeed's estimator: 18 B/param = 2 params16 + 4 grads32 + 4 params32 + 8 Adam):
+    # the reduced partition is kept in fp32 under mixed precision, plus the live module's grads.
+    zero3 = np.where(mixed & ~offload, fp32_part, part16) + c * unit
+    fsdp_store = np.where(mixed, 4.0, c)
+    fsdp = np.where(offload, 0.0, fsdp_store * p / n) + c * unit
+    return np.select(
+        [s == SHARD["none"], s == SHARD["zero1"], s == SHARD["zero2"], s == SHARD["zero3"]],
+        [ddp, zero1, zero2, zero3],
+        default=fsdp,
+    )
+
+
+def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
+    """Optimizer states + fp32 master weights on one GPU (0 when offloaded to the host)."""
+    p = params_per_gpu(spec, layout)
+    n = np.where(layout.shards_optimizer, shard_degree(layout, system), 1)
+    per_param = optimizer_state_bytes_per_param(spec, layout) + master_bytes_per_param(layout)
+    on_gpu = layout.offload == OFFLOAD["none"]
+    return np.where(on_gpu, per_param * p / n, 0.0)
+
+
+def host_offload_bytes_per_rank(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
+    """Host bytes one rank pins for offloaded states (ZeRO-Offload, Ren et al. 2021).
+
+    Optimizer offload: fp32 master + optimizer states + fp32 grads (DeepSpeed's 16 B of the
+    12+4); parameter offload adds the 16-bit parameter partition.
+    """
+    p = params_per_gpu(spec, layout)
+    n = shard_degree(layout, system)
+    per_param = optimizer_state_bytes_per_param(spec, layout) + 4.0 + 4.0
+    opt = np.where(layout.offload != OFFLOAD["none"], per_param * p / n, 0.0)
+    params = np.where(layout.offload == OFFLOAD["optimizer+params"],
+                      compute_dtype_bytes(layout) * p / n, 0.0)
+    return opt + params
+
+
+def host_bytes_per_node(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> np.ndarray:
+    """Peak host RAM per node: model construction, or offloaded states, plus per-rank overhead.
+
+    Without ZeRO-3's `zero.Init` (or FSDP's meta-device init) every rank first builds its whole
+    (tp/pp slice of the) model in fp32 in host memory: seed 002's ZeRO-2 run of 52B on 64 V100
+    was killed by cgroups needing > 40 GB host RAM per GPU, with or without offload.
+    DeepSpeed's estimators count the same: `4 * num_gpus_per_node * params`.
+    """
+    ranks = system.gpus_per_node
+    p = params_per_gpu(spec, layout)
+    s = layout.sharding
+    zero_init = s == SHARD["zero3"]
+    fsdp = layout.is_fsdp
+    init = np.select([zero_init, fsdp], [4.0 * p / shard_degree(layout, system), 4.0 * p],
+                     default=4.0 * p * ranks)
+    steady = host_offload_bytes_per_rank(spec, layout, system) * ranks
+    return np.maximum(init, steady) + settings.host_overhead_gib_per_rank * GIB * ranks
+
+
+# ---------------------------------------------------------------------------------------
+# activations
+def layer_activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Bytes one transformer block saves for backward, per micro batch, without recompute.
+
+    Korthikanti et al. 2022 sec. 4.1, tensor by tensor (a dropout-free model; their 34sbh +
+    5as^2b counts dropout masks too): norm inputs 2x sbh, attention and MLP inputs 2x sbh,
+    q/k/v (GQA: k and v are kv_heads/heads of q), attention output sbh; eager attention keeps
+    the softmax probabilities (a s^2 b per head), SDPA/flash keeps the output and the
+    log-sum-exp instead (Dao et al. 2022); GELU MLP 2 sbf, SwiGLU 4 sbf. Tensor parallelism
+    splits everything inside attention and MLP by t; sequence parallelism also splits the
+    norm/residual tensors (Korthikanti eq. 4-5). Norms also keep fp32 mean/rstd per token.
+    """
+    s, b, h, t = layout.seq_len, layout.micro_batch, spec.hidden, layout.tp
+    a = compute_dtype_bytes(layout)
+    sb = (s * b).astype(np.float64)
+    sp_div = np.where(layout.sequence_parallel == 1, t, 1)
+    heads = spec.n_heads / t
+    n_stats = 1 if spec.norm == "rmsnorm" else 2  # rstd, or mean and rstd
+    norm_stats = 2 * n_stats * 4 * sb / sp_div
+    replicated = 4 * sb * h * a / sp_div + norm_stats  # 2 norm inputs + 2 norm outputs
+    qkv = sb * (h + 2 * spec.kv_dim) * a / t
+    attn_out = sb * h * a / t
+    eager_core = heads * b * s.astype(np.float64) ** 2 * a  # softmax probabilities
+    flash_core = heads * sb * 4  # fp32 log-sum-exp per head and token
+    core = np.where(layout.attention == ATTN["eager"], eager_core, flash_core)
+    mlp = sb * spec.ffn * a / t * (4 if spec.mlp == "swiglu" else 2)
+    return replicated + qkv + attn_out + core + mlp
+
+
+def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Activation bytes on the busiest GPU.
+
+    - full recompute keeps each block's input (sbh, /t with sequence parallelism) and
+      rebuilds one block at a time in backward (Chen et al. 2016; Korthikanti sec. 5);
+    - selective recompute drops the attention core (softmax probabilities, Korthikanti
+      sec. 5: the 5as/h term); with flash attention there is little left to drop;
+    - pipeline parallelism: with 1F1B the first stage holds `pp` micro batches in flight
+      (Narayanan et al. 2021), interleaving multiplies by (1 + (p-1)/(p*v)) (Korthikanti eq. 6);
+    - the output layer: logits (s*b*V/t, compute dtype) and the fp32 log-softmax kept by the
+      cross-entropy loss, on the last stage (the first when pp = 1).
+    """
+    s, b, h, t = layout.seq_len, layout.micro_batch, spec.hidden, layout.tp
+    a = compute_dtype_bytes(layout)
+    sb = (s * b).astype(np.float64)
+    sp_div = np.where(layout.sequence_parallel == 1, t, 1)
+    per_layer = layer_activation_bytes(spec, layout)
+    eager_core = (spec.n_heads / t) * b * s.astype(np.float64) ** 2 * a
+    selective = per_layer - np.where(layout.attention == ATTN["eager"], eager_core, 0.0)
+    layer_input = sb * h * a / sp_div
+    layers_per_stage = spec.n_layers / layout.pp
+    ck = layout.activation_checkpointing
+    stored = np.select(
+        [ck == CKPT["none"], ck == CKPT["selective"]],
+        [layers_per_stage * per_layer, layers_per_stage * selective],
+        default=layers_per_stage * layer_input + per_layer,
+    )
+    in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
+    interleave = np.where(layout.vpp > 1, 1 + (layout.pp - 1) / (layout.pp * layout.vpp), 1.0)
+    first_stage = stored * in_flight * interleave
+    logits = sb * spec.vocab_padded / t * (a + 4)
+    final = sb * h * a * 2 / sp_div  # final norm input + output
+    last_stage = stored + logits + final
+    return np.where(layout.pp == 1, first_stage + logits + final, np.maximum(first_stage, last_stage))
+
+
+# ---------------------------------------------------------------------------------------
+# buffers, overhead, total
+def comm_buffer_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Communication buffers.
+
+    - DDP: gradient buckets are views of the grads (gradient_as_bucket_view); 2 x 25 MiB
+      staging (bucket_cap_mb=25).
+    - ZeRO-1/2 with overlap_comm: 4.5 x (reduce + allgather bucket) x 2 B (DeepSpeed config
+      docs: "overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size").
+    - ZeRO-3: reduce bucket (2 B x 2 for double buffering) + prefetch bucket (2 B).
+    - FSDP: one unit's fp32 reduce-scatter output is counted in grads; 2 x unit staging.
+    """
+    s = layout.sharding
+    ddp = np.full(np.shape(s), 2 * 25 * 2**20, dtype=np.float64)
+    zero12 = 4.5 * 2 * (layout.reduce_bucket_elems + layout.allgather_bucket_elems)
+    zero3 = 2 * 2 * layout.reduce_bucket_elems + 2 * layout.stage3_prefetch_elems
+    fsdp = 2 * 2 * _unit_params(spec, layout) * np.ones(np.shape(s))
+    return np.select(
+        [s == SHARD["none"], (s == SHARD["zero1"]) | (s == SHARD["zero2"]), s == SHARD["zero3"]],
+        [ddp, zero12, zero3],
+        default=fsdp,
+    ).astype(np.float64)
+
+
+def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
+    """Every memory term for every plan in `layout` (bytes), plus totals and capacities."""
+    shape = np.shape(layout.tp)
+    capacity = system.gpu.hbm_gib * GIB
+    out = {
+        "weights_bytes": weights_bytes(spec, layout, system),
+        "grads_bytes": grads_bytes(spec, layout, system),
+        "optimizer_bytes": optimizer_bytes(spec, layout, system),
+        "activations_bytes": activation_bytes(spec, layout),
+        "comm_buffers_bytes": comm_buffer_bytes(spec, layout),
+        "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
+        "fragmentation_bytes": np.full(shape, settings.fragmentation_margin * capacity),
+    }
+    out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
+    out["capacity_bytes"] = np.full(shape, capacity)
+    out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
+    out["host_capacity_bytes_per_node"] = np.full(shape, system.host_ram_gib * GIB)
+    return out
+
+
+def memory_breakdown(spec: ModelSpec, layout: Layout, system: System, settings: Settings, i: int = 0) -> MemoryBreakdown:
+    """The breakdown of plan `i` of `layout` as a pydantic model."""
+    arrays = memory_arrays(spec, layout, system, settings)
+    return MemoryBreakdown(**{k: float(np.asarray(v).reshape(-1)[i]) for k, v in arrays.items()})

@@ -1,0 +1,31 @@
+"""`Settings`: the planner's tunable assumptions (margins, overheads, calibration)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from planner.scenario import Frozen
+
+
+class Calibration(Frozen):
+    """Multiplicative corrections fitted from measured runs (written by the tuner).
+
+    `compute` scales achievable matmul throughput, `network` scales achievable bus bandwidth.
+    """
+
+    compute: float = Field(default=1.0, gt=0)
+    network: float = Field(default=1.0, gt=0)
+    source: str = "default"
+
+
+class Settings(Frozen):
+    # Memory: a fraction of HBM the caching allocator loses to fragmentation, and the fixed
+    # per-GPU cost of the CUDA context, cuBLAS/NCCL workspaces and the framework.
+    fragmentation_margin: float = Field(default=0.10, ge=0, lt=1)
+    runtime_overhead_gib: float = Field(default=1.5, ge=0)
+    # Host RAM per node taken by the OS, the data loader and the Python processes per rank.
+    host_overhead_gib_per_rank: float = Field(default=4.0, ge=0)
+    calibration: Calibration = Calibration()
+    # What to train and what it costs (for days / GPU-hours / cost columns).
+    tokens: float | None = Field(default=None, gt=0)
+    price_per_gpu_hour: float | None = Field(default=None, ge=0)

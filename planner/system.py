@@ -1,0 +1,27 @@
+"""`System`: the hardware one scenario runs on, resolved from the catalog and overrides."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from hardware.models import GPU
+from planner.scenario import Frozen
+
+
+class System(Frozen):
+    gpu: GPU
+    cluster_id: str | None = None
+    gpus: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0)
+    host_ram_gib: float = Field(gt=0, description="per node")
+    host_to_gpu_gbps: float = Field(gt=0, description="per GPU, one direction")
+    intranode_gbps: float = Field(gt=0, description="per GPU, one direction")
+    internode_gbps: float = Field(gt=0, description="per node")
+    # Measured bus bandwidths (from `plan allreduce-bench --json`), overriding the link
+    # numbers above in the comm model when present.
+    measured_intranode_busbw_gbps: float | None = None
+    measured_internode_busbw_gbps: float | None = None
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.gpus // self.gpus_per_node)

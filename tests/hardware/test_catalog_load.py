@@ -1,0 +1,161 @@
+"""The hardware catalog: built-in entries, user overrides, malformed files, lookups."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hardware.catalog import ENV_VAR, load_catalog
+from hardware.errors import CatalogError
+
+GPU_IDS = {"v100-16gb", "v100-32gb", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "mi250x", "mi300x"}
+CLUSTER_IDS = {
+    "dgx-v100", "dgx-a100", "dgx-h100", "dgx-h200", "jean-zay-v100-32gb", "jean-zay-a100",
+    "adastra-mi250x", "lumi-g", "mi300x-8",
+}
+
+GOOD_GPU = """
+name = "Test GPU"
+vendor = "test"
+hbm_gib = 94
+hbm_gbytes_per_s = 3900
+fp32_tflops = 60
+fp16_tflops = 800
+bf16_tflops = 800
+intranode_gbps = 3600
+source = "unit test"
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_env_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def write(folder: Path, kind: str, entry_id: str, text: str) -> Path:
+    (folder / kind).mkdir(parents=True, exist_ok=True)
+    path = folder / kind / f"{entry_id}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_every_required_id_is_there_with_a_source() -> None:
+    cat = load_catalog()
+    assert GPU_IDS <= set(cat.gpus)
+    assert CLUSTER_IDS <= set(cat.clusters)
+    for entry in [*cat.gpus.values(), *cat.clusters.values()]:
+        assert len(entry.source) > 10, entry.id
+
+
+def test_datasheet_relations_hold() -> None:
+    cat = load_catalog()
+    v100 = cat.gpu("v100-32gb")
+    assert v100.bf16_tflops is None and v100.fp8_tflops is None and v100.intranode_gbps == 1200
+    h100 = cat.gpu("h100-80gb")
+    assert h100.fp8_tflops == pytest.approx(2 * h100.bf16_tflops, rel=1e-3)  # dense, no sparsity
+    assert h100.bf16_tflops == pytest.approx(989.4)
+    assert cat.gpu("a100-80gb").bf16_tflops == 312 and cat.gpu("a100-80gb").intranode_gbps == 2400
+    for cluster in cat.clusters.values():
+        assert cluster.gpu in cat.gpus
+    assert cat.cluster("jean-zay-v100-32gb").gpus_per_node == 4
+    assert cat.cluster("jean-zay-a100").gpus_per_node == 8
+
+
+def test_mi250x_is_one_gcd_of_a_two_die_package() -> None:
+    cat = load_catalog()
+    gcd = cat.gpu("mi250x")
+    assert gcd.devices_per_package == 2 and gcd.package and "MI250X" in gcd.package
+    # package data sheet: 128 GB HBM2e, 3.2768 TB/s, 383 TFLOPS fp16/bf16 -> half each
+    assert gcd.hbm_gib * gcd.devices_per_package == 128
+    assert gcd.hbm_gbytes_per_s * gcd.devices_per_package == pytest.approx(3276.8)
+    assert gcd.bf16_tflops * gcd.devices_per_package == pytest.approx(383, abs=0.5)
+    assert gcd.tf32_tflops is None and gcd.fp8_tflops is None
+    for cid in ("lumi-g", "adastra-mi250x"):
+        assert cat.cluster(cid).gpus_per_node == 8  # 4 packages = 8 GCDs
+
+
+def test_lookup_errors_suggest_close_names() -> None:
+    cat = load_catalog()
+    with pytest.raises(CatalogError) as e:
+        cat.gpu("h100")
+    assert e.value.field == "gpu" and "h100-80gb" in str(e.value)
+    with pytest.raises(CatalogError, match="lumi-g"):
+        cat.cluster("lumi")
+    assert cat.gpu("H100-80GB").id == "h100-80gb"
+
+
+def test_extra_dir_overrides_and_adds(tmp_path: Path) -> None:
+    write(tmp_path, "gpus", "h100-80gb", GOOD_GPU)
+    write(tmp_path, "clusters", "my-box", 'name = "box"\ngpu = "h100-80gb"\ngpus_per_node = 4\n'
+          'host_ram_gib = 512\nhost_to_gpu_gbps = 504\ninternode_gbps = 400\nsource = "test"\n')
+    cat = load_catalog([tmp_path])
+    assert cat.gpu("h100-80gb").hbm_gib == 94
+    assert cat.paths["gpus/h100-80gb"] == str(tmp_path.resolve() / "gpus" / "h100-80gb.toml")
+    assert cat.cluster("my-box").gpu == "h100-80gb" and "dgx-h100" in cat.clusters
+    assert load_catalog().gpu("h100-80gb").hbm_gib == 80  # the built-in one is untouched
+
+
+def test_env_var_dirs_and_argument_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_dir, arg_dir = tmp_path / "env", tmp_path / "arg"
+    write(env_dir, "gpus", "a100-80gb", GOOD_GPU)
+    monkeypatch.setenv(ENV_VAR, f"{env_dir}{__import__('os').pathsep}")
+    assert load_catalog().gpu("a100-80gb").hbm_gib == 94
+    write(arg_dir, "gpus", "a100-80gb", GOOD_GPU.replace("hbm_gib = 94", "hbm_gib = 96"))
+    assert load_catalog([arg_dir]).gpu("a100-80gb").hbm_gib == 96  # --catalog wins over env
+
+
+def test_edited_file_is_reloaded(tmp_path: Path) -> None:
+    path = write(tmp_path, "gpus", "x1", GOOD_GPU)
+    assert load_catalog([tmp_path]).gpu("x1").hbm_gib == 94
+    path.write_text(GOOD_GPU.replace("hbm_gib = 94", "hbm_gib = 95"))
+    import os
+
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert load_catalog([tmp_path]).gpu("x1").hbm_gib == 95
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ("name = [", "toml", "not valid TOML"),
+        (GOOD_GPU.replace("hbm_gib = 94\n", ""), "hbm_gib", "missing"),
+        (GOOD_GPU + "hbm_gb = 3\n", "hbm_gb", "unknown field"),
+        (GOOD_GPU.replace("hbm_gib = 94", 'hbm_gib = "lots"'), "hbm_gib", "lots"),
+        (GOOD_GPU.replace("hbm_gib = 94", "hbm_gib = -1"), "hbm_gib", "greater than 0"),
+        (GOOD_GPU + 'id = "other"\n', "id", "file name"),
+    ],
+)
+def test_malformed_gpu_file_names_file_and_field(tmp_path: Path, text: str, field: str, words: str) -> None:
+    path = write(tmp_path, "gpus", "bad", text)
+    with pytest.raises(CatalogError) as e:
+        load_catalog([tmp_path])
+    assert e.value.field == field
+    assert str(path.resolve()) in str(e.value) and field in str(e.value) and words in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_cluster_naming_unknown_gpu(tmp_path: Path) -> None:
+    path = write(tmp_path, "clusters", "c", 'name = "c"\ngpu = "h100-80"\ngpus_per_node = 8\n'
+                 'host_ram_gib = 1\nhost_to_gpu_gbps = 1\ninternode_gbps = 1\nsource = "t"\n')
+    with pytest.raises(CatalogError) as e:
+        load_catalog([tmp_path])
+    assert e.value.field == "gpu" and str(path.resolve()) in str(e.value) and "h100-80gb" in str(e.value)
+
+
+def test_bad_catalog_dirs(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="not a directory"):
+        load_catalog([tmp_path / "missing"])
+    with pytest.raises(CatalogError, match="none of the subfolders"):
+        load_catalog([tmp_path])
+
+
+def test_hardware_does_not_import_planner() -> None:
+    code = (
+        "import sys; from hardware.catalog import load_catalog; load_catalog(); "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('planner', 'torch', 'tuner', 'trainer')]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

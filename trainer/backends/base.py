@@ -1,0 +1,85 @@
+"""What every backend provides to the training loop."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from trainer.config import TrainConfig
+from trainer.memory import StorageCounter, iter_tensors
+from trainer.model import loss_fn
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "bf16_pure": torch.bfloat16}
+
+
+def make_optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, foreach=False)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, foreach=False)
+    assert cfg.optimizer == "adafactor", cfg.optimizer
+    return torch.optim.Adafactor(params, lr=cfg.lr, foreach=False)
+
+
+class Engine:
+    """A model wrapped for one parallelism backend.
+
+    The loop calls, per optimizer step: `forward_loss` + `backward` for each micro batch
+    (`last` on the final one), then `step`. `state_bytes` reports the bytes held now.
+    """
+
+    name = "base"
+    micro_batch: int
+    grad_accum: int
+    knobs: dict
+
+    def __init__(self, cfg: TrainConfig, model: nn.Module, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.micro_batch, self.grad_accum = cfg.micro_batch, cfg.grad_accum
+        self.knobs = cfg.knobs()
+
+    def autocast(self):
+        p = self.cfg.precision
+        if p in ("bf16", "fp16"):
+            return torch.autocast(self.device.type, dtype=DTYPES[p])
+        return contextlib.nullcontext()
+
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, last: bool = True) -> torch.Tensor:
+        """`last`: this micro batch ends the optimizer step (gradients are synchronised)."""
+        with self.autocast():
+            return loss_fn(self.module(x), y)
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def after_micro(self, last: bool) -> None:
+        """Called after each micro batch's backward; steps the optimizer on the last one."""
+        if last:
+            self.step()
+
+    # ---- memory ---------------------------------------------------------------------
+    def param_tensors(self) -> list[torch.Tensor]:
+        return [p for p in self.module.parameters()]
+
+    def grad_tensors(self) -> list[torch.Tensor]:
+        return [p.grad for p in self.module.parameters() if p.grad is not None]
+
+    def master_tensors(self) -> list[torch.Tensor]:
+        return []
+
+    def optimizer_state_tensors(self) -> list[torch.Tensor]:
+        return list(iter_tensors(list(self.optimizer.state.values())))
+
+    def state_bytes(self) -> dict[str, int]:
+        c = StorageCounter()
+        params = c.count(self.param_tensors())
+        grads = c.count(self.grad_tensors())
+        master = c.count(self.master_tensors())
+        states = c.count(self.optimizer_state_tensors())
+        return {"params_bytes": params, "grads_bytes": grads, "master_params_bytes": master,
+                "optimizer_states_bytes": states, "optimizer_bytes": master + states}

@@ -1,0 +1,49 @@
+"""sharding=none: torch DDP (plain model on one rank), autocast for bf16/fp16, GradScaler for fp16."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer.backends.base import DTYPES, Engine, make_optimizer
+from trainer.checkpointing import apply_checkpointing
+
+
+class DDPEngine(Engine):
+    name = "ddp"
+
+    def __init__(self, cfg, model, device):
+        super().__init__(cfg, model, device)
+        apply_checkpointing(model, cfg.activation_checkpointing)
+        model.to(device)
+        if cfg.precision == "bf16_pure":
+            model.to(DTYPES["bf16_pure"])
+        self.module = model
+        self.wrapped = model
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            ids = [device.index] if device.type == "cuda" else None
+            self.wrapped = DistributedDataParallel(model, device_ids=ids)
+        self.optimizer = make_optimizer(cfg, model.parameters())
+        self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+
+    def forward_loss(self, x, y, last=True):
+        from trainer.model import loss_fn
+        if isinstance(self.wrapped, DistributedDataParallel):
+            self.wrapped.require_backward_grad_sync = last  # what no_sync() toggles
+        with self.autocast():
+            return loss_fn(self.wrapped(x), y)
+
+    def backward(self, loss, last):
+        loss = loss / self.grad_accum
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)

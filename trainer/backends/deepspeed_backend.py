@@ -1,0 +1,154 @@
+"""DeepSpeed ZeRO 0/1/2/3, offload of optimizer or optimizer+params, fp32/bf16/fp16.
+
+Either builds a DeepSpeed config from the knobs (`ds_config_from_knobs`), or takes a
+DeepSpeed JSON file as is (`--deepspeed-config`), so an exported config runs unchanged; the
+knobs are then read back from that config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from trainer.backends.base import Engine, make_optimizer
+from trainer.checkpointing import apply_checkpointing
+from trainer.memory import StorageCounter, iter_tensors
+
+STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+
+
+def ds_config_from_knobs(cfg, world_size: int, on_gpu: bool) -> dict:
+    zero: dict = {"stage": STAGE[cfg.sharding]}
+    if cfg.offload in ("optimizer", "optimizer+params"):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu}
+    if cfg.offload == "optimizer+params":
+        zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu}
+    conf: dict = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "train_batch_size": cfg.micro_batch * cfg.grad_accum * world_size,
+        "zero_optimization": zero,
+        "bf16": {"enabled": cfg.precision == "bf16"},
+        "fp16": {"enabled": cfg.precision == "fp16", "initial_scale_power": 12},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    if cfg.optimizer == "adamw":
+        params = {"lr": cfg.lr, "weight_decay": 0.0}
+        if not on_gpu and cfg.offload == "none":
+            params["torch_adam"] = True  # skips the FusedAdam JIT build on CPU (notes/cpu-runs.md)
+        conf["optimizer"] = {"type": "AdamW", "params": params}
+    else:
+        conf["zero_allow_untested_optimizer"] = True
+    return conf
+
+
+def knobs_from_ds_config(conf: dict, knobs: dict) -> dict:
+    """The planner's knobs as the given DeepSpeed config sets them."""
+    zero = conf.get("zero_optimization", {}) or {}
+    stage = int(zero.get("stage", 0))
+    offload = "none"
+    if (zero.get("offload_optimizer") or {}).get("device", "none") not in ("none", None):
+        offload = "optimizer"
+    if (zero.get("offload_param") or {}).get("device", "none") not in ("none", None):
+        offload = "optimizer+params"
+    precision = "bf16" if (conf.get("bf16") or {}).get("enabled") else (
+        "fp16" if (conf.get("fp16") or {}).get("enabled") else "fp32")
+    sharding = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}[stage]
+    return knobs | {"sharding": sharding, "offload": offload, "precision": precision}
+
+
+class DeepSpeedEngine(Engine):
+    name = "deepspeed"
+
+    def __init__(self, cfg, model, device):
+        import deepspeed
+        import torch.distributed as dist
+
+        super().__init__(cfg, model, device)
+        world = dist.get_world_size()
+        if cfg.deepspeed_config:
+            conf = json.loads(Path(cfg.deepspeed_config).read_text())
+            self.knobs = knobs_from_ds_config(conf, self.knobs)
+        else:
+            conf = ds_config_from_knobs(cfg, world, device.type == "cuda")
+        self.ds_config = conf
+        apply_checkpointing(model, cfg.activation_checkpointing)
+        model.to(device)
+        client_opt = None if "optimizer" in conf else make_optimizer(cfg, model.parameters())
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), optimizer=client_opt, config=conf)
+        self.module = self.engine.module
+        self.micro_batch = self.engine.train_micro_batch_size_per_gpu()
+        self.grad_accum = self.engine.gradient_accumulation_steps()
+        self.knobs |= {"micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
+                       "global_batch": self.micro_batch * self.grad_accum * world}
+        self.stage = self.engine.zero_optimization_stage()
+        self.dtype = next(iter(self.engine.module.parameters())).dtype
+
+    def autocast(self):
+        import contextlib
+        return contextlib.nullcontext()  # DeepSpeed casts the model itself (bf16/fp16 params)
+
+    def forward_loss(self, x, y, last=True):
+        from trainer.model import loss_fn
+        return loss_fn(self.engine(x), y)
+
+    def backward(self, loss, last):
+        self.engine.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps
+
+    def sample_grads_before_reduce(self) -> None:
+        """Count the gradients at the end of the next backward, before DeepSpeed reduces them.
+
+        ZeRO-1 holds full gradients until `allreduce_gradients` at the accumulation boundary
+        partitions them: that, not the partition left afterwards, is what a rank must fit.
+        """
+        original = self.engine.allreduce_gradients
+
+        def wrapped(*args, **kwargs):
+            self._grads_before_reduce = StorageCounter().count(self.grad_tensors())
+            self.engine.allreduce_gradients = original
+            return original(*args, **kwargs)
+
+        self.engine.allreduce_gradients = wrapped
+
+    def state_bytes(self):
+        out = super().state_bytes()
+        out["grads_bytes"] = max(out["grads_bytes"], getattr(self, "_grads_before_reduce", 0))
+        return out
+
+    def step(self):
+        self.engine.step()
+
+    def after_micro(self, last):
+        self.engine.step()  # every micro batch; DeepSpeed steps the optimizer at the boundary
+
+    # ---- memory: DeepSpeed's own flat buffers -----------------------------------------
+    def _zero(self):
+        return self.engine.optimizer
+
+    def param_tensors(self):
+        params = list(self.module.parameters())
+        if self.stage == 3:
+            return [p.ds_tensor for p in params if hasattr(p, "ds_tensor")]
+        return list(iter_tensors(getattr(self._zero(), "bit16_groups_flat", []))) + params
+
+    def grad_tensors(self):
+        z = self._zero()
+        out = [p.grad for p in self.module.parameters() if p.grad is not None]
+        for name in ("grad_partitions_flat_buffer", "grads_in_partition", "averaged_gradients"):
+            out += list(iter_tensors(getattr(z, name, None)))
+        return out
+
+    def master_tensors(self):
+        z = self._zero()
+        out = []
+        for name in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "fp32_groups_flat"):
+            out += list(iter_tensors(getattr(z, name, None)))
+        return out
+
+    def optimizer_state_tensors(self):
+        inner = getattr(self._zero(), "optimizer", self._zero())
+        return list(iter_tensors(list(getattr(inner, "state", {}).values())))

@@ -1,0 +1,71 @@
+"""FSDP2 (`fully_shard` per block, then the root): full shard, shard-grad-op, hybrid (2-D mesh).
+
+bf16/fp16 use `MixedPrecisionPolicy` (compute dtype params, fp32 gradient reduction);
+bf16_pure keeps the parameters themselves in bf16; offload=optimizer+params uses
+`CPUOffloadPolicy` (pin_memory only when a GPU exists: pinning needs an accelerator).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from trainer.backends.base import DTYPES, Engine, make_optimizer
+from trainer.checkpointing import apply_checkpointing
+
+
+def make_mesh(cfg, device_type: str):
+    world = dist.get_world_size()
+    if cfg.sharding == "fsdp_hybrid":
+        # replicate across nodes, shard within a node; on one node split the ranks in two groups
+        replicate = cfg.nnodes if cfg.nnodes > 1 else 2
+        return init_device_mesh(device_type, (replicate, world // replicate), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
+
+
+class FSDPEngine(Engine):
+    name = "fsdp2"
+
+    def __init__(self, cfg, model, device):
+        super().__init__(cfg, model, device)
+        apply_checkpointing(model, cfg.activation_checkpointing)
+        if cfg.precision == "bf16_pure":
+            model.to(DTYPES["bf16_pure"])
+        if cfg.offload == "none":
+            model.to(device)
+        kwargs = {"mesh": make_mesh(cfg, device.type),
+                  "reshard_after_forward": cfg.sharding != "fsdp_shard_grad_op"}
+        if cfg.precision in ("bf16", "fp16"):
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.precision], reduce_dtype=torch.float32)
+        if cfg.offload == "optimizer+params":
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+        for block in model.blocks:
+            fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
+        self.module = model
+        self.optimizer = make_optimizer(cfg, model.parameters())
+        self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+
+    def autocast(self):
+        import contextlib
+        return contextlib.nullcontext()  # the MixedPrecisionPolicy casts the parameters
+
+    def forward_loss(self, x, y, last=True):
+        self.module.set_requires_gradient_sync(last)
+        return super().forward_loss(x, y, last)
+
+    def backward(self, loss, last):
+        loss = loss / self.grad_accum
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,136 @@
+"""Start the ranks (torch's elastic launch API, or join torchrun/srun) and collect the result.
+
+The status is judged by the result file, not only the exit code: rank 0 writes the result
+after training; a rare abort at process exit afterwards keeps status ok (notes/cpu-runs.md).
+Without a result, the per-rank error files tell oom / timeout / bad_config / crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from planner.errors import PlanError
+from trainer.config import TrainConfig, validate_config
+from trainer.result import TrainResult
+from trainer.spec import resolve_spec
+from trainer.status import classify_text, clear_rank_errors, read_rank_errors
+from trainer.worker import TIMEOUT_EXIT_CODE, run_rank, write_result_file
+
+LAUNCH_GRACE_S = 60.0  # the launcher's own backstop after the ranks' watchdogs
+
+
+def threads_per_rank(nproc: int) -> int:
+    return max(1, (os.cpu_count() or 1) // nproc)
+
+
+def launch(cfg: TrainConfig) -> TrainResult:
+    """Run one training job and return its result (also written to cfg.json_out if given)."""
+    result_path = cfg.json_out or str(Path(tempfile.mkdtemp(prefix="plan-train-")) / "result.json")
+    Path(result_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(result_path).unlink(missing_ok=True)
+    clear_rank_errors(result_path)
+    t0 = time.perf_counter()
+    try:
+        validate_config(cfg)
+        if cfg.spec is None:
+            cfg = cfg.model_copy(update={"spec": resolve_spec(cfg.model)})
+    except PlanError as e:
+        return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
+
+    from trainer.dist import env_from_slurm, launched_externally
+
+    exit_codes: dict[str, int] = {}
+    launch_error = ""
+    if launched_externally():
+        env_from_slurm(cfg.rdzv_endpoint)
+        run_rank(cfg.model_dump_json(), result_path)  # this process is one rank
+        if int(os.environ["RANK"]) != 0:
+            return TrainResult(status="ok", config=cfg.knobs())  # rank 0 reports
+    else:
+        exit_codes, launch_error = _elastic(cfg, result_path)
+    result = collect(cfg, result_path, exit_codes, launch_error)
+    if result.wall_s is None:
+        result.wall_s = time.perf_counter() - t0
+    return _finish(cfg, result_path, result)
+
+
+def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
+    import torch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from trainer.dist import free_port
+
+    if not torch.cuda.is_available():
+        os.environ["OMP_NUM_THREADS"] = str(threads_per_rank(cfg.nproc))
+    endpoint = cfg.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+    lc = LaunchConfig(
+        min_nodes=cfg.nnodes, max_nodes=cfg.nnodes, nproc_per_node=cfg.nproc,
+        run_id=f"plan-train-{uuid.uuid4().hex[:8]}" if cfg.nnodes == 1 else "plan-train",
+        rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        rdzv_configs={"is_host": cfg.node_rank == 0} if cfg.nnodes > 1 else {},
+        max_restarts=0, monitor_interval=0.1, start_method="spawn")
+    backstop = threading.Timer(cfg.timeout_s + LAUNCH_GRACE_S, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    backstop.daemon = True
+    backstop.start()
+    try:
+        elastic_launch(lc, run_rank)(cfg.model_dump_json(), result_path)
+        return {str(r): 0 for r in range(cfg.world_size)}, ""
+    except ChildFailedError as e:
+        codes = {str(r): f.exitcode for r, f in e.failures.items()}
+        return codes, "; ".join(f"rank {r}: exit {f.exitcode} {f.message}".strip() for r, f in e.failures.items())
+    except SignalException as e:
+        return {}, f"launcher timeout: {e}"
+    finally:
+        backstop.cancel()
+
+
+def collect(cfg: TrainConfig, result_path: str, exit_codes: dict[str, int], launch_error: str) -> TrainResult:
+    """The run's result, judged by the files the ranks wrote before the exit codes."""
+    p = Path(result_path)
+    if p.is_file():
+        try:
+            result = TrainResult.model_validate_json(p.read_text())
+            result.exit_codes = exit_codes
+            return result
+        except ValueError:
+            pass
+    errors = read_rank_errors(result_path)
+    if errors:
+        first = errors[0]
+        return TrainResult(status=first["status"], error=f"rank {first['rank']}: {first['error']}",
+                           config=cfg.knobs(), exit_codes=exit_codes)
+    if launch_error.startswith("launcher timeout") or TIMEOUT_EXIT_CODE in exit_codes.values():
+        status = "timeout"
+    else:  # a rank died without a word (killed by the kernel, a segfault, RLIMIT_AS abort)
+        status = classify_text(launch_error)
+    return TrainResult(status=status, error=launch_error or "no result file was written",
+                       config=cfg.knobs(), exit_codes=exit_codes)
+
+
+def _finish(cfg: TrainConfig, result_path: str, result: TrainResult) -> TrainResult:
+    if not result.model:
+        result.model = cfg.spec.model_dump(mode="json") if cfg.spec else {"ref": cfg.model}
+    result.world_size = result.world_size or cfg.world_size
+    write_result_file(result_path, result.model_dump_json(indent=2))
+    clear_rank_errors(result_path)
+    return result
+
+
+def summary_line(result: TrainResult) -> str:
+    if result.status != "ok":
+        return f"{result.status}: {result.error}"
+    return (f"ok: {result.step_time_s_median * 1e3:.1f} ms/step, {result.tokens_per_s:,.0f} tokens/s, "
+            f"MFU {result.mfu:.1%}, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}")
+
+
+def read_result(path: str | Path) -> TrainResult:
+    return TrainResult.model_validate(json.loads(Path(path).read_text()))

@@ -1,0 +1,122 @@
+"""One rank's training run: build the model and backend, train, measure, report (rank 0)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from planner.errors import PlanError
+from trainer import dist as tdist
+from trainer.backends import build_engine
+from trainer.config import TrainConfig, validate_config
+from trainer.data import Batches
+from trainer.memory import saved_tensor_meter
+from trainer.metrics import (catalog_peak_tflops, host_peak_rss_bytes, hw_flops_per_token,
+                             measured_matmul_tflops, model_flops_per_token, step_stats)
+from trainer.model import GPT
+from trainer.result import MemoryStats, TrainResult
+from trainer.spec import resolve_spec
+
+
+def measured_step_index(cfg: TrainConfig) -> int:
+    """A warm-up step after the first optimizer step (states exist), else the last step."""
+    return cfg.warmup_steps - 1 if cfg.warmup_steps >= 2 else cfg.steps - 1
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else "cpu"
+
+
+def build(cfg: TrainConfig, device: torch.device):
+    spec = cfg.spec or resolve_spec(cfg.model)
+    if spec.position == "learned" and cfg.seq_len > spec.max_positions:
+        raise PlanError("seq_len", f"{cfg.seq_len} exceeds the model's max_positions ({spec.max_positions})")
+    torch.manual_seed(cfg.seed)
+    model = GPT(spec, cfg.attention, cfg.low_precision_norm)
+    if cfg.compile:
+        for block in model.blocks:
+            block.compile()
+    return spec, model, build_engine(cfg, model, device)
+
+
+def train(cfg: TrainConfig) -> TrainResult | None:
+    """Runs on every rank; returns the result on rank 0 and None elsewhere."""
+    validate_config(cfg)
+    t_start = time.perf_counter()
+    device = tdist.init(cfg.timeout_s)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    spec, model, engine = build(cfg, device)
+    batches = Batches(cfg.data, spec.vocab, engine.micro_batch, cfg.seq_len, seed=cfg.seed * 1000 + rank)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    measure_at = measured_step_index(cfg) if cfg.measure_memory else -1
+    times_s, losses, saved, state = [], [], {"bytes": 0}, {}
+    for step in range(cfg.steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        step_loss = 0.0
+        for micro in range(engine.grad_accum):
+            x, y = (t.to(device, non_blocking=True) for t in batches.next())
+            last = micro == engine.grad_accum - 1
+            if step == measure_at and last and hasattr(engine, "sample_grads_before_reduce"):
+                engine.sample_grads_before_reduce()
+            if step == measure_at and micro == 0:
+                with saved_tensor_meter() as saved:
+                    loss = engine.forward_loss(x, y, last)
+            else:
+                loss = engine.forward_loss(x, y, last)
+            engine.backward(loss, last)
+            step_loss += float(loss.detach()) / engine.grad_accum
+            if step == measure_at and last:
+                state = engine.state_bytes()
+            engine.after_micro(last)
+        _sync(device)
+        times_s.append(time.perf_counter() - t0)
+        losses.append(step_loss)
+
+    result = None
+    if rank == 0:
+        result = report(cfg, spec, engine, device, world, times_s, losses, saved, state, measure_at)
+        result.wall_s = time.perf_counter() - t_start
+    dist.barrier()
+    return result
+
+
+def report(cfg, spec, engine, device, world, times_s, losses, saved, state, measure_at) -> TrainResult:
+    timed = times_s[cfg.warmup_steps:]
+    stats = step_stats(timed)
+    tokens_per_step = engine.micro_batch * engine.grad_accum * world * cfg.seq_len
+    tps = tokens_per_step / stats["step_time_s_median"]
+    precision = engine.knobs["precision"]
+    peak = catalog_peak_tflops(device_name(device).removeprefix("cuda:"), precision)
+    if peak is None:
+        n = 2048 if device.type == "cuda" else 512
+        peak = (measured_matmul_tflops(precision, n), f"measured matmul ({n}^3, {precision})")
+    model_tflops = model_flops_per_token(spec, cfg.seq_len) * tps / world / 1e12
+    hw_tflops = hw_flops_per_token(spec, cfg.seq_len, engine.knobs["activation_checkpointing"]) * tps / world / 1e12
+    memory = None
+    if state:
+        memory = MemoryStats(
+            params_bytes=state["params_bytes"], grads_bytes=state["grads_bytes"],
+            optimizer_bytes=state["optimizer_bytes"], master_params_bytes=state["master_params_bytes"],
+            optimizer_states_bytes=state["optimizer_states_bytes"],
+            saved_activations_bytes=int(saved["bytes"]), measured_step=measure_at,
+            host_peak_rss_bytes=host_peak_rss_bytes())
+        if device.type == "cuda":
+            memory.cuda_peak_allocated_bytes = torch.cuda.max_memory_allocated(device)
+            memory.cuda_peak_reserved_bytes = torch.cuda.max_memory_reserved(device)
+    return TrainResult(
+        status="ok", config=engine.knobs, model=spec.model_dump(mode="json"), backend=engine.name,
+        device=device_name(device), world_size=world, steps=cfg.steps, warmup_steps=cfg.warmup_steps,
+        **stats, tokens_per_s=tps, tokens_per_s_per_device=tps / world, tokens_per_step=tokens_per_step,
+        model_tflops_per_device=model_tflops, hw_tflops_per_device=hw_tflops,
+        peak_tflops_per_device=peak[0], mfu=model_tflops / peak[0], peak_source=peak[1],
+        losses=losses, memory=memory)

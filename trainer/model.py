@@ -1,0 +1,184 @@
+"""A GPT built from a `planner.model.ModelSpec`; it knows nothing of parallelism.
+
+Options the seeds found to matter: SDPA ("flash") vs eager attention, learned positions vs
+RoPE, LayerNorm vs RMSNorm (optionally run in low precision), GELU MLP vs SwiGLU, GQA, vocab
+padded to `spec.vocab_multiple`, tied embeddings. The attention core (scores, softmax, values)
+is its own module so that selective checkpointing can recompute exactly that part.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from planner.model import ModelSpec
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Zhang & Sennrich 2019: x / rms(x) * g
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm that can run in the input's (low) precision under autocast (seed 000 #3)."""
+
+    def __init__(self, dim: int, parametric: bool = True, bias: bool = True, low_precision: bool = False):
+        super().__init__(dim, elementwise_affine=parametric, bias=parametric and bias)
+        self.low_precision = low_precision
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.low_precision and torch.is_autocast_enabled(x.device.type)):
+            return super().forward(x)
+        dtype = torch.get_autocast_dtype(x.device.type)
+        w = self.weight.to(dtype) if self.weight is not None else None
+        b = self.bias.to(dtype) if self.bias is not None else None
+        with torch.autocast(x.device.type, enabled=False):
+            return F.layer_norm(x.to(dtype), self.normalized_shape, w, b, self.eps)
+
+
+def make_norm(spec: ModelSpec, low_precision: bool) -> nn.Module:
+    if spec.norm == "rmsnorm":
+        return RMSNorm(spec.hidden)
+    return LayerNorm(spec.hidden, parametric=spec.norm == "layernorm", bias=spec.norm_bias,
+                     low_precision=low_precision)
+
+
+def rope_tables(seq_len: int, head_dim: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    # Su et al. 2021 (RoFormer): theta_i = 10000^(-2i/d)
+    inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
+    angles = torch.outer(torch.arange(seq_len, device=device).float(), inv)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, S, D); rotate pairs (x1, x2) of the two halves of the head dimension."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class AttentionCore(nn.Module):
+    """softmax(q k^T / sqrt(d)) v with a causal mask; no parameters (selective recompute)."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        assert kind in ("flash", "eager"), kind
+        self.kind = kind
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if k.shape[1] != q.shape[1]:  # GQA: share each kv head between n_heads / kv_heads
+            rep = q.shape[1] // k.shape[1]
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        if self.kind == "flash":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        s = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, attention: str):
+        super().__init__()
+        h, kv = spec.hidden, spec.kv_dim
+        self.n_heads, self.kv_heads, self.head_dim = spec.n_heads, spec.kv_heads, spec.head_dim
+        self.q = nn.Linear(h, h, bias=spec.bias)
+        self.k = nn.Linear(h, kv, bias=spec.bias)
+        self.v = nn.Linear(h, kv, bias=spec.bias)
+        self.o = nn.Linear(h, h, bias=spec.bias)
+        self.core = AttentionCore(attention)
+        self.rope = spec.position == "rope"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.rope:
+            cos, sin = rope_tables(s, self.head_dim, x.device)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = self.core(q, k, v)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        h, f = spec.hidden, spec.ffn
+        self.swiglu = spec.mlp == "swiglu"
+        if self.swiglu:  # Shazeer 2020: down(silu(gate x) * up x)
+            self.gate = nn.Linear(h, f, bias=spec.bias)
+        self.up = nn.Linear(h, f, bias=spec.bias)
+        self.down = nn.Linear(f, h, bias=spec.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, spec: ModelSpec, attention: str, low_precision_norm: bool):
+        super().__init__()
+        self.norm1 = make_norm(spec, low_precision_norm)
+        self.attn = Attention(spec, attention)
+        self.norm2 = make_norm(spec, low_precision_norm)
+        self.mlp = Mlp(spec)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    """Pre-norm decoder-only transformer with exactly `spec.n_params` parameters."""
+
+    def __init__(self, spec: ModelSpec, attention: str = "flash", low_precision_norm: bool = False):
+        super().__init__()
+        self.spec = spec
+        v, h = spec.vocab_padded, spec.hidden
+        self.embed = nn.Embedding(v, h)
+        self.pos = nn.Embedding(spec.max_positions, h) if spec.position == "learned" else None
+        if spec.position == "alibi":
+            raise ValueError("alibi positions are not implemented by the bundled trainer")
+        self.embed_norm = make_norm(spec, low_precision_norm) if spec.embedding_norm else None
+        self.blocks = nn.ModuleList(Block(spec, attention, low_precision_norm) for _ in range(spec.n_layers))
+        self.norm = make_norm(spec, low_precision_norm)
+        self.head = None if spec.tied_embeddings else nn.Linear(h, v, bias=False)
+        self.apply(_init)
+        assert sum(p.numel() for p in self.parameters()) == spec.n_params, "GPT and ModelSpec disagree"
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, S) -> logits (B, S, vocab_padded)."""
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        for block in self.blocks:
+            x = block(x)
+        x = self.norm(x)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        return F.linear(x, weight)
+
+
+def _init(m: nn.Module) -> None:
+    if isinstance(m, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(m.weight, std=0.02)
+    if isinstance(m, nn.Linear) and m.bias is not None:
+        nn.init.zeros_(m.bias)
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))

@@ -1,0 +1,61 @@
+"""The trainer's result file: what rank 0 writes with `--json OUT`.
+
+This module imports no torch: the tuner reads result files through it (the tuner talks to the
+trainer only through the launch interface and this file).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["ok", "oom", "timeout", "crash", "bad_config"]
+
+
+class MemoryStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # exact bytes held by rank 0 (tensors counted once by storage)
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    saved_activations_bytes: int  # bytes saved for backward in one micro batch (saved-tensor hooks)
+    # CUDA allocator peaks (None on CPU)
+    cuda_peak_allocated_bytes: int | None = None
+    cuda_peak_reserved_bytes: int | None = None
+    host_peak_rss_bytes: int | None = None
+    # the split of optimizer_bytes (= master_params_bytes + optimizer_states_bytes):
+    # fp32 master copies (DeepSpeed mixed precision, fp32 partitions) and the optimizer states
+    master_params_bytes: int = 0
+    optimizer_states_bytes: int = 0
+    measured_step: int | None = None  # the step (0-based) whose bytes these are
+
+
+class TrainResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Status
+    error: str | None = None
+    config: dict = Field(default_factory=dict)  # resolved knobs, planner vocabulary
+    model: dict = Field(default_factory=dict)  # the ModelSpec as a dict
+    backend: str = ""
+    device: str = ""  # e.g. "cpu", "cuda:NVIDIA H100 80GB HBM3"
+    world_size: int = 0
+    steps: int = 0
+    warmup_steps: int = 0
+    step_time_s_median: float | None = None
+    step_time_s_mean: float | None = None
+    step_time_s_p90: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_per_device: float | None = None
+    model_tflops_per_device: float | None = None
+    hw_tflops_per_device: float | None = None
+    mfu: float | None = None
+    peak_tflops_per_device: float | None = None
+    losses: list[float] = Field(default_factory=list)
+    memory: MemoryStats | None = None
+    wall_s: float | None = None
+    peak_source: str | None = None  # "catalog:<id>", or "measured matmul (...)" on an unknown device
+    tokens_per_step: int | None = None
+    exit_codes: dict[str, int] = Field(default_factory=dict)  # launcher: rank -> exit code

@@ -1,0 +1,74 @@
+"""The function every rank runs: train, write the result (rank 0), or record why it failed.
+
+A watchdog ends a rank that runs past `timeout_s` (status timeout); any exception is
+classified (oom / bad_config / crash) into a per-rank error file next to the result file,
+which the launcher reads when rank 0 wrote no result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from trainer.config import TrainConfig
+from trainer.status import classify, write_rank_error
+
+TIMEOUT_EXIT_CODE = 124
+
+
+def write_result_file(path: str | Path, text: str) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, p)  # atomic: a reader never sees half a file
+
+
+def _start_watchdog(timeout_s: float, result_path: str, rank: int) -> threading.Timer:
+    def fire() -> None:
+        write_rank_error(result_path, rank, "timeout", f"rank {rank} still running after {timeout_s:g} s")
+        sys.stderr.flush()
+        os._exit(TIMEOUT_EXIT_CODE)
+
+    timer = threading.Timer(timeout_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def run_rank(cfg_json: str, result_path: str) -> str | None:
+    """Entry point of one rank (elastic_launch, torchrun or srun). Returns rank 0's JSON."""
+    cfg = TrainConfig.model_validate_json(cfg_json)
+    rank = int(os.environ.get("RANK", "0"))
+    timer = _start_watchdog(cfg.timeout_s, result_path, rank)
+    try:
+        from trainer.loop import train
+
+        result = train(cfg)
+        text = None
+        if result is not None:
+            text = result.model_dump_json(indent=2)
+            write_result_file(result_path, text)
+    except BaseException as e:  # noqa: BLE001 - every failure must be classified and recorded
+        status = classify(e)
+        write_rank_error(result_path, rank, status, f"{type(e).__name__}: {e}")
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)  # skip interpreter teardown: collectives of the other ranks may hang it
+    finally:
+        timer.cancel()
+    _shutdown()
+    return text
+
+
+def _shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # exit-time teardown problems must not change a finished run's status
+            pass

@@ -1,0 +1,46 @@
+"""`TuneConfig`: everything one `plan tune` run needs (the CLI flags, as one model)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Backend = Literal["deepspeed", "fsdp", "any"]
+SamplerName = Literal["tpe", "random"]
+
+
+class TuneConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="preset id, bare size (7b) or config.json")
+    gpus: int | None = Field(default=None, gt=0, description="ranks; None: this machine's devices")
+    budget_s: float = Field(gt=0, description="wall-clock budget of this run")
+    steps: int = Field(default=4, gt=1, description="trainer steps per trial (warm-up included)")
+    warmup_steps: int = Field(default=1, ge=0)
+    storage: str | None = None  # Optuna RDB URL; None: sqlite:///plan-tune.db
+    study: str | None = None  # None: derived from model, ranks and device
+    backend: Backend = "any"
+    top_k: int = Field(default=5, ge=0, description="planner proposals tried before the sampler")
+    explore_infeasible: bool = False
+    infeasible_margin: float = Field(default=0.10, ge=0, description="launch memory misses below this")
+    device_memory_gib: float | None = Field(default=None, gt=0, description="per-rank cap (CPU: RLIMIT_AS)")
+    choices: dict[str, tuple] = Field(default_factory=dict, description="knob -> values to search")
+    global_batch: int | None = Field(default=None, gt=0)
+    seq_len: int | None = Field(default=None, gt=0)
+    gpu: str | None = None  # catalog GPU id (GPU machines; guessed from nvidia-smi otherwise)
+    cluster: str | None = None
+    calibration_in: str | None = None  # a Calibration JSON to start from
+    calibration_out: str | None = None
+    csv: str | None = None
+    max_trials: int | None = Field(default=None, gt=0, description="launched trials at most")
+    trial_timeout_s: float | None = Field(default=None, gt=0)
+    startup_s: float | None = Field(default=None, gt=0, description="first guess of a trial's start-up")
+    sampler: SamplerName = "tpe"
+    seed: int | None = None
+    measure_network: bool = True
+    heartbeat_interval_s: int = Field(default=10, gt=0)
+    grace_period_s: int = Field(default=30, gt=0)
+    workdir: str | None = None  # trial logs and result files (default: a temp dir)
+    trainer_args: list[str] = Field(default_factory=list)  # extra trainer flags
+    progress: bool = True

@@ -1,0 +1,104 @@
+"""The devices `plan tune` runs on, described for the planner.
+
+On a machine with a GPU the catalog entry named by --gpu/--cluster (or guessed from
+nvidia-smi) is used. Without one, `--gpus N` means N CPU ranks: a "cpu-rank" GPU entry whose
+peak is measured here (a numpy matmul), whose memory is --device-memory-gib (the per-rank cap)
+or this host's RAM / N, and whose network is the measured all-reduce bus bandwidth.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import numpy as np
+
+from hardware.models import GPU, Catalog, Cluster
+
+CPU_GPU_ID = "cpu-rank"
+CPU_CLUSTER_ID = "local-cpu"
+
+
+def has_cuda_gpu() -> bool:
+    """True when nvidia-smi lists a GPU (no torch import: the tuner stays light)."""
+    if os.environ.get("PLAN_FORCE_CPU") == "1":
+        return False
+    return len(nvidia_gpus()) > 0
+
+
+def nvidia_gpus() -> list[tuple[str, float]]:
+    """(name, memory GiB) per visible NVIDIA GPU."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = []
+    for line in out.strip().splitlines():
+        name, _, mib = line.rpartition(",")
+        try:
+            rows.append((name.strip(), float(mib) / 1024))
+        except ValueError:
+            continue
+    return rows
+
+
+def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
+    """The catalog GPU whose name matches nvidia-smi's and whose memory is closest."""
+    key = name.lower().replace("nvidia", "").replace("-", " ")
+    tokens = [t for t in key.split() if t]
+    hits = [g for g in catalog.gpus.values() if all(t in g.name.lower().replace("-", " ") for t in tokens[:1])]
+    if not hits:
+        return None
+    return min(hits, key=lambda g: abs(g.hbm_gib - memory_gib)).id
+
+
+def host_ram_gib() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    return 8.0
+
+
+def measured_cpu_tflops(seconds: float = 0.3, n: int = 512) -> float:
+    """Achieved fp32 matmul TFLOPS of this host (all cores), from a short numpy run."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    a @ a  # warm up
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ a
+        reps += 1
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def cpu_entries(nproc: int, *, device_memory_gib: float | None, busbw_gbps: float | None,
+                tflops_total: float | None = None) -> tuple[GPU, Cluster]:
+    """A GPU entry for one CPU rank and a one-node cluster of `nproc` of them."""
+    tflops = (tflops_total or measured_cpu_tflops()) / max(1, nproc)
+    ram_gib = host_ram_gib()
+    memory_gib = device_memory_gib or ram_gib / max(1, nproc)
+    link_gbps = busbw_gbps or 25.0  # notes/cpu-runs.md: gloo all-reduce ~25-28 Gbps here
+    gpu = GPU(
+        id=CPU_GPU_ID, name=f"CPU rank ({os.cpu_count()} cores / {nproc} ranks)", vendor="cpu",
+        hbm_gib=memory_gib, hbm_gbytes_per_s=10.0, fp32_tflops=tflops, fp16_tflops=tflops,
+        bf16_tflops=tflops, intranode_gbps=link_gbps,
+        source="measured by plan tune (numpy matmul; gloo all-reduce)",
+    )
+    cluster = Cluster(
+        id=CPU_CLUSTER_ID, name="this machine (CPU ranks)", gpu=CPU_GPU_ID, gpus_per_node=max(1, nproc),
+        host_ram_gib=ram_gib, host_to_gpu_gbps=80.0, internode_gbps=link_gbps,
+        intranode_gbps=link_gbps, cpu_cores_per_node=os.cpu_count(),
+        source="this machine, measured by plan tune",
+    )
+    return gpu, cluster
+
+
+def with_entries(catalog: Catalog, gpu: GPU, cluster: Cluster) -> Catalog:
+    return catalog.model_copy(update={
+        "gpus": {**catalog.gpus, gpu.id: gpu}, "clusters": {**catalog.clusters, cluster.id: cluster}})

@@ -1,0 +1,281 @@
+"""The tuning loop: planner proposals first, then an Optuna sampler; every trial a real run.
+
+Per trial: sample (or pop an enqueued proposal) -> dedupe on the configuration (claims table)
+-> skip what the planner predicts will not fit (recorded, not launched) -> skip what cannot
+finish inside the budget -> run the trainer -> store predicted and measured numbers -> refit
+the calibration -> enqueue the best untried proposal under the new calibration.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from planner.settings import Calibration
+from tuner import storage as st
+from tuner.budget import Budget, trial_duration_s, trial_timeout_s
+from tuner.calibrate import Observation, fit_calibration
+from tuner.runner import TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
+from tuner.setup import StudyContext, current_calibration, save_calibration
+from tuner.space import complete, config_key
+
+# Trial statuses that are results: a configuration with one of these is never run again.
+FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
+NOT_RUN = ("duplicate", "predicted_infeasible", "skipped_budget")
+GIB = 2**30
+
+
+class TrialFailed(Exception):
+    """A trial that ran and failed (OOM, timeout, crash, bad config): recorded, study goes on."""
+
+
+Runner = Callable[..., TrialOutcome]
+
+
+class SubprocessRunner:
+    """Runs a configuration with `python -m trainer` in its own process group."""
+
+    def __init__(self, ctx: StudyContext):
+        self.ctx = ctx
+        cap = ctx.meta.get("device_memory_gib")
+        self.memory_cap_bytes = int(cap * GIB) if cap and not ctx.on_gpu else None
+
+    def __call__(self, knobs: dict, *, trial_number: int, timeout_s: float, on_start) -> TrialOutcome:
+        cfg, ctx = self.ctx.config, self.ctx
+        wd = fresh_workdir(Path(cfg.workdir) if cfg.workdir else None, trial_number)
+        json_out = wd / "result.json"
+        extra = ["--seq-len", str(ctx.seq_len), "--warmup-steps", str(ctx.meta.get("warmup_steps", 1)),
+                 "--timeout-s", str(int(timeout_s)), *cfg.trainer_args]
+        cmd = trainer_command(knobs, model=ctx.meta["model"], nproc=ctx.nproc, steps=ctx.steps,
+                              json_out=json_out, extra_args=extra)
+        return run_command(cmd, json_out=json_out, timeout_s=timeout_s, memory_cap_bytes=self.memory_cap_bytes,
+                           env=rank_env(ctx.nproc), log_path=wd / "trainer.log",
+                           on_start=lambda pid: on_start(pid, str(wd)))
+
+
+class Tuner:
+    def __init__(self, ctx: StudyContext, budget: Budget, runner: Runner | None = None,
+                 on_trial: Callable[["Tuner"], None] | None = None):
+        self.ctx = ctx
+        self.study = ctx.study
+        self.cfg = ctx.config
+        self.budget = budget
+        self.runner = runner or SubprocessRunner(ctx)
+        self.on_trial = on_trial
+        self.calibration = current_calibration(self.study)
+        self.launched = 0
+        self.skipped_in_a_row = 0
+        self.stop_reason = ""
+        self.configs = [complete(p, global_batch=ctx.meta.get("global_batch"), dp=ctx.nproc)
+                        for p in ctx.space.configs()]
+        self.distributions = ctx.space.distributions()
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self) -> str:
+        st.fail_dead_local_trials(self.study)
+        while True:
+            reason = self._should_stop()
+            if reason:
+                self.stop_reason = reason
+                return reason
+            self._enqueue_next_proposal()
+            self.study.optimize(self._objective, n_trials=1, catch=(TrialFailed,),
+                                gc_after_trial=False, show_progress_bar=False)
+            if self.on_trial:
+                self.on_trial(self)
+
+    def _should_stop(self) -> str:
+        if self.cfg.max_trials is not None and self.launched >= self.cfg.max_trials:
+            return f"launched {self.launched} trials (--max-trials)"
+        untried = self.untried(launchable_only=not self.cfg.explore_infeasible)
+        if not untried and not self._waiting():
+            return "every configuration of the space has been tried or ruled out"
+        shortest = min((self.expected_s(k) for k in untried), default=0.0)
+        if not self.budget.allows(shortest):
+            return f"budget: {self.budget.left_s:.0f} s left, the shortest untried trial needs ~{shortest:.0f} s"
+        if self.skipped_in_a_row >= 200:
+            return "the sampler keeps proposing configurations already tried"
+        return ""
+
+    def _waiting(self) -> bool:
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    # ---- proposals ------------------------------------------------------------------------
+    def decided_keys(self) -> set[str]:
+        keys = set()
+        for t in self.study.get_trials(deepcopy=False):
+            key = t.user_attrs.get("config_key")
+            if key is None:
+                continue
+            status = t.user_attrs.get("status")
+            if t.state in (TrialState.RUNNING, TrialState.WAITING) or status in FINAL:
+                keys.add(key)
+        return keys
+
+    def untried(self, *, launchable_only: bool) -> list[dict]:
+        done = self.decided_keys()
+        out = [k for k in self.configs if config_key(k) not in done]
+        if launchable_only:
+            out = [k for k in out if self.ctx.predictor(k).launchable(self.cfg.infeasible_margin)]
+        return out
+
+    def ranked_proposals(self) -> list[dict]:
+        """Untried configurations the planner predicts to fit, fastest first (calibrated)."""
+        pool = [k for k in self.untried(launchable_only=True) if self.ctx.predictor(k).fits]
+        return sorted(pool, key=lambda k: -(self.ctx.predictor(k, self.calibration).tokens_per_s or 0.0))
+
+    def _enqueue_next_proposal(self) -> None:
+        trials = self.study.get_trials(deepcopy=False)
+        if self._waiting():
+            return  # a retry or a proposal is already queued
+        if sum(1 for t in trials if t.user_attrs.get("source") == "planner") >= self.cfg.top_k:
+            return
+        ranked = self.ranked_proposals()
+        if not ranked:
+            return
+        best = ranked[0]
+        params = {k: best[k] for k in self.distributions}
+        self.study.enqueue_trial(params, user_attrs={"source": "planner", "config_key": config_key(best)},
+                                 skip_if_exists=False)
+
+    # ---- timing ---------------------------------------------------------------------------
+    def startup_s(self) -> float:
+        walls = [t.user_attrs["startup_s"] for t in self._completed() if t.user_attrs.get("startup_s")]
+        if walls:
+            return statistics.median(walls)
+        return self.cfg.startup_s or (60.0 if self.ctx.on_gpu else 15.0)
+
+    def step_time_s(self, knobs: dict) -> float:
+        pred = self.ctx.predictor(knobs, self.calibration)
+        return pred.step_time_s if pred.step_time_s and math.isfinite(pred.step_time_s) else 1.0
+
+    def expected_s(self, knobs: dict) -> float:
+        return trial_duration_s(self.startup_s(), self.ctx.steps, 0, self.step_time_s(knobs))
+
+    # ---- one trial ------------------------------------------------------------------------
+    def _objective(self, trial: Trial) -> float:
+        trial.set_user_attr("worker_host", st.HOST)
+        trial.set_user_attr("worker_pid", os.getpid())
+        params = {k: trial.suggest_categorical(k, d.choices) for k, d in self.distributions.items()}
+        knobs = complete(params, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
+        key = config_key(knobs)
+        trial.set_user_attr("config_key", key)
+        trial.set_user_attr("knobs", knobs)
+        if trial.system_attrs.get("failed_trial") is not None:
+            trial.set_user_attr("source", "retry")
+        elif "source" not in trial.user_attrs:
+            trial.set_user_attr("source", self.cfg.sampler)
+        trial.set_user_attr("status", "running")
+        pred0 = self.ctx.predictor(knobs)  # default calibration: the planner as shipped
+        pred = self.ctx.predictor(knobs, self.calibration)
+        self._store_prediction(trial, pred0, pred)
+
+        if not pred.launchable(self.cfg.infeasible_margin) and not self.cfg.explore_infeasible:
+            return self._not_run(trial, key, "predicted_infeasible", pred.reason, claim=True)
+        holder = self._claim(trial, key)
+        if holder is not None:
+            return self._not_run(trial, key, "duplicate", f"same configuration as trial id {holder}", claim=False)
+        expected = self.expected_s(knobs)
+        trial.set_user_attr("expected_s", expected)
+        if not self.budget.allows(expected):
+            st.release(self.study._storage, self.study.study_name, key, trial._trial_id)
+            return self._not_run(trial, key, "skipped_budget",
+                                 f"needs ~{expected:.0f} s, {self.budget.left_s:.0f} s left", claim=False)
+        self.skipped_in_a_row = 0
+        timeout = min(self.cfg.trial_timeout_s or trial_timeout_s(expected), max(1.0, self.budget.left_s))
+        self.launched += 1
+        storage = self.study._storage
+
+        def on_start(pid: int, workdir: str) -> None:
+            storage.set_trial_user_attr(trial._trial_id, "pgid", pid)
+            storage.set_trial_user_attr(trial._trial_id, "host", st.HOST)
+            storage.set_trial_user_attr(trial._trial_id, "workdir", workdir)
+
+        try:
+            outcome = self.runner(knobs, trial_number=trial.number, timeout_s=timeout, on_start=on_start)
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            self.study.enqueue_trial(params, user_attrs={"source": "retry", "config_key": key,
+                                                         "retry_of": trial.number})
+            raise
+        return self._record(trial, knobs, outcome, pred0)
+
+    def _claim(self, trial: Trial, key: str) -> int | None:
+        storage = self.study._storage
+
+        def reclaimable(holder_id: int) -> bool:
+            holder = storage.get_trial(holder_id)
+            status = holder.user_attrs.get("status")
+            if holder.state == TrialState.FAIL and status not in FINAL:
+                return True  # interrupted or heartbeat-failed: no result, run it again
+            return status == "predicted_infeasible" and self.cfg.explore_infeasible
+
+        return st.claim(storage, self.study.study_name, key, trial._trial_id, is_reclaimable=reclaimable)
+
+    def _not_run(self, trial: Trial, key: str, status: str, reason: str, *, claim: bool) -> float:
+        if claim and self._claim(trial, key) is not None:
+            status, reason = "duplicate", f"already recorded: {reason}"
+        trial.set_user_attr("status", status)
+        trial.set_user_attr("reason", reason)
+        self.skipped_in_a_row += 1
+        raise optuna.TrialPruned(f"{status}: {reason}")
+
+    def _store_prediction(self, trial: Trial, pred0, pred) -> None:
+        trial.set_user_attr("predicted_fits", pred.fits)
+        trial.set_user_attr("predicted_reason", pred.reason)
+        trial.set_user_attr("predicted_memory_gib", pred.total_bytes / GIB)
+        trial.set_user_attr("capacity_gib", pred.capacity_bytes / GIB)
+        trial.set_user_attr("predicted_tokens_per_s_default", pred0.tokens_per_s)
+        trial.set_user_attr("predicted_tokens_per_s", pred.tokens_per_s)
+        trial.set_user_attr("predicted_step_time_s", pred.step_time_s)
+        trial.set_user_attr("breakdown_default_s", [pred0.compute_s, pred0.comm_s, pred0.rest_s])
+        trial.set_user_attr("calibration_used", [self.calibration.compute, self.calibration.network])
+
+    def _record(self, trial: Trial, knobs: dict, out: TrialOutcome, pred0) -> float:
+        for k, v in out.model_dump().items():
+            if k == "log_tail":
+                v = v[-1500:] if out.status != "ok" else ""
+            trial.set_user_attr(k if k != "tokens_per_s" else "measured_tokens_per_s", v)
+        trial.set_user_attr("measured_memory_gib", out.peak_memory_bytes / GIB if out.peak_memory_bytes else None)
+        if out.status != "ok" or not out.tokens_per_s:
+            raise TrialFailed(f"{out.status}: {out.error}")
+        self.refit(extra=(pred0, out))
+        return out.tokens_per_s
+
+    # ---- calibration ----------------------------------------------------------------------
+    def _completed(self) -> list[FrozenTrial]:
+        return self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+    def observations(self) -> list[Observation]:
+        obs = []
+        for t in self._completed():
+            b, step = t.user_attrs.get("breakdown_default_s"), t.user_attrs.get("step_time_s")
+            if b and step:
+                obs.append(Observation(b[0], b[1], b[2], step))
+        return obs
+
+    def refit(self, extra=None) -> Calibration:
+        obs = self.observations()
+        if extra is not None:  # the trial being told now is not COMPLETE in storage yet
+            pred0, out = extra
+            obs.append(pred0.observation(out.step_time_s))
+        if obs:
+            self.calibration = fit_calibration(obs)
+            save_calibration(self.study, self.calibration, self.cfg.calibration_out)
+        return self.calibration
+
+
+def best_so_far(study: optuna.Study) -> FrozenTrial | None:
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return max(done, key=lambda t: t.value) if done else None
+
+
+def elapsed_note(t0: float) -> str:
+    return f"{time.monotonic() - t0:.0f} s"

@@ -1,0 +1,35 @@
+"""The tuner's first step: measure all-reduce bus bandwidth on the very devices it tunes
+(`plan allreduce-bench --json OUT`, a subprocess), to feed the planner's comm model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tuner.runner import rank_env
+
+
+def measure_busbw(nproc: int, *, timeout_s: float = 180.0) -> tuple[dict | None, str]:
+    """({"intranode": Gbps, "internode": Gbps|None}, note). None when it could not be measured."""
+    if nproc < 2:
+        return None, "one rank: no all-reduce to measure"
+    with tempfile.TemporaryDirectory(prefix="plan-busbw-") as d:
+        out = Path(d) / "busbw.json"
+        cmd = [sys.executable, "-m", "plan_cli.main", "allreduce-bench", "--nproc", str(nproc),
+               "--json", str(out)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                               env=rank_env(nproc), start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return None, f"allreduce-bench timed out after {timeout_s:.0f} s"
+        if not out.exists():
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+            return None, f"allreduce-bench failed (exit {r.returncode}): {tail[0][:200]}"
+        data = json.loads(out.read_text())
+    busbw = data.get("busbw_gbps") or {}
+    if not busbw.get("intranode") and not busbw.get("internode"):
+        return None, "allreduce-bench wrote no busbw_gbps"
+    return {"intranode": busbw.get("intranode"), "internode": busbw.get("internode")}, "measured"

@@ -1,0 +1,86 @@
+"""What the planner predicts for one configuration of the space (memory, fit, speed).
+
+Every prediction goes through planner.api.evaluate with all tuned knobs pinned, on the System
+the tuner measured (CPU ranks or catalog GPUs, measured all-reduce bus bandwidth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.api import evaluate
+from planner.errors import PlanError
+from planner.scenario import Estimate, Scenario
+from planner.settings import Calibration, Settings
+from planner.system import System
+from tuner.calibrate import Observation
+
+_MEMORY_REASONS = ("needs ", "does not fit")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    fits: bool
+    reason: str
+    memory_ratio: float  # predicted bytes / capacity, per device (host RAM when that is worse)
+    total_bytes: float
+    capacity_bytes: float
+    step_time_s: float | None
+    tokens_per_s: float | None
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    rest_s: float = 0.0
+
+    @property
+    def memory_only(self) -> bool:
+        """Rejected only for memory (so a margin applies), not for an invalid combination."""
+        return not self.fits and self.reason.startswith(_MEMORY_REASONS)
+
+    def launchable(self, margin: float) -> bool:
+        """Fits, or misses only on memory by less than `margin` (the model may be pessimistic)."""
+        return self.fits or (self.memory_only and self.memory_ratio <= 1.0 + margin)
+
+    def observation(self, measured_step_s: float) -> Observation:
+        return Observation(self.compute_s, self.comm_s, self.rest_s, measured_step_s)
+
+
+class Predictor:
+    """Cached planner predictions for knob dicts, at a given calibration."""
+
+    def __init__(self, base: Scenario, system: System, settings: Settings | None = None):
+        self.base = base
+        self.system = system
+        self.settings = settings or Settings()
+        self._cache: dict[tuple, Prediction] = {}
+
+    def __call__(self, knobs: dict, calibration: Calibration | None = None) -> Prediction:
+        cal = calibration or Calibration()
+        key = (tuple(sorted(knobs.items())), cal.compute, cal.network)
+        if key not in self._cache:
+            self._cache[key] = self._predict(knobs, cal)
+        return self._cache[key]
+
+    def _predict(self, knobs: dict, cal: Calibration) -> Prediction:
+        scenario = self.base.model_copy(update={**knobs, "tp": 1, "pp": 1, "vpp": 1,
+                                                "sequence_parallel": False})
+        settings = self.settings.model_copy(update={"calibration": cal})
+        try:
+            est = evaluate(scenario, settings=settings, system=self.system)
+        except PlanError as e:
+            return Prediction(False, e.message, float("inf"), 0.0, 0.0, None, None)
+        return _from_estimate(est)
+
+
+def _from_estimate(est: Estimate) -> Prediction:
+    m = est.memory
+    ratio = max(m.total_bytes / m.capacity_bytes,
+                m.host_bytes_per_node / m.host_capacity_bytes_per_node if m.host_capacity_bytes_per_node else 0)
+    step = est.time.step_time_s if est.time else None
+    tps = est.performance.tokens_per_s if getattr(est, "performance", None) else None
+    compute = comm = rest = 0.0
+    if est.time is not None:
+        compute = est.time.compute_s
+        comm = est.time.comm_exposed_s
+        rest = max(0.0, est.time.step_time_s - compute - comm)
+    return Prediction(est.fits, est.reason, ratio, m.total_bytes, m.capacity_bytes, step, tps,
+                      compute, comm, rest)

@@ -1,0 +1,176 @@
+"""Open or create a tuning study: its storage, search space, measured system and predictor.
+
+What the first worker measured (CPU peak, all-reduce bus bandwidth) and chose (the space, the
+sequence length, steps per trial) is stored on the study, so that every later worker and every
+resume predicts with the same System and searches the same space.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from hardware.catalog import load_catalog
+from planner.errors import PlanError
+from planner.resolve import resolve_model, resolve_system, seq_len_of
+from planner.scenario import Scenario
+from planner.settings import Calibration
+from planner.system import System
+from tuner import device
+from tuner.config import TuneConfig
+from tuner.network import measure_busbw
+from tuner.predict import Predictor
+from tuner.space import Space, build_space
+from tuner.storage import open_storage, study_exists
+
+META_KEY = "plan_tune"
+
+
+@dataclass
+class StudyContext:
+    config: TuneConfig
+    study: optuna.Study
+    space: Space
+    system: System
+    base: Scenario
+    predictor: Predictor
+    nproc: int
+    seq_len: int
+    on_gpu: bool
+    steps: int
+    meta: dict
+
+
+def default_study_name(model: str, nproc: int, device_id: str, backend: str) -> str:
+    return f"{Path(model).stem}-{nproc}x{device_id}-{backend}"
+
+
+def local_device_count(on_gpu: bool) -> int:
+    if on_gpu:
+        return max(1, len(device.nvidia_gpus()))
+    return os.cpu_count() or 1
+
+
+def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str]:
+    """The system the trials run on; on CPU a measured `cpu-rank` entry, on GPU the catalog's."""
+    catalog = load_catalog()
+    busbw, note = measure_busbw(nproc) if cfg.measure_network else (None, "not measured")
+    if on_gpu:
+        gpu_id = cfg.gpu
+        if gpu_id is None and cfg.cluster is None:
+            rows = device.nvidia_gpus()
+            gpu_id = device.guess_gpu_id(catalog, *rows[0]) if rows else None
+            if gpu_id is None:
+                raise PlanError("gpu", "cannot tell which catalog GPU this is; pass --gpu ID")
+        scenario = Scenario(model=cfg.model, gpus=nproc, gpu=gpu_id, cluster=cfg.cluster)
+        system = resolve_system(scenario, catalog)
+        if cfg.device_memory_gib:
+            system = system.model_copy(update={"gpu": system.gpu.model_copy(update={"hbm_gib": cfg.device_memory_gib})})
+    else:
+        gpu, cluster = device.cpu_entries(nproc, device_memory_gib=cfg.device_memory_gib,
+                                          busbw_gbps=(busbw or {}).get("intranode"))
+        scenario = Scenario(model=cfg.model, gpus=nproc, cluster=cluster.id)
+        system = resolve_system(scenario, device.with_entries(catalog, gpu, cluster))
+    if busbw:
+        system = system.model_copy(update={
+            "measured_intranode_busbw_gbps": busbw.get("intranode"),
+            "measured_internode_busbw_gbps": busbw.get("internode")})
+    return system, note
+
+
+def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
+    """Load the study named by `cfg` (or create it, measuring this machine once)."""
+    storage = open_storage(cfg.storage, heartbeat_interval_s=cfg.heartbeat_interval_s,
+                           grace_period_s=cfg.grace_period_s)
+    on_gpu = device.has_cuda_gpu()
+    nproc = cfg.gpus or local_device_count(on_gpu)
+    device_id = "gpu" if on_gpu else "cpu"
+    name = cfg.study or default_study_name(cfg.model, nproc, device_id, cfg.backend)
+    if study_exists(storage, name):
+        study = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(cfg))
+        meta = study.user_attrs.get(META_KEY)
+        if meta is None:
+            raise PlanError("study", f"{name!r} exists but was not created by plan tune")
+        _check_same(cfg, meta, nproc)
+    elif not create:
+        raise PlanError("study", f"no study {name!r} in {storage.url if hasattr(storage, 'url') else cfg.storage}")
+    else:
+        meta = _new_meta(cfg, nproc, on_gpu)
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                    sampler=_sampler(cfg), load_if_exists=True)
+        if META_KEY in study.user_attrs:  # another worker created it in the meantime
+            meta = study.user_attrs[META_KEY]
+        else:
+            study.set_user_attr(META_KEY, meta)
+    return _context(cfg, study, meta)
+
+
+def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
+    spec = resolve_model(Scenario(model=cfg.model))
+    seq_len = cfg.seq_len or min(seq_len_of(Scenario(model=cfg.model), spec), 2048)
+    space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,
+                        global_batch=cfg.global_batch, dp=nproc)
+    system, note = _system_for(cfg, nproc, on_gpu)
+    calibration = _initial_calibration(cfg)
+    return {
+        "model": cfg.model, "nproc": nproc, "on_gpu": on_gpu, "backend": cfg.backend,
+        "seq_len": seq_len, "steps": cfg.steps, "warmup_steps": cfg.warmup_steps,
+        "global_batch": cfg.global_batch, "device_memory_gib": cfg.device_memory_gib,
+        "space": {k: list(v) for k, v in space.choices.items()},
+        "system": system.model_dump(mode="json"), "network_note": note,
+        "calibration": calibration.model_dump(mode="json"),
+        "calibration_default": True,
+    }
+
+
+def _initial_calibration(cfg: TuneConfig) -> Calibration:
+    if not cfg.calibration_in:
+        return Calibration()
+    try:
+        return Calibration.model_validate_json(Path(cfg.calibration_in).read_text())
+    except FileNotFoundError:
+        raise PlanError("calibration", f"{cfg.calibration_in}: file not found") from None
+    except ValueError as e:
+        raise PlanError("calibration", f"{cfg.calibration_in}: not a Calibration JSON ({str(e).splitlines()[0]})") from None
+
+
+def _check_same(cfg: TuneConfig, meta: dict, nproc: int) -> None:
+    if meta["model"] != cfg.model:
+        raise PlanError("study", f"was created for model {meta['model']!r}, not {cfg.model!r}; use another --study")
+    if cfg.gpus is not None and meta["nproc"] != nproc:
+        raise PlanError("study", f"was created for {meta['nproc']} ranks, not {nproc}; use another --study")
+
+
+def _sampler(cfg: TuneConfig) -> optuna.samplers.BaseSampler:
+    if cfg.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=cfg.seed)
+    # constant_liar: parallel workers do not all pick the point another one is running
+    return optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3, multivariate=True,
+                                      constant_liar=True)
+
+
+def _context(cfg: TuneConfig, study: optuna.Study, meta: dict) -> StudyContext:
+    system = System.model_validate(meta["system"])
+    space = Space(choices={k: tuple(v) for k, v in meta["space"].items()})
+    base = Scenario(model=meta["model"], gpus=meta["nproc"], seq_len=meta["seq_len"],
+                    global_batch=meta.get("global_batch"))
+    predictor = Predictor(base, system)
+    return StudyContext(config=cfg, study=study, space=space, system=system, base=base,
+                        predictor=predictor, nproc=meta["nproc"], seq_len=meta["seq_len"],
+                        on_gpu=meta["on_gpu"], steps=meta["steps"], meta=meta)
+
+
+def current_calibration(study: optuna.Study) -> Calibration:
+    meta = study.user_attrs.get(META_KEY, {})
+    cal = study.user_attrs.get("calibration") or meta.get("calibration")
+    return Calibration.model_validate(cal) if cal else Calibration()
+
+
+def save_calibration(study: optuna.Study, cal: Calibration, path: str | None) -> None:
+    study.set_user_attr("calibration", cal.model_dump(mode="json"))
+    if path:
+        Path(path).write_text(json.dumps(cal.model_dump(mode="json"), indent=2) + "\n")

@@ -1,0 +1,145 @@
+"""The search space: the planner's knobs for one model and machine, as Optuna parameters.
+
+Parameter names are the knob names of planner/scenario.py. A configuration is a dict
+knob -> value; its `config_key` is the canonical string used to dedupe trials across workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from planner.errors import PlanError, unknown
+from planner.scenario import CHECKPOINTINGS, OFFLOADS, PRECISIONS, SHARDINGS, ExecutionPlan
+
+# The knobs the trainer takes on its command line, in the order they are shown.
+TUNED_KNOBS: tuple[str, ...] = (
+    "sharding", "offload", "activation_checkpointing", "precision", "micro_batch", "grad_accum",
+)
+BACKEND_SHARDINGS: dict[str, tuple[str, ...]] = {
+    "deepspeed": ("none", "zero1", "zero2", "zero3"),
+    "fsdp": ("none", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid"),
+    "any": SHARDINGS,
+}
+_INT_KNOBS = ("micro_batch", "grad_accum")
+_ALLOWED = {
+    "sharding": SHARDINGS, "offload": OFFLOADS, "activation_checkpointing": CHECKPOINTINGS,
+    "precision": PRECISIONS,
+}
+
+
+def backend_of(sharding: str) -> str:
+    if sharding.startswith("zero"):
+        return "deepspeed"
+    if sharding.startswith("fsdp"):
+        return "fsdp"
+    return "ddp"
+
+
+@dataclass(frozen=True)
+class Space:
+    """Choices per knob (Optuna categorical distributions), in a fixed order."""
+
+    choices: dict[str, tuple] = field(default_factory=dict)
+
+    def configs(self) -> list[dict]:
+        """Every configuration of the space (the cartesian product)."""
+        names = list(self.choices)
+        return [dict(zip(names, vals)) for vals in itertools.product(*self.choices.values())]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for v in self.choices.values():
+            n *= len(v)
+        return n
+
+    def distributions(self) -> dict:
+        from optuna.distributions import CategoricalDistribution
+
+        return {k: CategoricalDistribution(list(v)) for k, v in self.choices.items()}
+
+
+def config_key(params: dict) -> str:
+    """Canonical, order-independent key of a configuration."""
+    return ";".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def default_choices(backend: str, *, on_gpu: bool, bf16: bool = True,
+                    micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)) -> dict[str, tuple]:
+    if backend not in BACKEND_SHARDINGS:
+        raise unknown("backend", backend, BACKEND_SHARDINGS)
+    precisions = ("bf16", "fp16", "fp32") if on_gpu else ("bf16", "fp32")
+    if not bf16:
+        precisions = tuple(p for p in precisions if p != "bf16")
+    return {
+        "sharding": BACKEND_SHARDINGS[backend],
+        "offload": ("none", "optimizer"),
+        "activation_checkpointing": ("none", "full"),
+        "precision": precisions,
+        "micro_batch": micro_batches,
+        "grad_accum": (1,),
+    }
+
+
+def parse_choices(items: list[str]) -> dict[str, tuple]:
+    """`--choices sharding=zero1,zero2 --choices micro_batch=1,2,4` -> {knob: values}."""
+    out: dict[str, tuple] = {}
+    for item in items:
+        if "=" not in item:
+            raise PlanError("choices", f"{item!r}: expected KNOB=V1,V2 (knobs: {', '.join(TUNED_KNOBS)})")
+        knob, _, vals = item.partition("=")
+        knob = knob.strip().replace("-", "_")
+        if knob not in TUNED_KNOBS:
+            raise unknown("choices", knob, TUNED_KNOBS)
+        values = [v.strip() for v in vals.split(",") if v.strip()]
+        if not values:
+            raise PlanError("choices", f"{knob}: give at least one value")
+        out[knob] = tuple(_parse_value(knob, v) for v in values)
+    return out
+
+
+def _parse_value(knob: str, value: str):
+    if knob in _INT_KNOBS:
+        try:
+            n = int(value)
+        except ValueError:
+            raise PlanError(knob, f"{value!r} is not a whole number") from None
+        if n <= 0:
+            raise PlanError(knob, f"{n} must be > 0")
+        return n
+    if value not in _ALLOWED[knob]:
+        raise unknown(knob, value, _ALLOWED[knob])
+    return value
+
+
+def build_space(backend: str, *, on_gpu: bool, overrides: dict[str, tuple] | None = None,
+                global_batch: int | None = None, dp: int = 1) -> Space:
+    """Default choices for the backend/device, narrowed by `--choices`.
+
+    With a global batch, grad_accum follows from micro_batch (global = micro * accum * dp)
+    and micro batches that do not divide it are dropped.
+    """
+    choices = default_choices(backend, on_gpu=on_gpu)
+    choices.update(overrides or {})
+    if global_batch is not None:
+        mbs = tuple(m for m in choices["micro_batch"] if global_batch % (m * dp) == 0)
+        if not mbs:
+            raise PlanError("global_batch", f"{global_batch} is not divisible by micro_batch x dp for any "
+                            f"micro batch in {choices['micro_batch']} (dp={dp})")
+        choices["micro_batch"] = mbs
+        choices.pop("grad_accum", None)
+    return Space(choices={k: tuple(v) for k, v in choices.items()})
+
+
+def complete(params: dict, *, global_batch: int | None, dp: int) -> dict:
+    """Add the derived knobs (grad_accum from a global batch) to sampled parameters."""
+    out = dict(params)
+    if global_batch is not None:
+        out["grad_accum"] = global_batch // (out["micro_batch"] * dp)
+    return out
+
+
+def to_plan(knobs: dict, *, dp: int, seq_len: int) -> ExecutionPlan:
+    fields = {k: knobs[k] for k in TUNED_KNOBS if k in knobs}
+    return ExecutionPlan(dp=dp, seq_len=seq_len, **fields)

@@ -1,0 +1,165 @@
+"""Optuna storage: SQLite by default (one embedded, resumable file), any RDB URL (PostgreSQL).
+
+Heartbeats mark a trial whose worker died (kill -9) as failed; the stale-trial callback retries
+it (optuna's RetryFailedTrialCallback) and ends what is left of its process group. A claims
+table with a unique key on (study, configuration) makes sure that several workers on one
+storage never run the same configuration twice.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import optuna
+import sqlalchemy as sa
+from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from planner.errors import PlanError
+from tuner.runner import kill_group
+
+DEFAULT_STORAGE = "sqlite:///plan-tune.db"
+HOST = socket.gethostname()
+
+_claims_meta = sa.MetaData()
+claims_table = sa.Table(
+    "plan_tune_claims", _claims_meta,
+    sa.Column("study_name", sa.String(512), primary_key=True),
+    sa.Column("config_key", sa.String(1024), primary_key=True),
+    sa.Column("trial_id", sa.Integer, nullable=False),
+)
+
+
+def normalize_url(url: str | None) -> str:
+    """None -> the default SQLite file; a bare path -> sqlite:///path."""
+    if not url:
+        return DEFAULT_STORAGE
+    if "://" not in url:
+        return f"sqlite:///{Path(url).expanduser()}"
+    return url
+
+
+def open_storage(url: str | None, *, heartbeat_interval_s: int = 10, grace_period_s: int = 30,
+                 max_retry: int = 2) -> RDBStorage:
+    url = normalize_url(url)
+    kwargs: dict = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        kwargs = {"connect_args": {"timeout": 60}}
+    try:
+        storage = RDBStorage(
+            url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval_s,
+            grace_period=grace_period_s,
+            heartbeat_stale_trial_callback=StaleTrialCallback(max_retry=max_retry),
+        )
+    except (sa.exc.ArgumentError, sa.exc.OperationalError, ImportError) as e:
+        raise PlanError("storage", f"cannot open {url!r}: {str(e).splitlines()[0]}") from None
+    _claims_meta.create_all(storage.engine, checkfirst=True)
+    return storage
+
+
+class StaleTrialCallback:
+    """A dead worker's trial: end its orphaned ranks (same host), then retry it."""
+
+    def __init__(self, max_retry: int = 2):
+        self._retry = RetryFailedTrialCallback(max_retry=max_retry, inherit_intermediate_values=False)
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        end_orphan_group(trial)
+        study._storage.set_trial_user_attr(trial._trial_id, "status", "interrupted")
+        self._retry(study, trial)
+
+
+def end_orphan_group(trial: FrozenTrial) -> None:
+    """Kill a dead worker's trainer process group if it is still running on this host."""
+    pgid, host, marker = (trial.user_attrs.get(k) for k in ("pgid", "host", "workdir"))
+    if not pgid or host != HOST or not marker:
+        return
+    for d in Path("/proc").iterdir():  # only when a member is really that trial's trainer
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(d.name)) == pgid and marker in (d / "cmdline").read_bytes().decode(errors="replace"):
+                kill_group(pgid)
+                return
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def fail_dead_local_trials(study: optuna.Study) -> list[int]:
+    """RUNNING trials whose worker process on this host is gone: fail them now (no need to wait
+    for the heartbeat grace period), then run the stale-trial callback on them."""
+    storage = study._storage
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        host, pid = t.user_attrs.get("worker_host"), t.user_attrs.get("worker_pid")
+        if host != HOST or not pid or _pid_alive(pid):
+            continue
+        try:
+            if storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                failed.append(t._trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+    callback = storage.get_heartbeat_stale_trial_callback()
+    for trial_id in failed:
+        if callback is not None:
+            callback(study, storage.get_trial(trial_id))
+    return failed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (not yet reaped) is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def claim(storage: RDBStorage, study_name: str, config_key: str, trial_id: int, *,
+          is_reclaimable) -> int | None:
+    """Claim a configuration for a trial. Returns None when claimed, else the holder's trial id.
+
+    The primary key makes the insert atomic across workers; a holder whose trial produced no
+    result (interrupted, heartbeat-failed) is taken over with a compare-and-set update.
+    """
+    eng = storage.engine
+    row = {"study_name": study_name, "config_key": config_key, "trial_id": trial_id}
+    try:
+        with eng.begin() as conn:
+            conn.execute(claims_table.insert().values(**row))
+        return None
+    except sa.exc.IntegrityError:
+        pass
+    with eng.begin() as conn:
+        holder = conn.execute(
+            sa.select(claims_table.c.trial_id).where(
+                claims_table.c.study_name == study_name, claims_table.c.config_key == config_key)
+        ).scalar_one()
+    if holder != trial_id and not is_reclaimable(holder):
+        return holder
+    with eng.begin() as conn:
+        res = conn.execute(
+            claims_table.update()
+            .where(claims_table.c.study_name == study_name, claims_table.c.config_key == config_key,
+                   claims_table.c.trial_id == holder)
+            .values(trial_id=trial_id)
+        )
+    return None if res.rowcount == 1 else holder
+
+
+def release(storage: RDBStorage, study_name: str, config_key: str, trial_id: int) -> None:
+    """Give a claim back (a trial that was not run after all, e.g. it did not fit the budget)."""
+    with storage.engine.begin() as conn:
+        conn.execute(claims_table.delete().where(
+            claims_table.c.study_name == study_name, claims_table.c.config_key == config_key,
+            claims_table.c.trial_id == trial_id))
+
+
+def study_exists(storage: RDBStorage, name: str) -> bool:
+    return any(s.study_name == name for s in storage.get_all_studies())
