@@ -34,6 +34,8 @@ def builtin_dir() -> Path:
 
 def catalog_dirs(extra_dirs: Sequence[str | Path] | None = None) -> tuple[Path, ...]:
     """The catalog folders in override order (built-in first, --catalog last)."""
+    if isinstance(extra_dirs, str | Path):  # one folder given bare
+        extra_dirs = [extra_dirs]
     env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
     user = [Path(p).expanduser() for p in [*env, *(extra_dirs or ())]]
     for d in user:

@@ -79,7 +79,8 @@ def estimate(
             raise PlanError("out", "--scenarios needs --out FILE (.csv or .jsonl)")
         from plan_cli.scenarios_io import run_scenarios
 
-        n, errors = run_scenarios(scenarios, out, catalog=cat, settings=settings, objective=objective, top=top or 1)
+        n, errors = run_scenarios(scenarios, out, catalog=cat, settings=settings, objective=objective,
+                                  top=top or 1, catalog_dirs=catalog)
         console.print(f"{n} rows written to {out} ({errors} with an error)")
         return
 
@@ -104,7 +105,8 @@ def estimate(
         scenario = Scenario(**base, gpus=count)
         system = _system(scenario, cat, network_from)
         reports.append(api.estimate(scenario, catalog=cat, settings=settings, objective=objective,
-                                    top=max(top, rank), include_rejected=True, system=system))
+                                    top=max(top, rank), include_rejected=True, system=system,
+                                    catalog_dirs=catalog))
 
     if len(reports) > 1:
         view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)

@@ -60,13 +60,14 @@ def _error_text(e: Exception) -> str:
     return str(e)
 
 
-def evaluate_rows(rows: list[dict], *, catalog, settings, objective: str, top: int) -> list[dict]:
+def evaluate_rows(rows: list[dict], *, catalog, settings, objective: str, top: int, catalog_dirs=None) -> list[dict]:
     out: list[dict] = []
     for n, row in enumerate(rows, 1):
         keep = {k: row[k] for k in PASSTHROUGH if k in row}
         try:
             report = api.estimate(_scenario(row), catalog=catalog, settings=settings,
-                                  objective=objective, top=top, include_rejected=True)
+                                  objective=objective, top=top, include_rejected=True,
+                                  catalog_dirs=catalog_dirs)
         except (PlanError, CatalogError, ValidationError) as e:
             out.append({"scenario": n, **keep, "error": _error_text(e)})
             continue
@@ -95,9 +96,11 @@ def write_rows(rows: list[dict], path: Path) -> None:
         raise PlanError("out", f"{path}: use a .csv or .jsonl file")
 
 
-def run_scenarios(src: Path, dst: Path, *, catalog, settings, objective: str, top: int = 1) -> tuple[int, int]:
+def run_scenarios(src: Path, dst: Path, *, catalog, settings, objective: str, top: int = 1,
+                  catalog_dirs=None) -> tuple[int, int]:
     if dst.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
         raise PlanError("out", f"{dst}: use a .csv or .jsonl file")
-    rows = evaluate_rows(read_rows(src), catalog=catalog, settings=settings, objective=objective, top=top)
+    rows = evaluate_rows(read_rows(src), catalog=catalog, settings=settings, objective=objective,
+                         top=top, catalog_dirs=catalog_dirs)
     write_rows(rows, dst)
     return len(rows), sum(1 for r in rows if r.get("error"))

@@ -73,6 +73,7 @@ def estimate(
     top: int | None = 10,
     include_rejected: bool = False,
     system: System | None = None,
+    catalog_dirs=None,
 ) -> EstimateReport:
     """Search every plan of `scenario`, drop what does not fit, rank the rest.
 
@@ -86,7 +87,11 @@ def estimate(
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
     if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
         raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
-    spec = resolve_model(scenario)
+    spec = resolve_model(scenario, extra_dirs=catalog_dirs)
+    if catalog is None:
+        from hardware.catalog import load_catalog
+
+        catalog = load_catalog(catalog_dirs)
     system = system or resolve_system(scenario, catalog)
     seq_len = seq_len_of(scenario, spec)
     found = search_mod.search(spec, system, scenario, settings, seq_len)

@@ -76,6 +76,35 @@ def latency_s(group, m) -> np.ndarray:
     return steps * np.where(group > m, INTERNODE_LATENCY_S, INTRANODE_LATENCY_S)
 
 
+@dataclass(frozen=True)
+class Group:
+    """Precomputed terms of one kind of group (e.g. every candidate's DP group), so the many
+    collectives of a step cost a few array operations each."""
+
+    f: np.ndarray  # (n-1)/n, 0 for a group of one
+    inv_bw: np.ndarray  # 1 / busbw, s per byte
+    lat: np.ndarray  # latency of one call (0 for a group of one)
+    spans: np.ndarray  # the group crosses nodes
+    node_scale: np.ndarray  # gpus_per_node / m: groups sharing a node's NICs
+
+    @classmethod
+    def of(cls, links: Links, group, m) -> "Group":
+        n = np.asarray(group, dtype=np.float64)
+        return cls(f=(n - 1) / n, inv_bw=1.0 / group_busbw_Bps(links, group, m),
+                   lat=latency_s(group, m), spans=np.asarray(group > m),
+                   node_scale=links.gpus_per_node / np.asarray(m, dtype=np.float64))
+
+    def allreduce_s(self, nbytes, calls=1):
+        return 2.0 * self.f * nbytes * self.inv_bw + calls * self.lat
+
+    def allgather_s(self, nbytes, calls=1):
+        """All-gather or reduce-scatter of `nbytes` (the unsharded size)."""
+        return self.f * nbytes * self.inv_bw + calls * self.lat
+
+    def node_bytes(self, nbytes, factor: float):
+        return np.where(self.spans, factor * self.f * nbytes * self.node_scale, 0.0)
+
+
 def allreduce_s(links: Links, nbytes, group, m, calls=1) -> np.ndarray:
     """`calls` all-reduces moving `nbytes` in total, in a group of `group` GPUs."""
     n = np.asarray(group, dtype=np.float64)

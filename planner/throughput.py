@@ -123,61 +123,59 @@ def _grad_bytes(layout: Layout) -> np.ndarray:
 def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
     """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node."""
     dp, ga, s = layout.dp, layout.grad_accum, layout.sharding
-    gpn = links.gpus_per_node
-    m = comm.members_per_node(dp, layout.tp, gpn)
+    m = comm.members_per_node(dp, layout.tp, links.gpus_per_node)
+    g = comm.Group.of(links, dp, m)
     P = _params_per_gpu(spec, layout)
     gbytes = P * _grad_bytes(layout)
     pbytes = P * np.where(layout.precision == PREC["fp32"], 4.0, 2.0)
     nb_r = np.ceil(P / layout.reduce_bucket_elems)
     nb_g = np.ceil(P / layout.allgather_bucket_elems)
     L = float(spec.n_layers) / layout.pp
+    is_ = {name: s == code for name, code in SHARD.items()}
+    exposed = np.zeros(np.shape(P))
+    per_node = np.zeros(np.shape(P))
 
-    # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward.
-    ar = comm.allreduce_s(links, gbytes, dp, m, nb_r)
+    # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
+    # (Li et al. VLDB 2020).
+    ar = g.allreduce_s(gbytes, nb_r)
     ddp = np.maximum(ar - OVERLAP["ddp"] * bwd_micro, ar / nb_r)
-    # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every
-    # micro batch), then an all-gather of the updated 16-bit parameters (Rajbhandari et al. 2020).
-    rs = comm.allgather_s(links, gbytes, dp, m, nb_r)
-    ag_step = comm.allgather_s(links, pbytes, dp, m, nb_g)
+    exposed = np.where(is_["none"], ddp, exposed)
+    per_node = np.where(is_["none"], g.node_bytes(gbytes, 2.0), per_node)
+    # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
+    # batch) behind backward, then an all-gather of the updated 16-bit parameters (Rajbhandari
+    # et al. SC20).
+    z12 = is_["zero1"] | is_["zero2"]
+    rs = g.allgather_s(gbytes, nb_r)
     rs_hidden = np.maximum(rs - OVERLAP["zero12"] * bwd_micro, rs / nb_r)
-    zero1 = rs_hidden + ag_step
-    zero2 = ga * rs_hidden + ag_step
-    # ZeRO-3 / FSDP: gather parameters for forward and again for backward, reduce-scatter grads,
-    # every micro batch, module by module behind the prefetch.
-    ag = comm.allgather_s(links, pbytes, dp, m, L)
-    rs_l = comm.allgather_s(links, gbytes, dp, m, L)
-
-    def sharded(ov, ag_b, extra_bwd):
-        f = np.maximum(ag - ov * fwd_micro, ag / L)
-        b = np.maximum(ag_b + rs_l + extra_bwd - ov * bwd_micro, rs_l / L)
-        return ga * (f + b)
-
-    zero3 = sharded(OVERLAP["zero3"], ag, 0.0)
-    fsdp_full = sharded(OVERLAP["fsdp"], ag, 0.0)
-    fsdp_grad_op = sharded(OVERLAP["fsdp"], 0.0, 0.0)
+    times = np.where(is_["zero2"], ga, 1)
+    exposed = np.where(z12, times * rs_hidden + g.allgather_s(pbytes, nb_g), exposed)
+    rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
+    per_node = np.where(z12, times * rs_b + ag_b, per_node)
+    # ZeRO-3 / FSDP: gather parameters for forward and again for backward (not FSDP's
+    # SHARD_GRAD_OP), reduce-scatter grads, every micro batch, module by module behind the
+    # prefetch (Rajbhandari et al. SC20; Zhao et al. VLDB 2023).
+    full = is_["zero3"] | is_["fsdp_full_shard"] | is_["fsdp_shard_grad_op"]
+    ov = np.where(is_["zero3"], OVERLAP["zero3"], OVERLAP["fsdp"])
+    ag = g.allgather_s(pbytes, L)
+    ag_bwd = np.where(is_["fsdp_shard_grad_op"], 0.0, ag)
+    rs_l = g.allgather_s(gbytes, L)
+    sharded = ga * (np.maximum(ag - ov * fwd_micro, ag / L)
+                    + np.maximum(ag_bwd + rs_l - ov * bwd_micro, rs_l / L))
+    exposed = np.where(full, sharded, exposed)
+    gathers = np.where(is_["fsdp_shard_grad_op"], 1.0, 2.0)
+    per_node = np.where(full, ga * (gathers * ag_b + rs_b), per_node)
     # Hybrid shard: shard inside the node, all-reduce the grad shard across nodes.
-    ag_h = comm.allgather_s(links, pbytes, m, m, L)
-    rs_h = comm.allgather_s(links, gbytes, m, m, L)
-    replicas = np.maximum(dp // m, 1)
-    ar_h = comm.allreduce_s(links, gbytes / m, replicas, 1, L)
-    fsdp_hybrid = ga * (np.maximum(ag_h - OVERLAP["fsdp"] * fwd_micro, ag_h / L)
-                        + np.maximum(ag_h + rs_h + ar_h - OVERLAP["fsdp"] * bwd_micro, rs_h / L))
-
-    exposed = np.select(
-        [s == SHARD["none"], s == SHARD["zero1"], s == SHARD["zero2"], s == SHARD["zero3"],
-         s == SHARD["fsdp_full_shard"], s == SHARD["fsdp_shard_grad_op"]],
-        [ddp, zero1, zero2, zero3, fsdp_full, fsdp_grad_op], fsdp_hybrid)
-
-    # Inter-node bytes per node per step (what must hide behind compute; seed 001).
-    ar_b = comm.node_bytes(gbytes, dp, m, gpn, 2.0)
-    rs_b = comm.node_bytes(gbytes, dp, m, gpn, 1.0)
-    ag_b = comm.node_bytes(pbytes, dp, m, gpn, 1.0)
-    hy_b = comm.node_bytes(gbytes / m, replicas, 1, gpn, 2.0) * m
-    per_node = np.select(
-        [s == SHARD["none"], s == SHARD["zero1"], s == SHARD["zero2"], s == SHARD["zero3"],
-         s == SHARD["fsdp_full_shard"], s == SHARD["fsdp_shard_grad_op"]],
-        [ar_b, rs_b + ag_b, ga * rs_b + ag_b, ga * (2 * ag_b + rs_b), ga * (2 * ag_b + rs_b),
-         ga * (ag_b + rs_b)], ga * hy_b)
+    hy = is_["fsdp_hybrid"]
+    if np.any(hy):
+        gi = comm.Group.of(links, m, m)
+        replicas = np.maximum(dp // m, 1)
+        gx = comm.Group.of(links, replicas, 1)
+        ag_h, rs_h = gi.allgather_s(pbytes, L), gi.allgather_s(gbytes, L)
+        ar_h = gx.allreduce_s(gbytes / m, L)
+        hybrid = ga * (np.maximum(ag_h - OVERLAP["fsdp"] * fwd_micro, ag_h / L)
+                       + np.maximum(ag_h + rs_h + ar_h - OVERLAP["fsdp"] * bwd_micro, rs_h / L))
+        exposed = np.where(hy, hybrid, exposed)
+        per_node = np.where(hy, ga * gx.node_bytes(gbytes / m, 2.0), per_node)
     return exposed, per_node
 
 
@@ -190,7 +188,7 @@ def _tp_pp_comm(spec, layout, links: comm.Links, system: System):
     per_layer = 4.0 + np.where(layout.activation_checkpointing == CKPT["full"], 2.0, 0.0)
     calls = layers * per_layer
     m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
-    tp_s = layout.grad_accum * comm.allreduce_s(links, calls * act, layout.tp, m_tp, calls)
+    tp_s = layout.grad_accum * comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
     # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor.
     p2p_bytes = act / layout.tp
     inter = layout.gpus > system.gpus_per_node

@@ -1,0 +1,147 @@
+"""`plan export FORMAT`: the chosen plan as files that run as they are.
+
+FORMAT is deepspeed (JSON config), accelerate (YAML; + the DeepSpeed JSON for zero* plans),
+torchrun (a launch script for the bundled trainer) or slurm (an sbatch script). The plan is
+the top proposal of `plan estimate` for the scenario flags (a fully pinned scenario gives
+exactly that plan), or the best trial of a tuning study (--from-study).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from plan_cli.common import err_console, handle_errors, print_json
+
+Opt = typer.Option
+SCEN = "Scenario (blank = planner chooses)"
+FMT = "Format options"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)
+
+
+@handle_errors
+def export(
+    format: Annotated[str, typer.Argument(help="deepspeed | accelerate | torchrun | slurm")],
+    model: Annotated[Optional[str], Opt(help="Preset id, size (7b) or HF config.json", rich_help_panel=SCEN)] = None,
+    gpus: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    gpu: Annotated[Optional[str], Opt(help="GPU catalog id", rich_help_panel=SCEN)] = None,
+    cluster: Annotated[Optional[str], Opt(help="Cluster catalog id", rich_help_panel=SCEN)] = None,
+    gpus_per_node: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    internode_gbps: Annotated[Optional[float], Opt(rich_help_panel=SCEN)] = None,
+    seq_len: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    tp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    pp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    sharding: Annotated[Optional[str], Opt(help="none|zero1|zero2|zero3|fsdp_full_shard|fsdp_shard_grad_op|fsdp_hybrid", rich_help_panel=SCEN)] = None,
+    offload: Annotated[Optional[str], Opt(help="none|optimizer|optimizer+params", rich_help_panel=SCEN)] = None,
+    activation_checkpointing: Annotated[Optional[str], Opt(help="none|selective|full", rich_help_panel=SCEN)] = None,
+    precision: Annotated[Optional[str], Opt(help="fp32|fp16|bf16|bf16_pure", rich_help_panel=SCEN)] = None,
+    optimizer: Annotated[Optional[str], Opt(help="adamw|adafactor|sgd", rich_help_panel=SCEN)] = None,
+    attention: Annotated[Optional[str], Opt(help="flash|eager", rich_help_panel=SCEN)] = None,
+    micro_batch: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    grad_accum: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    global_batch: Annotated[Optional[int], Opt(help="Sequences per optimizer step", rich_help_panel=SCEN)] = None,
+    tokens: Annotated[Optional[str], Opt(help="Tokens to train (e.g. 100B): sets steps and the time limit", rich_help_panel=SCEN)] = None,
+    objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom")] = "tokens_per_s",
+    catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s)")] = None,
+    from_study: Annotated[Optional[str], Opt(help="Export the best trial of this tuning study")] = None,
+    storage: Annotated[Optional[str], Opt(help="Optuna storage URL of --from-study")] = None,
+    target: Annotated[Optional[str], Opt(help="gpu|cpu (default: from the GPU entry); cpu = no pinned memory", rich_help_panel=FMT)] = None,
+    steps: Annotated[Optional[int], Opt(min=1, help="Optimizer steps to train (default: from --tokens)", rich_help_panel=FMT)] = None,
+    lr: Annotated[float, Opt(help="Peak learning rate", rich_help_panel=FMT)] = 3e-4,
+    warmup_steps: Annotated[int, Opt(min=0, help="LR warm-up steps", rich_help_panel=FMT)] = 2000,
+    grad_clip: Annotated[float, Opt(min=0, help="Gradient clipping norm (0: off)", rich_help_panel=FMT)] = 1.0,
+    time: Annotated[Optional[str], Opt(help="SLURM time limit (default: predicted time x 1.2 + 10 min)", rich_help_panel=FMT)] = None,
+    job_name: Annotated[str, Opt(rich_help_panel=FMT)] = "plan",
+    partition: Annotated[Optional[str], Opt(rich_help_panel=FMT)] = None,
+    account: Annotated[Optional[str], Opt(rich_help_panel=FMT)] = None,
+    cpus_per_task: Annotated[Optional[int], Opt(min=1, help="SLURM cores per node task (default: the cluster's)", rich_help_panel=FMT)] = None,
+    out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout); companions go beside it")] = None,
+    json_out: Annotated[bool, Opt("--json", help="Print the export (plan, files, notes) as JSON")] = False,
+) -> None:
+    """Write the chosen plan as a DeepSpeed config, accelerate config, torchrun or sbatch script."""
+    from planner.errors import PlanError
+    from planner.exports.bundle import FORMATS, ExportOptions, export as render_export
+    from planner.exports.common import Recipe, check_target
+
+    if format not in FORMATS:
+        raise PlanError("format", f"unknown value {format!r} (allowed: {', '.join(FORMATS)})")
+    if target is not None:
+        check_target(target)
+    companion_dir = out.parent if out is not None else Path(".")
+    options = ExportOptions(
+        target=target, recipe=Recipe(lr=lr, warmup_steps=warmup_steps, grad_clip=grad_clip),
+        steps=steps, time=time, job_name=job_name, partition=partition, account=account,
+        cpus_per_task=cpus_per_task,
+        deepspeed_file=str(out) if format == "deepspeed" and out else str(companion_dir / "ds_config.json"))
+    if from_study is not None:
+        chosen = _from_study(from_study, storage, catalog)
+    else:
+        scenario_fields = dict(
+            model=model or "7b", gpus=gpus, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
+            internode_gbps=internode_gbps, seq_len=seq_len, tp=tp, pp=pp, sharding=sharding,
+            offload=offload, activation_checkpointing=activation_checkpointing, precision=precision,
+            optimizer=optimizer, attention=attention, micro_batch=micro_batch, grad_accum=grad_accum,
+            global_batch=global_batch, tokens=tokens)
+        chosen = _from_scenario(scenario_fields, objective, catalog, format)
+    result = render_export(format, chosen, options)
+    written = _write(result, out)
+    if json_out:
+        print_json(result.model_dump(mode="json") | {"written": written})
+    elif out is None:
+        typer.echo(result.files[0].content, nl=False)
+        for path in written:  # companions (the DeepSpeed JSON a script points at)
+            err_console.print(f"wrote {path}", highlight=False)
+    else:
+        for path in written:
+            err_console.print(f"wrote {path}", highlight=False)
+        for note in result.notes:
+            err_console.print(f"  {note}", highlight=False)
+
+
+def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
+    from hardware.catalog import load_catalog
+    from planner import api
+    from planner.exports.bundle import choose_from_estimate
+    from planner.scenario import Scenario
+    from planner.units import parse_count
+
+    if fields.get("tokens") is not None:
+        fields["tokens"] = parse_count("tokens", fields["tokens"])
+    cat = load_catalog(catalog_dirs)
+    scenario = Scenario(**fields)
+    report = api.estimate(scenario, catalog=cat, objective=objective, top=500)
+    cluster = cat.clusters.get(report.system.cluster_id or "")
+    return choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
+
+
+def _from_study(name: str, storage: str | None, catalog_dirs):
+    from planner.errors import PlanError
+
+    try:
+        from tuner import best_plan  # the tuner's public read of a study's best trial
+    except ImportError:
+        raise PlanError("from_study", "this tuner has no best_plan(study, storage) yet") from None
+    return best_plan(name, storage)
+
+
+def _write(result, out: Path | None) -> list[str]:
+    """Main file to --out (stdout when absent, unless it is the only file); companions by name."""
+    written = []
+    for i, f in enumerate(result.files):
+        if i == 0:
+            if out is None:
+                continue
+            path = out
+        else:
+            path = Path(f.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f.content)
+        if result.format in ("torchrun", "slurm") and i == 0:
+            path.chmod(0o755)
+        written.append(str(path))
+    return written

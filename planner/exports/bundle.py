@@ -1,0 +1,148 @@
+"""Choose a plan and render one export format to files: the part the CLI (`plan export`) and
+the HTTP service (`GET /export/...`) share."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import Field
+
+from planner.errors import PlanError
+from planner.exports.accelerate import accelerate_config, to_yaml
+from planner.exports.common import Recipe, Target, is_deepspeed, steps_for_tokens, target_for
+from planner.exports.deepspeed_json import deepspeed_config
+from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
+from planner.exports.torchrun import render, torchrun_command, trainer_args
+from planner.model import ModelSpec
+from planner.scenario import ExecutionPlan, Frozen
+from planner.system import System
+
+Format = Literal["deepspeed", "accelerate", "torchrun", "slurm"]
+FORMATS: tuple[str, ...] = Format.__args__  # type: ignore[attr-defined]
+CPUS_PER_GPU_DEFAULT = 8  # when the cluster entry does not say its cores per node
+
+
+class Chosen(Frozen):
+    """A plan to export, with what the formats need besides the knobs."""
+
+    plan: ExecutionPlan
+    model_ref: str = Field(description="what the trainer's --model takes (preset, size, JSON path)")
+    model: ModelSpec | None = None
+    system: System
+    step_time_s: float | None = None  # predicted (or measured) seconds per optimizer step
+    tokens: float | None = None
+    cpus_per_node: int | None = None
+    source: str = ""  # "estimate rank 1", "study NAME trial 7", ...
+
+
+class ExportOptions(Frozen):
+    target: Target | None = None  # None: from the system's accelerator
+    recipe: Recipe = Recipe()
+    steps: int | None = Field(default=None, gt=0)  # optimizer steps; None: from tokens if known
+    time: str | None = None  # SLURM time limit; None: from the prediction
+    job_name: str = "plan"
+    partition: str | None = None
+    account: str | None = None
+    cpus_per_task: int | None = Field(default=None, gt=0)
+    deepspeed_file: str = "ds_config.json"
+
+
+class ExportFile(Frozen):
+    name: str
+    content: str
+
+
+class ExportResult(Frozen):
+    format: str
+    plan: ExecutionPlan
+    source: str
+    files: list[ExportFile]
+    steps: int | None = None
+    time_limit: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | None = None,
+                         fmt: str | None = None) -> Chosen:
+    """The best fitting proposal of an `api.estimate` report that `fmt` can express (DeepSpeed
+    takes no FSDP plan, the bundled trainer no tp/pp): ranked order, first one that exports."""
+    fitting = [(rank, e) for rank, e in enumerate(report.results, 1) if e.fits]
+    if not fitting:
+        reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
+        raise PlanError("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
+    first_refusal = None
+    for rank, est in fitting:
+        refusal = refusal_of(fmt, est.plan, report.system) if fmt else None
+        if refusal is None:
+            return Chosen(plan=est.plan, model_ref=model_ref or report.model.name, model=report.model,
+                          system=report.system, step_time_s=est.time.step_time_s if est.time else None,
+                          tokens=report.scenario.tokens, cpus_per_node=cpus_per_node,
+                          source=f"plan estimate rank {rank} of {report.fitting} fitting")
+        first_refusal = first_refusal or refusal
+    raise PlanError(first_refusal.field, f"none of the {len(fitting)} best fitting plans can be "
+                    f"written as {fmt}: {first_refusal.message}")
+
+
+def refusal_of(fmt: str, plan: ExecutionPlan, system: System) -> PlanError | None:
+    """Why `fmt` cannot express `plan` (None: it can)."""
+    try:
+        if fmt == "deepspeed" or (fmt in ("torchrun", "slurm") and is_deepspeed(plan)):
+            deepspeed_config(plan)
+        if fmt == "accelerate":
+            accelerate_config(plan, system)
+        if fmt in ("torchrun", "slurm"):
+            trainer_args(plan, model="m")
+    except PlanError as e:
+        return e
+    return None
+
+
+def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> ExportResult:
+    if fmt not in FORMATS:
+        raise PlanError("format", f"unknown value {fmt!r} (allowed: {', '.join(FORMATS)})")
+    options = options or ExportOptions()
+    target = options.target or target_for(chosen.system)
+    steps = options.steps or (steps_for_tokens(chosen.plan, chosen.tokens) if chosen.tokens else None)
+    recipe = options.recipe.model_copy(update={"steps": steps}) if steps else options.recipe
+    plan, notes = chosen.plan, [f"plan from {chosen.source}"] if chosen.source else []
+    ds = lambda: deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model)  # noqa: E731
+    if fmt == "deepspeed":
+        files = [ExportFile(name=options.deepspeed_file, content=json.dumps(ds(), indent=2) + "\n")]
+        return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
+    if fmt == "accelerate":
+        files = [ExportFile(name="accelerate.yaml", content=to_yaml(accelerate_config(
+            plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file)))]
+        if is_deepspeed(plan):
+            files.append(ExportFile(name=options.deepspeed_file, content=json.dumps(ds(), indent=2) + "\n"))
+        return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
+    if fmt == "torchrun":
+        ds_file = options.deepspeed_file if is_deepspeed(plan) else None
+        argv = torchrun_command(plan, chosen.system, model=chosen.model_ref, steps=steps, recipe=recipe,
+                                deepspeed_config_file=ds_file)
+        files = [ExportFile(name="torchrun.sh", content="#!/bin/bash\nset -euo pipefail\n" + render(argv) + "\n")]
+        if ds_file:
+            files.append(ExportFile(name=ds_file, content=json.dumps(ds(), indent=2) + "\n"))
+        return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
+    limit = _time_limit(options.time, chosen.step_time_s, steps, notes)
+    cpus = options.cpus_per_task or chosen.cpus_per_node
+    if cpus is None:
+        cpus = CPUS_PER_GPU_DEFAULT * min(chosen.system.gpus_per_node, plan.gpus)
+        notes.append(f"cpus-per-task {cpus}: the cluster entry has no cpu_cores_per_node (set --cpus-per-task)")
+    script = sbatch_script(
+        plan, chosen.system, model=chosen.model_ref, time_limit=limit, cpus_per_task=cpus, target=target,
+        job_name=options.job_name, partition=options.partition, account=options.account, steps=steps,
+        recipe=recipe, deepspeed_config=ds() if is_deepspeed(plan) else None, notes=notes)
+    return ExportResult(format=fmt, plan=plan, source=chosen.source, steps=steps, time_limit=limit,
+                        notes=notes, files=[ExportFile(name="job.sbatch", content=script)])
+
+
+def _time_limit(given: str | None, step_time_s: float | None, steps: int | None, notes: list[str]) -> str:
+    if given:
+        return given
+    if step_time_s and steps:
+        limit_s = time_limit_s(step_time_s, steps)
+        notes.append(f"time limit = {steps} steps x {step_time_s:.3g} s predicted x 1.2 + 10 min start-up")
+        return slurm_time(limit_s)
+    missing = "a step count (--steps or --tokens)" if step_time_s else "a predicted step time"
+    raise PlanError("time", f"cannot derive a time limit without {missing}; pass --time D-HH:MM:SS")

@@ -1,0 +1,131 @@
+"""Hugging Face config.json files -> ModelSpec, checked against the authors' published counts.
+
+The fixtures in tests/fixtures/hf_configs/ are typed in from the public config.json files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from planner.errors import PlanError
+from planner.hf_config import load_hf_config
+from planner.presets import resolve_model
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+
+# Published totals: model cards / papers (Pythia: Biderman et al. 2023, Table 1). MPT-7B's card
+# says "6.7B"; 6,649,286,656 is the exact count of MosaicML's MPT code (no position table when
+# alibi, no_bias strips every bias including LayerNorm's, tied head).
+PUBLISHED = {
+    "gpt2.json": 124_439_808,
+    "llama-2-7b.json": 6_738_415_616,
+    "llama3-8b.json": 8_030_261_248,
+    "mistral-7b.json": 7_241_732_096,
+    "bloom-7b1.json": 7_069_016_064,
+    "pythia-160m.json": 162_322_944,
+    "pythia-1b.json": 1_011_781_632,
+    "mpt-7b.json": 6_649_286_656,
+    "olmo-1b.json": 1_176_764_416,
+    "olmo-1b-hf.json": 1_176_764_416,
+    "olmo-7b.json": 6_888_095_744,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_config_matches_published_count(name: str) -> None:
+    spec = resolve_model(str(FIXTURES / name))
+    assert spec.n_params == PUBLISHED[name]
+    assert spec.source == str(FIXTURES / name)
+
+
+def test_fixture_set_is_complete() -> None:
+    assert {p.name for p in FIXTURES.glob("*.json")} == set(PUBLISHED)
+
+
+def test_family_features() -> None:
+    mistral = load_hf_config(FIXTURES / "mistral-7b.json")
+    assert mistral.kv_heads == 8 and mistral.mlp == "swiglu" and not mistral.tied_embeddings
+    assert mistral.norm == "rmsnorm" and mistral.position == "rope" and not mistral.bias
+    bloom = load_hf_config(FIXTURES / "bloom-7b1.json")
+    assert bloom.position == "alibi" and bloom.embedding_norm and bloom.tied_embeddings
+    neox = load_hf_config(FIXTURES / "pythia-160m.json")
+    assert not neox.tied_embeddings and neox.position == "rope" and neox.bias
+    mpt = load_hf_config(FIXTURES / "mpt-7b.json")
+    assert mpt.position == "alibi" and not mpt.bias and not mpt.norm_bias and mpt.ffn == 4 * 4096
+    for name in ("olmo-1b.json", "olmo-1b-hf.json", "olmo-7b.json"):
+        olmo = load_hf_config(FIXTURES / name)
+        assert olmo.norm == "nonparametric" and olmo.vocab_padded == 50304
+    assert load_hf_config(FIXTURES / "olmo-7b.json").ffn == 11008
+    assert load_hf_config(FIXTURES / "gpt2.json").name == "gpt2"
+
+
+def test_model_folder_and_affine_olmo(tmp_path: Path) -> None:
+    folder = tmp_path / "OLMo-1B"
+    folder.mkdir()
+    cfg = json.loads((FIXTURES / "olmo-1b.json").read_text())
+    cfg["layer_norm_with_affine"] = True  # a LayerNorm with weights (no bias: bias_for_layer_norm false)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    spec = resolve_model(str(folder))
+    assert spec.name == "OLMo-1B" and spec.norm == "layernorm" and not spec.norm_bias
+    assert spec.n_params == 1_176_764_416 + (2 * 16 + 1) * 2048
+
+
+def test_llama_tied_and_gqa_variants(tmp_path: Path) -> None:
+    cfg = json.loads((FIXTURES / "llama-2-7b.json").read_text())
+    cfg.update(tie_word_embeddings=True, num_key_value_heads=8)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(path)
+    kv_saving = 32 * 2 * (4096 * 4096 - 4096 * 1024)
+    assert spec.n_params == 6_738_415_616 - 32000 * 4096 - kv_saving
+
+
+def _write(tmp_path: Path, base: str, **changes: object) -> Path:
+    cfg = json.loads((FIXTURES / base).read_text())
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("base", "changes", "words"),
+    [
+        ("llama-2-7b.json", {"hidden_size": None}, "key 'hidden_size': missing"),
+        ("llama-2-7b.json", {"hidden_size": -4096}, "key 'hidden_size': must be positive"),
+        ("llama-2-7b.json", {"num_hidden_layers": "32"}, "key 'num_hidden_layers': must be an integer"),
+        ("llama-2-7b.json", {"tie_word_embeddings": "no"}, "key 'tie_word_embeddings': must be true or false"),
+        ("llama-2-7b.json", {"model_type": "qwen2"}, "key 'model_type': unsupported 'qwen2'"),
+        ("llama-2-7b.json", {"hidden_act": "gelu"}, "key 'hidden_act'"),
+        ("gpt2.json", {"n_head": 7}, "divisible"),
+        ("mpt-7b.json", {"d_model": 0}, "key 'd_model': must be positive"),
+        ("mpt-7b.json", {"attn_config": 3}, "key 'attn_config': must be an object"),
+    ],
+)
+def test_malformed_config_names_file_and_key(tmp_path: Path, base: str, changes: dict, words: str) -> None:
+    path = _write(tmp_path, base, **changes)
+    with pytest.raises(PlanError) as e:
+        resolve_model(str(path))
+    assert str(path) in str(e.value) and words in str(e.value)
+
+
+def test_unreadable_configs(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.json"
+    bad.write_text("{ not json")
+    with pytest.raises(PlanError, match="broken.json: not valid JSON"):
+        resolve_model(str(bad))
+    with pytest.raises(PlanError, match="file not found"):
+        resolve_model(str(tmp_path / "missing.json"))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(PlanError, match="JSON object"):
+        resolve_model(str(tmp_path / "list.json"))
+    shutil.copy(FIXTURES / "gpt2.json", tmp_path / "gpt2.json")
+    assert resolve_model(str(tmp_path / "gpt2.json")).n_params == 124_439_808

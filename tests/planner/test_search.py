@@ -1,0 +1,70 @@
+"""Search: enumeration, rejection reasons, pinned knobs, ranking."""
+
+import pytest
+
+from planner import api
+from planner.errors import PlanError
+from planner.scenario import Scenario
+
+
+def test_7b_on_48_gpus_ranks_fitting_plans_and_counts_rejects():
+    r = api.estimate(Scenario(model="7b", gpus=48), top=5)
+    assert r.fitting > 0 and len(r.results) == 5
+    assert all(e.fits for e in r.results)
+    assert r.evaluated == r.fitting + sum(r.rejected.values())
+    assert r.rejected["does not fit in GPU memory"] > 0
+    for e in r.results:
+        assert e.plan.gpus == 48
+        assert e.memory.total_bytes <= e.memory.capacity_bytes
+
+
+def test_pinned_knobs_are_respected():
+    r = api.estimate(Scenario(model="7b", gpus=16, sharding="zero2", activation_checkpointing="full",
+                              micro_batch=2, global_batch=64), top=None)
+    assert r.results
+    for e in r.results:
+        assert e.plan.sharding == "zero2" and e.plan.activation_checkpointing == "full"
+        assert e.plan.micro_batch == 2 and e.plan.global_batch == 64
+
+
+def test_global_batch_tokens_must_divide_by_seq_len():
+    with pytest.raises(PlanError, match="global_batch_tokens"):
+        api.estimate(Scenario(model="7b", gpus=8, seq_len=2048, global_batch_tokens=1000))
+
+
+def test_gpus_not_divisible_by_tp_pp_shows_the_product():
+    with pytest.raises(PlanError) as e:
+        api.estimate(Scenario(model="7b", gpus=48, tp=4, pp=5))
+    assert "4 x 5 = 20" in str(e.value)
+
+
+def test_bf16_refused_on_v100():
+    with pytest.raises(PlanError, match="precision"):
+        api.estimate(Scenario(model="7b", gpus=8, gpu="v100-32gb", precision="bf16"))
+    r = api.estimate(Scenario(model="1.3b", gpus=8, gpu="v100-32gb"), top=1)
+    assert r.results[0].plan.precision == "fp16"
+
+
+def test_nothing_fits_returns_closest_misses_with_reason():
+    r = api.estimate(Scenario(model="llama2-70b", gpus=1, cluster="dgx-v100"), include_rejected=True)
+    assert r.fitting == 0
+    assert r.results and not r.results[0].fits
+    assert "GiB" in r.results[0].reason
+
+
+def test_bigger_models_need_more_sharding():
+    small = api.estimate(Scenario(model="gpt2", gpus=8), top=1).best
+    big = api.estimate(Scenario(model="llama2-70b", gpus=64, gpu="a100-80gb"), top=1).best
+    assert small.plan.sharding == "none" or small.plan.tp == 1
+    assert big.plan.sharding != "none" or big.plan.tp * big.plan.pp > 1
+
+
+def test_objective_memory_headroom_sorts_by_headroom():
+    r = api.estimate(Scenario(model="1.3b", gpus=8), objective="memory-headroom", top=20)
+    head = [e.memory.headroom_bytes for e in r.results]
+    assert head == sorted(head, reverse=True)
+
+
+def test_unknown_objective():
+    with pytest.raises(PlanError, match="objective"):
+        api.estimate(Scenario(model="7b", gpus=8), objective="speed")
