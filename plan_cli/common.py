@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from hardware.errors import CatalogError
 from planner.errors import PlanError
@@ -32,18 +33,21 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except (PlanError, CatalogError) as e:
-            err_console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            fail(str(e))
         except ValidationError as e:
             first = e.errors()[0]
             field = ".".join(str(p) for p in first.get("loc", ())) or "input"
-            err_console.print(f"[bold red]error:[/] {field}: {first['msg']}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            fail(f"{field}: {first['msg']}")
         except FileNotFoundError as e:
-            err_console.print(f"[bold red]error:[/] {e.filename}: file not found", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+            fail(f"{e.filename}: file not found")
 
     return wrapper  # type: ignore[return-value]
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one error line (no markup interpretation of the message) and exit."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -15,6 +15,8 @@ offload   host link transfers and CPU Adam of ZeRO-Offload / ZeRO-Infinity.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from planner import comm, flops
@@ -218,8 +220,18 @@ def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro):
                     opt + np.where(off == OFFLOAD["optimizer+params"], params, 0.0))
 
 
+_NUMERIC = ("tp", "pp", "vpp", "dp", "micro_batch", "grad_accum", "seq_len", "reduce_bucket_elems",
+            "allgather_bucket_elems", "stage3_prefetch_elems", "stage3_max_live_params")
+
+
+def _as_float(layout: Layout) -> Layout:
+    """The numeric knobs as float64 once (mixed int/float arithmetic converts on every use)."""
+    return replace(layout, **{k: np.asarray(getattr(layout, k), dtype=np.float64) for k in _NUMERIC})
+
+
 def performance(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
     """Step-time breakdown, throughput, FLOPs utilisation and time-to-train of each plan."""
+    layout = _as_float(layout)
     links = comm.Links.of(system, settings)
     fwd_micro, micro = _compute(spec, layout, system, settings)
     bwd_micro = micro - fwd_micro

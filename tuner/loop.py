@@ -129,7 +129,8 @@ class Tuner:
     def ranked_proposals(self) -> list[dict]:
         """Untried configurations the planner predicts to fit, fastest first (calibrated)."""
         pool = [k for k in self.untried(launchable_only=True) if self.ctx.predictor(k).fits]
-        return sorted(pool, key=lambda k: -(self.ctx.predictor(k, self.calibration).tokens_per_s or 0.0))
+        cal = self.calibration
+        return sorted(pool, key=lambda k: -(self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 0.0))
 
     def _enqueue_next_proposal(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
@@ -153,8 +154,8 @@ class Tuner:
         return self.cfg.startup_s or (60.0 if self.ctx.on_gpu else 15.0)
 
     def step_time_s(self, knobs: dict) -> float:
-        pred = self.ctx.predictor(knobs, self.calibration)
-        return pred.step_time_s if pred.step_time_s and math.isfinite(pred.step_time_s) else 1.0
+        step = self.ctx.predictor(knobs).calibrated_step_s(self.calibration)
+        return step if step and math.isfinite(step) else 1.0
 
     def expected_s(self, knobs: dict) -> float:
         return trial_duration_s(self.startup_s(), self.ctx.steps, 0, self.step_time_s(knobs))

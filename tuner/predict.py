@@ -40,6 +40,19 @@ class Prediction:
         """Fits, or misses only on memory by less than `margin` (the model may be pessimistic)."""
         return self.fits or (self.memory_only and self.memory_ratio <= 1.0 + margin)
 
+    def calibrated_step_s(self, cal: Calibration) -> float | None:
+        """Step time under a calibration, from this (default-calibration) breakdown: the same
+        linear model the fit uses (tuner/calibrate.py), so ranking costs no planner calls."""
+        if self.step_time_s is None:
+            return None
+        return self.compute_s / cal.compute + self.comm_s / cal.network + self.rest_s
+
+    def calibrated_tokens_per_s(self, cal: Calibration) -> float | None:
+        step = self.calibrated_step_s(cal)
+        if not step or not self.tokens_per_s or not self.step_time_s:
+            return None
+        return self.tokens_per_s * self.step_time_s / step
+
     def observation(self, measured_step_s: float) -> Observation:
         return Observation(self.compute_s, self.comm_s, self.rest_s, measured_step_s)
 

@@ -191,7 +191,7 @@ def _from_result(result: TrainResult, exit_code: int | None, wall_s: float, log_
     if result.memory is not None:
         peak = result.memory.cuda_peak_reserved_bytes or result.memory.host_peak_rss_bytes
     step_s = result.step_time_s_median
-    timed = (step_s or 0.0) * (result.steps + result.warmup_steps)
+    timed = (step_s or 0.0) * result.steps  # `steps` counts the warm-up steps too
     return TrialOutcome(
         status=result.status, error=result.error, tokens_per_s=result.tokens_per_s,
         step_time_s=step_s, wall_s=wall_s, startup_s=max(0.0, wall_s - timed) if step_s else None,

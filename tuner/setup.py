@@ -18,7 +18,7 @@ from hardware.catalog import load_catalog
 from planner.errors import PlanError
 from planner.resolve import resolve_model, resolve_system, seq_len_of
 from planner.scenario import Scenario
-from planner.settings import Calibration
+from planner.settings import Calibration, Settings
 from planner.system import System
 from tuner import device
 from tuner.config import TuneConfig
@@ -123,8 +123,16 @@ def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
         "space": {k: list(v) for k, v in space.choices.items()},
         "system": system.model_dump(mode="json"), "network_note": note,
         "calibration": calibration.model_dump(mode="json"),
+        "settings": _settings_for(on_gpu).model_dump(mode="json"),
         "calibration_default": True,
     }
+
+
+def _settings_for(on_gpu: bool) -> Settings:
+    """On CPU ranks there is no CUDA context: a rank's fixed cost is the Python + torch
+    process (~0.45 GiB resident measured here), not the 1.5 GiB of a GPU runtime."""
+    return Settings() if on_gpu else Settings(runtime_overhead_gib=0.5, fragmentation_margin=0.05,
+                                              host_overhead_gib_per_rank=0.5)
 
 
 def _initial_calibration(cfg: TuneConfig) -> Calibration:
@@ -158,7 +166,7 @@ def _context(cfg: TuneConfig, study: optuna.Study, meta: dict) -> StudyContext:
     space = Space(choices={k: tuple(v) for k, v in meta["space"].items()})
     base = Scenario(model=meta["model"], gpus=meta["nproc"], seq_len=meta["seq_len"],
                     global_batch=meta.get("global_batch"))
-    predictor = Predictor(base, system)
+    predictor = Predictor(base, system, Settings.model_validate(meta.get("settings") or {}))
     return StudyContext(config=cfg, study=study, space=space, system=system, base=base,
                         predictor=predictor, nproc=meta["nproc"], seq_len=meta["seq_len"],
                         on_gpu=meta["on_gpu"], steps=meta["steps"], meta=meta)

@@ -105,3 +105,21 @@ def test_scenarios_file_csv_and_jsonl(tmp_path: Path):
     assert r.exit_code == 0, r.output
     lines = [json.loads(x) for x in out2.read_text().splitlines()]
     assert lines[0]["fits"] is True and lines[1]["error"]
+
+
+def test_user_catalog_dir_adds_gpu_and_model(tmp_path: Path):
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "gpus" / "my-gpu.toml").write_text(
+        'name = "My GPU"\nvendor = "acme"\nhbm_gib = 24\nhbm_gbytes_per_s = 900\nfp32_tflops = 20\n'
+        'fp16_tflops = 160\nbf16_tflops = 160\nintranode_gbps = 400\nsource = "test"\n')
+    (tmp_path / "models" / "my-model.toml").write_text(
+        'name = "my-model"\nn_layers = 4\nhidden = 256\nn_heads = 4\nvocab = 1000\n'
+        'vocab_multiple = 128\nmax_positions = 512\n')
+    r = runner.invoke(app, ["estimate", "--catalog", str(tmp_path), "--model", "my-model",
+                            "--gpu", "my-gpu", "--gpus", "2", "--json", "--top", "1"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["system"]["gpu"]["id"] == "my-gpu"
+    assert data["model"]["n_layers"] == 4
+    assert data["results"][0]["memory"]["capacity_bytes"] == 24 * 2**30

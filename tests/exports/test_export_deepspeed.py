@@ -164,6 +164,31 @@ def test_deepspeed_accepts_every_exported_config(tmp_path):
     assert result["failures"] == []
 
 
+def test_deepspeed_accepts_what_the_planner_proposes(tmp_path):
+    """The planner's own top plan for every DeepSpeed sharding x offload x precision (and a
+    few unpinned scenarios), exported and validated for its data-parallel world size."""
+    from planner import api
+    from planner.scenario import Scenario
+
+    cases = []
+    for sh, off, prec in itertools.product(DS_SHARDINGS, OFFLOADS, PRECISIONS):
+        try:
+            report = api.estimate(Scenario(model="gpt2-xl", gpus=16, sharding=sh, offload=off, precision=prec), top=1)
+        except PlanError:
+            continue
+        for est in report.results:
+            for target in ("gpu", "cpu"):
+                cfg = deepspeed_config(est.plan, target=target, model=report.model)
+                cases.append({"name": f"{sh}/{off}/{prec}/{target}", "dp": est.plan.dp, "config": cfg})
+    for model, gpus in (("7b", 16), ("llama2-13b", 64), ("gpt2", 2)):
+        report = api.estimate(Scenario(model=model, gpus=gpus, sharding="zero3", activation_checkpointing="full"), top=3)
+        cases += [{"name": f"{model}/{gpus}/{i}", "dp": e.plan.dp, "config": deepspeed_config(e.plan, model=report.model)}
+                  for i, e in enumerate(report.results)]
+    assert len({c["name"].rsplit("/", 1)[0] for c in cases}) >= 20  # many shardings x offloads x precisions
+    result = run_validator(tmp_path, cases)
+    assert result["failures"] == []
+
+
 def test_deepspeed_rejects_an_inconsistent_config(tmp_path):
     """The validator can fail: a wrong batch size or a wrong world size is caught."""
     cfg = deepspeed_config(ExecutionPlan(dp=8, sharding="zero2", micro_batch=2, grad_accum=4))

@@ -1,0 +1,181 @@
+"""What a study found: the trial table, the best configuration, prediction errors before and
+after calibration, and the winner's DeepSpeed JSON / FSDP launch settings and command."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel
+
+from planner.errors import PlanError
+from planner.exports.common import target_for
+from planner.resolve import resolve_model
+from planner.scenario import ExecutionPlan, Scenario
+from planner.settings import Calibration, Settings
+from planner.system import System
+from tuner.calibrate import relative_errors, summarize_errors
+from tuner.predict import Predictor
+from tuner.setup import META_KEY, current_calibration
+from tuner.space import TUNED_KNOBS, to_plan
+from tuner.storage import normalize_url, open_storage, study_exists
+
+COLUMNS = (
+    "trial", "state", "status", "source", *TUNED_KNOBS,
+    "measured_tokens_per_s", "predicted_tokens_per_s_default", "predicted_tokens_per_s",
+    "step_time_s", "predicted_memory_gib", "measured_memory_gib", "capacity_gib", "wall_s", "reason",
+)
+
+
+class TrialRow(BaseModel):
+    number: int
+    state: str
+    status: str | None
+    knobs: dict
+    measured_tokens_per_s: float | None
+    predicted_tokens_per_s: float | None
+
+
+class TuneReport(BaseModel):
+    study: str
+    storage: str
+    model: str
+    ranks: int
+    device: str
+    trials: int
+    launched: int
+    by_status: dict[str, int]
+    best: dict | None  # knobs + measured numbers of the winner
+    calibration: dict
+    error_before: dict  # |predicted - measured| / measured of tokens/s, default calibration
+    error_after: dict  # same with the fitted calibration
+    deepspeed_config: dict | None = None
+    launch_settings: dict | None = None
+    launch_command: str | None = None
+    stop_reason: str | None = None
+    network: str | None = None
+
+
+def load(study_name: str, storage_url: str | None) -> optuna.Study:
+    storage = open_storage(storage_url)
+    if not study_exists(storage, study_name):
+        names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
+        raise PlanError("study", f"no study {study_name!r} in {normalize_url(storage_url)} (studies: {names})")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def ran(t: FrozenTrial) -> bool:
+    return t.user_attrs.get("status") not in (None, "duplicate", "predicted_infeasible", "skipped_budget", "running") \
+        or t.state == TrialState.RUNNING
+
+
+def trials_frame(study: optuna.Study):
+    """One row per trial that was decided (duplicates left out), best measured first."""
+    import pandas as pd
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if a.get("status") == "duplicate" or "config_key" not in a:
+            continue
+        knobs = a.get("knobs") or t.params
+        row = {"trial": t.number, "state": t.state.name, "status": a.get("status"), "source": a.get("source")}
+        row.update({k: knobs.get(k) for k in TUNED_KNOBS})
+        for col in COLUMNS[len(row):]:
+            row[col] = a.get(col)
+        row["reason"] = a.get("reason") or a.get("error") or ""
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    if not df.empty:
+        df = df.sort_values(["measured_tokens_per_s", "trial"], ascending=[False, True], na_position="last")
+    return df.reset_index(drop=True)
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
+    return max(done, key=lambda t: t.value) if done else None
+
+
+def best_plan(study_name: str, storage_url: str | None = None) -> ExecutionPlan:
+    """The measured-fastest configuration of a study, as an ExecutionPlan."""
+    study = load(study_name, storage_url)
+    best = best_trial(study)
+    if best is None:
+        raise PlanError("study", f"{study_name!r} has no completed trial yet")
+    meta = study.user_attrs[META_KEY]
+    return to_plan(best.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
+
+
+def predictor_of(study: optuna.Study) -> Predictor:
+    meta = study.user_attrs[META_KEY]
+    base = Scenario(model=meta["model"], gpus=meta["nproc"], seq_len=meta["seq_len"],
+                    global_batch=meta.get("global_batch"))
+    return Predictor(base, System.model_validate(meta["system"]), Settings.model_validate(meta.get("settings") or {}))
+
+
+def prediction_errors(study: optuna.Study, cal: Calibration) -> tuple[dict, dict]:
+    """Tokens/s prediction error over completed trials: shipped model vs calibrated model
+    (the calibrated numbers come from the planner itself, with the fitted factors)."""
+    pred = predictor_of(study)
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    measured = [t.value for t in done]
+    before = [t.user_attrs.get("predicted_tokens_per_s_default") for t in done]
+    after = [pred(t.user_attrs["knobs"], cal).tokens_per_s for t in done]
+    return summarize_errors(relative_errors(before, measured)), summarize_errors(relative_errors(after, measured))
+
+
+def exports_for(plan: ExecutionPlan, system: System, model: str) -> tuple[dict | None, dict | None, str]:
+    """DeepSpeed JSON (ZeRO plans) or FSDP/DDP launch settings, and the launch command."""
+    from planner.exports import torchrun
+    from planner.exports.accelerate import accelerate_config
+    from planner.exports.deepspeed_json import deepspeed_config
+
+    target = target_for(system)
+    ds = settings = None
+    ds_file = None
+    if plan.sharding.startswith("zero"):
+        ds = deepspeed_config(plan, target=target, model=resolve_model(Scenario(model=model)))
+        ds_file = "ds_config.json"
+    else:
+        settings = accelerate_config(plan, system, target=target)
+    cmd = torchrun.torchrun_command(plan, system, model=model, deepspeed_config_file=ds_file)
+    return ds, settings, torchrun.render(cmd)
+
+
+def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None) -> TuneReport:
+    meta = study.user_attrs.get(META_KEY)
+    if meta is None:
+        raise PlanError("study", f"{study.study_name!r} was not created by plan tune")
+    trials = study.get_trials(deepcopy=False)
+    by_status: dict[str, int] = {}
+    for t in trials:
+        s = t.user_attrs.get("status") or t.state.name.lower()
+        by_status[s] = by_status.get(s, 0) + 1
+    cal = current_calibration(study)
+    before, after = prediction_errors(study, cal)
+    best = best_trial(study)
+    report = TuneReport(
+        study=study.study_name, storage=normalize_url(storage_url), model=meta["model"], ranks=meta["nproc"],
+        device=System.model_validate(meta["system"]).gpu.name, trials=len(trials),
+        launched=sum(1 for t in trials if ran(t)), by_status=by_status, best=None,
+        calibration=cal.model_dump(mode="json"), error_before=before, error_after=after,
+        stop_reason=stop_reason, network=meta.get("network_note"),
+    )
+    if best is not None:
+        system = System.model_validate(meta["system"])
+        plan = to_plan(best.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
+        ds, settings, cmd = _safe_exports(plan, system, meta["model"])
+        report.best = {"trial": best.number, **best.user_attrs["knobs"], "tokens_per_s": best.value,
+                       "step_time_s": best.user_attrs.get("step_time_s"),
+                       "measured_memory_gib": best.user_attrs.get("measured_memory_gib"),
+                       "predicted_tokens_per_s_default": best.user_attrs.get("predicted_tokens_per_s_default")}
+        report.deepspeed_config, report.launch_settings, report.launch_command = ds, settings, cmd
+    return report
+
+
+def _safe_exports(plan: ExecutionPlan, system: System, model: str) -> tuple[Any, Any, str | None]:
+    try:
+        return exports_for(plan, system, model)
+    except PlanError as e:  # an export that refuses this plan: say why, keep the report
+        return None, {"note": str(e)}, None
