@@ -152,5 +152,9 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
     if plot is not None:
         from plan_cli.plots import plot_sweep
 
-        plot_sweep([(pt["gpus"], pt["best"]) for pt in points], plot)
+        if not any(pt["best"] and pt["best"].performance and pt["best"].performance.days for pt in points):
+            raise PlanError("plot", "a sweep plot shows days to train: add --tokens (e.g. 100B)")
+        plot_sweep([{"gpus": pt["gpus"], "plan": pt["best"].plan if pt["best"] else None,
+                     "days": pt["best"].performance.days if pt["best"] and pt["best"].performance else None}
+                    for pt in points], plot)
         console.print(f"plot written to {plot}")

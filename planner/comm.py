@@ -68,12 +68,12 @@ def group_busbw_Bps(links: Links, group, m) -> np.ndarray:
     """Bus bandwidth of a group of `group` GPUs with `m` of them on each node."""
     spans = group > m
     inter = np.minimum(links.intra_Bps, links.inter_node_Bps * m / links.gpus_per_node)
-    return np.where(spans, inter, links.intra_Bps)
+    return links.intra_Bps + spans * (inter - links.intra_Bps)
 
 
 def latency_s(group, m) -> np.ndarray:
     steps = 2.0 * np.ceil(np.log2(np.maximum(group, 1)))
-    return steps * np.where(group > m, INTERNODE_LATENCY_S, INTRANODE_LATENCY_S)
+    return steps * (INTRANODE_LATENCY_S + (group > m) * (INTERNODE_LATENCY_S - INTRANODE_LATENCY_S))
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Group:
         return self.f * nbytes * self.inv_bw + calls * self.lat
 
     def node_bytes(self, nbytes, factor: float):
-        return np.where(self.spans, factor * self.f * nbytes * self.node_scale, 0.0)
+        return self.spans * (factor * self.f * self.node_scale) * nbytes
 
 
 def allreduce_s(links: Links, nbytes, group, m, calls=1) -> np.ndarray:

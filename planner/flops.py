@@ -67,7 +67,7 @@ def recompute_flops_per_token(spec: ModelSpec, seq_len, checkpointing) -> np.nda
     ckpt = np.asarray(checkpointing)
     full = spec.n_layers * layer_forward_flops_per_token(spec, seq_len)
     sel = spec.n_layers * attention_core_forward_flops_per_token(spec, seq_len)
-    return np.where(ckpt == CKPT["full"], full, np.where(ckpt == CKPT["selective"], sel, 0.0))
+    return (ckpt == CKPT["full"]) * full + (ckpt == CKPT["selective"]) * sel
 
 
 def hardware_flops_per_token(spec: ModelSpec, seq_len, checkpointing) -> np.ndarray:

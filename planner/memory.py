@@ -98,19 +98,23 @@ def _adafactor_bytes_per_param(spec: ModelSpec) -> float:
 def master_bytes_per_param(layout: Layout) -> np.ndarray:
     """fp32 master copy kept by the optimizer, apart from the parameters themselves.
 
-    DeepSpeed ZeRO keeps a flat fp32 partition next to the 16-bit params under mixed precision
-    (Micikevicius et al. 2018), and also a separate fp32 clone of the partition when training
-    in fp32. DDP + autocast and FSDP keep fp32 parameters that are their own master (counted in
-    weights); pure bf16 keeps none.
+    Mixed precision keeps 16-bit params and an fp32 master in the optimizer (Micikevicius et al.
+    2018): DeepSpeed ZeRO (which also keeps a separate fp32 clone of the partition when training
+    in fp32), and DDP counted as Megatron-LM / Apex O2 and the ZeRO paper's baseline do (16 B per
+    param: 2 params + 2 grads + 12 optimizer). FSDP stores fp32 shards that are their own
+    master (counted in weights); pure bf16 keeps none.
     """
-    return np.where(layout.is_deepspeed & (layout.precision != PREC["bf16_pure"]), 4.0, 0.0)
+    ds = layout.is_deepspeed & (layout.precision != PREC["bf16_pure"])
+    ddp = (layout.sharding == SHARD["none"]) & _is_mixed(layout)
+    return np.where(ds | ddp, 4.0, 0.0)
 
 
 def weights_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
     """Parameter bytes resident on one GPU (working copies; fp32 masters count as optimizer).
 
-    - none (DDP + autocast): fp32 params (4 B, they are the master) plus autocast's 16-bit
-      cast cache (2 B) under mixed precision; 2 B in pure bf16; 4 B in fp32.
+    - none (DDP): params in the compute dtype (2 B; 4 B in fp32); the fp32 master under mixed
+      precision is counted with the optimizer (Megatron-LM / Apex O2 layout; torch.autocast
+      over fp32 params would need 4 + 2 B instead).
     - ZeRO-1/2: 16-bit params replicated (2 B; fp32 training: 4 B).
     - ZeRO-3: 16-bit partition 2P/N plus the largest gathered module (DeepSpeed's estimator
       counts 4 B per largest-layer param for params + grads, here 2 B + 2 B in grads).
@@ -128,7 +132,7 @@ def weights_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray
     param_offload = layout.offload == OFFLOAD["optimizer+params"]
     s = layout.sharding
 
-    ddp = np.where(mixed, 4.0 + 2.0, c) * p
+    ddp = c * p
     zero12 = c * p
     zero3 = np.where(param_offload, 0.0, c * p / n) + c * unit
     fsdp_store = np.where(mixed, 4.0, c)  # sharded storage dtype
@@ -146,7 +150,7 @@ def weights_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray
 def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
     """Gradient bytes on one GPU.
 
-    - none (DDP): grads in the params' dtype (fp32 under autocast), full size.
+    - none (DDP): grads in the params' dtype, full size.
     - ZeRO-1: full 16-bit grads + the fp32 gradient partition 4P/N (DeepSpeed's "4 grads_32bit").
     - ZeRO-2: 16-bit partition 2P/N + fp32 partition 4P/N; ZeRO-3: the fp32 partition 4P/N
       and the gathered module's 16-bit grads (as DeepSpeed's estimators count them). With optimizer offload the fp32 partition lives on the host and the 16-bit
@@ -166,7 +170,7 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
     part16 = np.where(offload, 0.0, c * p / n)  # the reduced partition in the compute dtype
     s = layout.sharding
 
-    ddp = np.where(mixed, 4.0, c) * p
+    ddp = c * p
     zero1 = c * p + fp32_part
     zero2 = part16 + fp32_part
     # ZeRO-3 (DeepSpeed's estimator: 18 B/param = 2 params16 + 4 grads32 + 4 params32 + 8 Adam):
@@ -263,8 +267,8 @@ def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
       sec. 5: the 5as/h term); with flash attention there is little left to drop;
     - pipeline parallelism: with 1F1B the first stage holds `pp` micro batches in flight
       (Narayanan et al. 2021), interleaving multiplies by (1 + (p-1)/(p*v)) (Korthikanti eq. 6);
-    - the output layer: logits (s*b*V/t, compute dtype) and the fp32 log-softmax kept by the
-      cross-entropy loss, on the last stage (the first when pp = 1).
+    - the output layer: the fp32 log-softmax (s*b*V/t) kept by the cross-entropy loss, on the
+      last stage (the first when pp = 1).
     """
     s, b, h, t = layout.seq_len, layout.micro_batch, spec.hidden, layout.tp
     a = compute_dtype_bytes(layout)
@@ -279,14 +283,16 @@ def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     stored = np.select(
         [ck == CKPT["none"], ck == CKPT["selective"]],
         [layers_per_stage * per_layer, layers_per_stage * selective],
-        default=layers_per_stage * layer_input + per_layer,
+        default=layers_per_stage * layer_input,
     )
+    # full recompute rebuilds one block of one micro batch at a time during backward
+    working = np.where(ck == CKPT["full"], per_layer, 0.0)
     in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
     interleave = np.where(layout.vpp > 1, 1 + (layout.pp - 1) / (layout.pp * layout.vpp), 1.0)
-    first_stage = stored * in_flight * interleave
-    logits = sb * spec.vocab_padded / t * (a + 4)
+    first_stage = stored * in_flight * interleave + working
+    logits = sb * spec.vocab_padded / t * 4
     final = sb * h * a * 2 / sp_div  # final norm input + output
-    last_stage = stored + logits + final
+    last_stage = stored + working + logits + final
     return np.where(layout.pp == 1, first_stage + logits + final, np.maximum(first_stage, last_stage))
 
 

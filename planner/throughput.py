@@ -77,12 +77,13 @@ def _per_token_times(spec: ModelSpec, layout: Layout, system: System, settings: 
     log_ft, log_size = flops.logits_gemm(spec, tokens, layout.tp)
     logits = log_ft / (peak * flops.efficiency(pts, log_size))
 
-    act_bytes = np.where(layout.precision == PREC["fp32"], 4.0, 2.0)
+    act_bytes = _elem_bytes(layout)
     hbm = system.gpu.hbm_gbytes_per_s * 1e9 * HBM_EFFICIENCY * settings.calibration.compute
     tp = layout.tp.astype(np.float64)
     # Korthikanti et al. 2022: sbh(10 + 24/t) bytes, or 34/t with sequence parallelism.
-    act = np.where(layout.sequence_parallel > 0, 34.0 / tp, 10.0 + 24.0 / tp) * spec.hidden / 2
-    eager = np.where(layout.attention == ATTN["eager"], 5.0 * spec.n_heads * layout.seq_len / tp, 0.0)
+    sp = layout.sequence_parallel > 0
+    act = (10.0 * ~sp + (24.0 + 10.0 * sp) / tp) * (spec.hidden / 2)
+    eager = (layout.attention == ATTN["eager"]) * (5.0 * spec.n_heads) * layout.seq_len / tp
     elem = act * act_bytes / hbm
     elem_attn = eager * act_bytes / 2 / hbm
     return gemm, attn, elem, elem_attn, logits
@@ -95,8 +96,7 @@ def _compute(spec: ModelSpec, layout: Layout, system: System, settings: Settings
     ckpt = layout.activation_checkpointing
     fwd_layer = gemm + attn + elem + elem_attn
     train_layer = 3.0 * (gemm + attn) + ELEMENTWISE_PASSES * (elem + elem_attn)
-    recompute = np.where(ckpt == CKPT["full"], fwd_layer,
-                         np.where(ckpt == CKPT["selective"], attn + elem_attn, 0.0))
+    recompute = (ckpt == CKPT["full"]) * fwd_layer + (ckpt == CKPT["selective"]) * (attn + elem_attn)
     tokens = layout.micro_batch * layout.seq_len
     fwd_micro = tokens * (layers * fwd_layer + logits)
     micro = tokens * (layers * (train_layer + recompute) + 3.0 * logits)
@@ -107,11 +107,22 @@ def _params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
     return spec.n_params / (layout.tp * layout.pp).astype(np.float64)
 
 
+def _elem_bytes(layout: Layout) -> np.ndarray:
+    """Bytes of a 16-bit or fp32 activation / parameter element."""
+    return 2.0 + 2.0 * (layout.precision == PREC["fp32"])
+
+
+def _optimizer_shard(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Parameters whose optimizer state one GPU updates (ZeRO-1+ shard it over dp)."""
+    dp = 1.0 + layout.shards_optimizer * (layout.dp - 1.0)
+    return _params_per_gpu(spec, layout) / dp
+
+
 def _optimizer_step_s(spec, layout, system, settings) -> np.ndarray:
-    shard = _params_per_gpu(spec, layout) / np.where(layout.shards_optimizer, layout.dp, 1)
+    shard = _optimizer_shard(spec, layout)
     per_param = _OPTIMIZER_BYTES[np.asarray(layout.optimizer)]
     hbm = system.gpu.hbm_gbytes_per_s * 1e9 * HBM_EFFICIENCY * settings.calibration.compute
-    return np.where(layout.offload == OFFLOAD["none"], shard * per_param / hbm, 0.0)
+    return (layout.offload == OFFLOAD["none"]) * shard * per_param / hbm
 
 
 def _grad_bytes(layout: Layout) -> np.ndarray:
@@ -119,7 +130,7 @@ def _grad_bytes(layout: Layout) -> np.ndarray:
     FSDP mixed precision reduce in 16 bit (Micikevicius et al. 2018; FSDP MixedPrecision)."""
     p = layout.precision
     fp32_grads = (p == PREC["fp32"]) | ((layout.sharding == SHARD["none"]) & (p != PREC["bf16_pure"]))
-    return np.where(fp32_grads, 4.0, 2.0)
+    return 2.0 + 2.0 * fp32_grads
 
 
 def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
@@ -129,43 +140,41 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
     g = comm.Group.of(links, dp, m)
     P = _params_per_gpu(spec, layout)
     gbytes = P * _grad_bytes(layout)
-    pbytes = P * np.where(layout.precision == PREC["fp32"], 4.0, 2.0)
+    pbytes = P * _elem_bytes(layout)
     nb_r = np.ceil(P / layout.reduce_bucket_elems)
     nb_g = np.ceil(P / layout.allgather_bucket_elems)
     L = float(spec.n_layers) / layout.pp
     is_ = {name: s == code for name, code in SHARD.items()}
-    exposed = np.zeros(np.shape(P))
-    per_node = np.zeros(np.shape(P))
 
     # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
     # (Li et al. VLDB 2020).
     ar = g.allreduce_s(gbytes, nb_r)
     ddp = np.maximum(ar - OVERLAP["ddp"] * bwd_micro, ar / nb_r)
-    exposed = np.where(is_["none"], ddp, exposed)
-    per_node = np.where(is_["none"], g.node_bytes(gbytes, 2.0), per_node)
+    exposed = is_["none"] * ddp
+    per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
     # batch) behind backward, then an all-gather of the updated 16-bit parameters (Rajbhandari
     # et al. SC20).
     z12 = is_["zero1"] | is_["zero2"]
     rs = g.allgather_s(gbytes, nb_r)
     rs_hidden = np.maximum(rs - OVERLAP["zero12"] * bwd_micro, rs / nb_r)
-    times = np.where(is_["zero2"], ga, 1)
-    exposed = np.where(z12, times * rs_hidden + g.allgather_s(pbytes, nb_g), exposed)
+    times = 1.0 + is_["zero2"] * (ga - 1.0)
+    exposed = exposed + z12 * (times * rs_hidden + g.allgather_s(pbytes, nb_g))
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
-    per_node = np.where(z12, times * rs_b + ag_b, per_node)
+    per_node = per_node + z12 * (times * rs_b + ag_b)
     # ZeRO-3 / FSDP: gather parameters for forward and again for backward (not FSDP's
     # SHARD_GRAD_OP), reduce-scatter grads, every micro batch, module by module behind the
     # prefetch (Rajbhandari et al. SC20; Zhao et al. VLDB 2023).
     full = is_["zero3"] | is_["fsdp_full_shard"] | is_["fsdp_shard_grad_op"]
-    ov = np.where(is_["zero3"], OVERLAP["zero3"], OVERLAP["fsdp"])
+    ov = OVERLAP["fsdp"] + is_["zero3"] * (OVERLAP["zero3"] - OVERLAP["fsdp"])
     ag = g.allgather_s(pbytes, L)
-    ag_bwd = np.where(is_["fsdp_shard_grad_op"], 0.0, ag)
+    ag_bwd = ~is_["fsdp_shard_grad_op"] * ag
     rs_l = g.allgather_s(gbytes, L)
     sharded = ga * (np.maximum(ag - ov * fwd_micro, ag / L)
                     + np.maximum(ag_bwd + rs_l - ov * bwd_micro, rs_l / L))
-    exposed = np.where(full, sharded, exposed)
-    gathers = np.where(is_["fsdp_shard_grad_op"], 1.0, 2.0)
-    per_node = np.where(full, ga * (gathers * ag_b + rs_b), per_node)
+    exposed = exposed + full * sharded
+    gathers = 2.0 - is_["fsdp_shard_grad_op"]
+    per_node = per_node + full * ga * (gathers * ag_b + rs_b)
     # Hybrid shard: shard inside the node, all-reduce the grad shard across nodes.
     hy = is_["fsdp_hybrid"]
     if np.any(hy):
@@ -176,8 +185,8 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
         ar_h = gx.allreduce_s(gbytes / m, L)
         hybrid = ga * (np.maximum(ag_h - OVERLAP["fsdp"] * fwd_micro, ag_h / L)
                        + np.maximum(ag_h + rs_h + ar_h - OVERLAP["fsdp"] * bwd_micro, rs_h / L))
-        exposed = np.where(hy, hybrid, exposed)
-        per_node = np.where(hy, ga * gx.node_bytes(gbytes / m, 2.0), per_node)
+        exposed = exposed + hy * hybrid
+        per_node = per_node + hy * ga * gx.node_bytes(gbytes / m, 2.0)
     return exposed, per_node
 
 
@@ -185,17 +194,16 @@ def _tp_pp_comm(spec, layout, links: comm.Links, system: System):
     """TP all-reduces (2 forward + 2 backward per block, 2 more when recomputing; Shoeybi et al.
     2019) and PP activation sends (2 per micro batch and virtual stage), seconds per step."""
     tokens = layout.micro_batch * layout.seq_len
-    act = np.where(layout.precision == PREC["fp32"], 4.0, 2.0) * tokens * spec.hidden
+    act = _elem_bytes(layout) * tokens * spec.hidden
     layers = spec.n_layers / layout.pp
-    per_layer = 4.0 + np.where(layout.activation_checkpointing == CKPT["full"], 2.0, 0.0)
+    per_layer = 4.0 + 2.0 * (layout.activation_checkpointing == CKPT["full"])
     calls = layers * per_layer
     m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
     tp_s = layout.grad_accum * comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
     # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor.
     p2p_bytes = act / layout.tp
     inter = layout.gpus > system.gpus_per_node
-    pp_s = np.where(layout.pp > 1,
-                    layout.grad_accum * 2.0 * layout.vpp * comm.p2p_s(links, p2p_bytes, inter), 0.0)
+    pp_s = (layout.pp > 1) * layout.grad_accum * 2.0 * layout.vpp * comm.p2p_s(links, p2p_bytes, inter)
     return tp_s, pp_s
 
 
@@ -203,11 +211,11 @@ def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro):
     """ZeRO-Offload: grads to host (overlapped with backward), CPU Adam, params back; ZeRO-
     Infinity/FSDP param offload also fetches the parameter shard twice per micro batch."""
     ga = layout.grad_accum
-    shard = _params_per_gpu(spec, layout) / np.where(layout.shards_optimizer, layout.dp, 1)
+    shard = _optimizer_shard(spec, layout)
     gb = _grad_bytes(layout)
-    pb = np.where(layout.precision == PREC["fp32"], 4.0, 2.0)
+    pb = _elem_bytes(layout)
     per_micro_grads = layout.shards_grads
-    d2h = shard * gb / links.host_Bps * np.where(per_micro_grads, ga, 1)
+    d2h = shard * gb / links.host_Bps * (1.0 + per_micro_grads * (ga - 1.0))
     d2h_exposed = np.maximum(d2h - HOST_TRANSFER_OVERLAP * ga * bwd_micro, 0.0)
     host_Bps = HOST_MEMORY_GBYTES_PER_S_PER_NODE * 1e9 / system.gpus_per_node
     cpu_adam = shard * OPTIMIZER_BYTES_PER_PARAM[OPTIM["adamw"]] / host_Bps
@@ -216,8 +224,7 @@ def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro):
     fetch = 2.0 * shard * pb / links.host_Bps
     params = ga * np.maximum(fetch - OVERLAP["zero3"] * micro, 0.0)
     off = layout.offload
-    return np.where(off == OFFLOAD["none"], 0.0,
-                    opt + np.where(off == OFFLOAD["optimizer+params"], params, 0.0))
+    return (off != OFFLOAD["none"]) * (opt + (off == OFFLOAD["optimizer+params"]) * params)
 
 
 _NUMERIC = ("tp", "pp", "vpp", "dp", "micro_batch", "grad_accum", "seq_len", "reduce_bucket_elems",

@@ -169,7 +169,7 @@ class Tuner:
         key = config_key(knobs)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("knobs", knobs)
-        if trial.system_attrs.get("failed_trial") is not None:
+        if self.study._storage.get_trial_system_attrs(trial._trial_id).get("failed_trial") is not None:
             trial.set_user_attr("source", "retry")
         elif "source" not in trial.user_attrs:
             trial.set_user_attr("source", self.cfg.sampler)

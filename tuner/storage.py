@@ -14,7 +14,12 @@ from pathlib import Path
 
 import optuna
 import sqlalchemy as sa
-from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.storages import RDBStorage
+
+try:  # optuna >= 4.9 renamed the callback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback as _Retry
+except ImportError:  # pragma: no cover
+    from optuna.storages import RetryFailedTrialCallback as _Retry
 from optuna.trial import FrozenTrial, TrialState
 
 from planner.errors import PlanError
@@ -41,9 +46,19 @@ def normalize_url(url: str | None) -> str:
     return url
 
 
+def quiet_optuna() -> None:
+    """Optuna's info lines and experimental-feature warnings would drown the progress bar."""
+    import warnings
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
+
+
 def open_storage(url: str | None, *, heartbeat_interval_s: int = 10, grace_period_s: int = 30,
                  max_retry: int = 2) -> RDBStorage:
     url = normalize_url(url)
+    quiet_optuna()
     kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         kwargs = {"connect_args": {"timeout": 60}}
@@ -63,7 +78,7 @@ class StaleTrialCallback:
     """A dead worker's trial: end its orphaned ranks (same host), then retry it."""
 
     def __init__(self, max_retry: int = 2):
-        self._retry = RetryFailedTrialCallback(max_retry=max_retry, inherit_intermediate_values=False)
+        self._retry = _Retry(max_retry=max_retry, inherit_intermediate_values=False)
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         end_orphan_group(trial)
@@ -121,6 +136,11 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
+def rdb(storage) -> RDBStorage:
+    """The RDBStorage under optuna's caching wrapper (a study's `_storage`)."""
+    return getattr(storage, "_backend", storage)
+
+
 def claim(storage: RDBStorage, study_name: str, config_key: str, trial_id: int, *,
           is_reclaimable) -> int | None:
     """Claim a configuration for a trial. Returns None when claimed, else the holder's trial id.
@@ -128,7 +148,7 @@ def claim(storage: RDBStorage, study_name: str, config_key: str, trial_id: int, 
     The primary key makes the insert atomic across workers; a holder whose trial produced no
     result (interrupted, heartbeat-failed) is taken over with a compare-and-set update.
     """
-    eng = storage.engine
+    eng = rdb(storage).engine
     row = {"study_name": study_name, "config_key": config_key, "trial_id": trial_id}
     try:
         with eng.begin() as conn:
@@ -155,7 +175,7 @@ def claim(storage: RDBStorage, study_name: str, config_key: str, trial_id: int, 
 
 def release(storage: RDBStorage, study_name: str, config_key: str, trial_id: int) -> None:
     """Give a claim back (a trial that was not run after all, e.g. it did not fit the budget)."""
-    with storage.engine.begin() as conn:
+    with rdb(storage).engine.begin() as conn:
         conn.execute(claims_table.delete().where(
             claims_table.c.study_name == study_name, claims_table.c.config_key == config_key,
             claims_table.c.trial_id == trial_id))

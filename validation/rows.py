@@ -110,6 +110,9 @@ def _system(row, notes: list[str]) -> System:
 def _sharding(row, notes) -> str:
     v = (row.get("sharding") or row.get("zero_stage_or_fsdp") or "none").strip()
     if v.startswith("zero (stage not stated"):
+        if "ZeRO3" in v:
+            notes.append("ZeRO stage not stated; the branch is named ZeRO3: zero3")
+            return "zero3"
         notes.append("ZeRO stage not stated: zero1")
         return "zero1"
     return v or "none"

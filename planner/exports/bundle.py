@@ -72,8 +72,10 @@ def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | Non
         reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
         raise PlanError("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
     first_refusal = None
+    # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: chosen only when pinned
+    pinned_mp = (report.scenario.tp or 1) > 1 or (report.scenario.pp or 1) > 1
     for rank, est in fitting:
-        refusal = refusal_of(fmt, est.plan, report.system) if fmt else None
+        refusal = refusal_of(fmt, est.plan, report.system, allow_model_parallel=pinned_mp) if fmt else None
         if refusal is None:
             return Chosen(plan=est.plan, model_ref=model_ref or report.model.name, model=report.model,
                           system=report.system, step_time_s=est.time.step_time_s if est.time else None,
@@ -84,8 +86,11 @@ def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | Non
                     f"written as {fmt}: {first_refusal.message}")
 
 
-def refusal_of(fmt: str, plan: ExecutionPlan, system: System) -> PlanError | None:
-    """Why `fmt` cannot express `plan` (None: it can)."""
+def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_parallel: bool = False) -> PlanError | None:
+    """Why `fmt` cannot express `plan` (None: it can). Without `allow_model_parallel`, a
+    DeepSpeed plan must be pure data parallel (what a plain model under DeepSpeed runs)."""
+    if fmt == "deepspeed" and not allow_model_parallel and (plan.tp > 1 or plan.pp > 1):
+        return PlanError("tp", "tp/pp > 1 needs Megatron-style model code; pin --tp/--pp to export such a plan")
     try:
         if fmt == "deepspeed" or (fmt in ("torchrun", "slurm") and is_deepspeed(plan)):
             deepspeed_config(plan)

@@ -178,7 +178,13 @@ def test_deepspeed_accepts_what_the_planner_proposes(tmp_path):
             continue
         for est in report.results:
             for target in ("gpu", "cpu"):
-                cfg = deepspeed_config(est.plan, target=target, model=report.model)
+                try:
+                    cfg = deepspeed_config(est.plan, target=target, model=report.model)
+                except PlanError as e:  # only the documented refusals
+                    p = est.plan
+                    assert (p.sharding, p.precision, e.field) == ("none", "bf16_pure", "precision") or (
+                        e.field == "pp" and p.pp > 1), (p, e)
+                    continue
                 cases.append({"name": f"{sh}/{off}/{prec}/{target}", "dp": est.plan.dp, "config": cfg})
     for model, gpus in (("7b", 16), ("llama2-13b", 64), ("gpt2", 2)):
         report = api.estimate(Scenario(model=model, gpus=gpus, sharding="zero3", activation_checkpointing="full"), top=3)

@@ -108,7 +108,8 @@ class DeepSpeedEngine(Engine):
         original = self.engine.allreduce_gradients
 
         def wrapped(*args, **kwargs):
-            self._grads_before_reduce = StorageCounter().count(self.grad_tensors())
+            if self.stage == 1:  # ZeRO-2/3 reduce during backward; what is left here is bucket
+                self._grads_before_reduce = StorageCounter().count(self.grad_tensors())
             self.engine.allreduce_gradients = original
             return original(*args, **kwargs)
 

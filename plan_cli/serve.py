@@ -1,0 +1,41 @@
+"""`plan serve`: the HTTP API (FastAPI under uvicorn). OpenAPI at /openapi.json, docs at /docs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from plan_cli.common import err_console, handle_errors
+
+Opt = typer.Option
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+
+
+@handle_errors
+def serve(
+    host: Annotated[str, Opt(help="Interface to bind (keep 127.0.0.1 unless behind a proxy)")] = "127.0.0.1",
+    port: Annotated[int, Opt(min=0, max=65535)] = 8000,
+    storage: Annotated[str, Opt(help="Optuna storage URL for POST /tune studies")] = "sqlite:///plan-tune.db",
+    workdir: Annotated[Path, Opt(help="Where tuning workers keep configs, logs and trial files")] = Path("plan-serve"),
+    max_body_kib: Annotated[int, Opt(min=1, help="Request bodies above this get 413")] = 64,
+    insecure: Annotated[bool, Opt(help="Allow POST /tune without PLAN_API_TOKEN (local use only)")] = False,
+    catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s)")] = None,
+) -> None:
+    """Serve the planner over HTTP: POST /estimate, GET /catalog, POST /tune, GET /export/..."""
+    import uvicorn
+
+    from plan_service import ServiceConfig, create_app
+
+    token = os.environ.get("PLAN_API_TOKEN") or None
+    if token is None and not insecure:
+        err_console.print("note: PLAN_API_TOKEN is not set: POST /tune answers 503 (use --insecure to allow it)",
+                          highlight=False)
+    config = ServiceConfig(storage=storage, workdir=workdir, api_token=token, insecure=insecure,
+                           max_body_bytes=max_body_kib * 1024, catalog_dirs=list(catalog or []))
+    uvicorn.run(create_app(config), host=host, port=port, log_level="info")

@@ -1,0 +1,174 @@
+"""`plan tune`: validate the planner with real runs (Optuna study of trainer trials).
+
+`plan tune --model tiny --gpus 2 --budget 3m` runs a study; `plan tune report --study NAME`
+prints what a study found at any time (also while workers are running).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from plan_cli.common import console, err_console, handle_errors, print_json
+from planner.errors import PlanError
+
+Opt = typer.Option
+RUN = "Run"
+SPACE = "Search space"
+OUT = "Output"
+
+tune_app = typer.Typer(name="tune", invoke_without_command=True, no_args_is_help=False,
+                       help="Tune execution plans with real trainer runs (Optuna; resumable).")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tune_app, name="tune")
+
+
+@tune_app.callback()
+@handle_errors
+def tune(
+    ctx: typer.Context,
+    model: Annotated[Optional[str], Opt(help="Preset id, size (7b) or config.json", rich_help_panel=RUN)] = None,
+    gpus: Annotated[Optional[int], Opt(min=1, help="Ranks (GPUs; CPU ranks without a GPU). Default: this machine's devices", rich_help_panel=RUN)] = None,
+    budget: Annotated[Optional[str], Opt(help="Wall-clock budget: 2h, 90m, 3m, 45s", rich_help_panel=RUN)] = None,
+    steps: Annotated[int, Opt(min=2, help="Trainer steps per trial (warm-up included)", rich_help_panel=RUN)] = 4,
+    storage: Annotated[Optional[str], Opt(help="Optuna RDB URL (default sqlite:///plan-tune.db; postgresql://... works)", rich_help_panel=RUN)] = None,
+    study: Annotated[Optional[str], Opt(help="Study name (default MODEL-NxDEVICE-BACKEND)", rich_help_panel=RUN)] = None,
+    backend: Annotated[str, Opt(help="deepspeed|fsdp|any", rich_help_panel=SPACE)] = "any",
+    top_k: Annotated[int, Opt(min=0, help="Planner proposals tried first", rich_help_panel=SPACE)] = 5,
+    choices: Annotated[Optional[list[str]], Opt(help="Narrow the space: KNOB=V1,V2 (repeatable)", rich_help_panel=SPACE)] = None,
+    global_batch: Annotated[Optional[int], Opt(min=1, help="Fix sequences per step (grad_accum follows)", rich_help_panel=SPACE)] = None,
+    seq_len: Annotated[Optional[int], Opt(min=1, rich_help_panel=SPACE)] = None,
+    explore_infeasible: Annotated[bool, Opt(help="Also launch what the planner predicts will not fit", rich_help_panel=SPACE)] = False,
+    infeasible_margin: Annotated[float, Opt(min=0, help="Launch predicted memory misses smaller than this fraction", rich_help_panel=SPACE)] = 0.10,
+    device_memory_gib: Annotated[Optional[float], Opt(min=0.1, help="Per-rank memory cap (CPU: a real RLIMIT_AS)", rich_help_panel=RUN)] = None,
+    gpu: Annotated[Optional[str], Opt(help="Catalog GPU id of this machine's GPUs", rich_help_panel=RUN)] = None,
+    cluster: Annotated[Optional[str], Opt(help="Catalog cluster id", rich_help_panel=RUN)] = None,
+    max_trials: Annotated[Optional[int], Opt(min=1, help="Launch at most this many trials", rich_help_panel=RUN)] = None,
+    trial_timeout: Annotated[Optional[str], Opt(help="Kill a trial after this long (default 3x its expected time)", rich_help_panel=RUN)] = None,
+    sampler: Annotated[str, Opt(help="tpe|random (after the planner's proposals)", rich_help_panel=SPACE)] = "tpe",
+    seed: Annotated[Optional[int], Opt(rich_help_panel=SPACE)] = None,
+    calibration: Annotated[Optional[Path], Opt(help="Start from this Calibration JSON", rich_help_panel=RUN)] = None,
+    calibration_out: Annotated[Optional[Path], Opt(help="Write the fitted Calibration JSON here (for plan estimate --calibration)", rich_help_panel=OUT)] = None,
+    csv: Annotated[Optional[Path], Opt(help="Write the trial table as CSV", rich_help_panel=OUT)] = None,
+    no_network: Annotated[bool, Opt("--no-network-bench", help="Skip the all-reduce measurement", rich_help_panel=RUN)] = False,
+    init_only: Annotated[bool, Opt(help="Create the study (and measure) but run no trial: do this once before starting several workers", rich_help_panel=RUN)] = False,
+    heartbeat_interval: Annotated[int, Opt(min=1, hidden=True)] = 10,
+    grace_period: Annotated[int, Opt(min=1, hidden=True)] = 30,
+    workdir: Annotated[Optional[Path], Opt(help="Trial logs and result files (default: a temp dir)", rich_help_panel=OUT)] = None,
+    json_out: Annotated[bool, Opt("--json", help="Print the report as JSON", rich_help_panel=OUT)] = False,
+    no_progress: Annotated[bool, Opt("--no-progress", help="No progress bar", rich_help_panel=OUT)] = False,
+) -> None:
+    """Run (or resume) a study: planner proposals first, then an Optuna sampler; each trial a
+    real trainer run. Open the study in optuna-dashboard: `optuna-dashboard sqlite:///plan-tune.db`."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None:
+        raise PlanError("model", "give the model to tune, e.g. --model tiny (or `plan tune report --study NAME`)")
+    if budget is None:
+        raise PlanError("budget", "give a wall-clock budget, e.g. --budget 2h")
+    from tuner.budget import parse_duration_s
+    from tuner.config import TuneConfig
+    from tuner.space import parse_choices
+
+    if backend not in ("deepspeed", "fsdp", "any"):
+        raise PlanError("backend", f"unknown value {backend!r} (allowed: deepspeed, fsdp, any)")
+    if sampler not in ("tpe", "random"):
+        raise PlanError("sampler", f"unknown value {sampler!r} (allowed: tpe, random)")
+    cfg = TuneConfig(
+        model=model, gpus=gpus, budget_s=parse_duration_s(budget), steps=steps, storage=storage, study=study,
+        backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=infeasible_margin,
+        device_memory_gib=device_memory_gib, choices=parse_choices(choices or []), global_batch=global_batch,
+        seq_len=seq_len, gpu=gpu, cluster=cluster, max_trials=max_trials,
+        trial_timeout_s=parse_duration_s(trial_timeout, "trial_timeout") if trial_timeout else None,
+        sampler=sampler, seed=seed, calibration_in=str(calibration) if calibration else None,
+        calibration_out=str(calibration_out) if calibration_out else None, csv=str(csv) if csv else None,
+        measure_network=not no_network, heartbeat_interval_s=heartbeat_interval, grace_period_s=grace_period,
+        workdir=str(workdir) if workdir else None, progress=not (json_out or no_progress),
+    )
+    if init_only:
+        from tuner.api import create_study
+
+        sc = create_study(cfg)
+        msg = {"study": sc.study.study_name, "space_size": sc.space.size, "network": sc.meta.get("network_note")}
+        print_json(msg) if json_out else console.print(
+            f"study [bold]{sc.study.study_name}[/] ready: {sc.space.size} configurations; network {msg['network']}")
+        return
+    from tuner.api import start_study
+
+    report = start_study(cfg, console=err_console)
+    _show(report, cfg.storage, json_out)
+
+
+@tune_app.command("report")
+@handle_errors
+def report(
+    study: Annotated[str, Opt(help="Study name")],
+    storage: Annotated[Optional[str], Opt(help="Optuna RDB URL (default sqlite:///plan-tune.db)")] = None,
+    csv: Annotated[Optional[Path], Opt(help="Write the trial table as CSV")] = None,
+    json_out: Annotated[bool, Opt("--json", help="Print JSON")] = False,
+) -> None:
+    """What a study has found so far: best configuration, trial table, prediction errors."""
+    from tuner.report import build_report, load, trials_frame
+
+    st = load(study, storage)
+    rep = build_report(st, storage)
+    if csv:
+        trials_frame(st).to_csv(csv, index=False)
+    _show(rep, storage, json_out)
+
+
+def _show(rep, storage: str | None, json_out: bool) -> None:
+    if json_out:
+        print_json(rep)
+        return
+    from rich.table import Table
+
+    from tuner.report import load, trials_frame
+
+    df = trials_frame(load(rep.study, storage))
+    t = Table(title=f"study {rep.study}: {rep.launched} run of {rep.trials} trials ({rep.device}, {rep.ranks} ranks)")
+    cols = ["trial", "status", "source", "sharding", "offload", "activation_checkpointing", "precision",
+            "micro_batch", "grad_accum", "measured_tokens_per_s", "predicted_tokens_per_s_default",
+            "predicted_memory_gib", "measured_memory_gib", "reason"]
+    heads = ["#", "status", "source", "sharding", "offload", "ckpt", "prec", "mb", "ga", "tok/s",
+             "pred tok/s", "pred GiB", "meas GiB", "note"]
+    for h in heads:
+        t.add_column(h, overflow="fold")
+    for _, row in df.iterrows():
+        t.add_row(*[_fmt(row[c]) for c in cols])
+    console.print(t)
+    if rep.best:
+        b = rep.best
+        knobs = " ".join(f"{k}={b[k]}" for k in ("sharding", "offload", "activation_checkpointing",
+                                                 "precision", "micro_batch", "grad_accum") if k in b)
+        console.print(f"[bold green]best[/] trial {b['trial']}: {b['tokens_per_s']:,.0f} tokens/s measured  {knobs}")
+    else:
+        console.print("[yellow]no completed trial yet[/]")
+    e0, e1 = rep.error_before, rep.error_after
+    if e0["n"]:
+        console.print(f"prediction error of tokens/s over {e0['n']} trials: mean {e0['mean_abs_pct']:.0f}% "
+                      f"before calibration, {e1['mean_abs_pct']:.0f}% after "
+                      f"(compute x{rep.calibration['compute']:.3g}, network x{rep.calibration['network']:.3g})")
+    if rep.deepspeed_config:
+        console.print("DeepSpeed config (ds_config.json):")
+        console.print_json(json.dumps(rep.deepspeed_config))
+    elif rep.launch_settings:
+        console.print("launch settings (accelerate):")
+        console.print_json(json.dumps(rep.launch_settings))
+    if rep.launch_command:
+        console.print(f"launch: [bold]{rep.launch_command}[/]", soft_wrap=True)
+    if rep.stop_reason:
+        console.print(f"stopped: {rep.stop_reason}")
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    return str(v)

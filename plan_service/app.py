@@ -1,0 +1,201 @@
+"""The FastAPI app: estimate, catalog, tune (background workers) and exports.
+
+Errors: a PlanError or catalog error is a 422 naming the field (FastAPI's own validation
+errors have the same shape); an unknown catalog id or study is a 404. Mutating endpoints
+(POST /tune) need `Authorization: Bearer $PLAN_API_TOKEN`; with no token configured they
+answer 503 unless the server was started with --insecure. Bodies over `max_body_bytes` get 413.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Path as PathParam, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from hardware.errors import CatalogError
+from hardware.models import GPU, Cluster
+from plan_service.limits import BodySizeLimit
+from plan_service.models import (
+    NAME_PATTERN, CatalogSummary, ErrorBody, TuneRequest, TuneStarted, TuneStatus,
+)
+from plan_service.tune_jobs import TuneJobs, log_tail
+from planner.api import EstimateReport
+from planner.errors import PlanError
+from planner.scenario import Scenario
+
+Objective = Literal["tokens_per_s", "days", "cost", "memory-headroom"]
+Name = Annotated[str, PathParam(pattern=NAME_PATTERN)]
+ERRORS = {422: {"model": ErrorBody, "description": "invalid input, naming the field"}}
+
+
+@dataclass
+class ServiceConfig:
+    storage: str = "sqlite:///plan-tune.db"
+    workdir: Path = Path("plan-serve")
+    api_token: str | None = None  # PLAN_API_TOKEN
+    insecure: bool = False  # allow POST /tune without a token
+    max_body_bytes: int = 64 * 1024
+    catalog_dirs: list[Path] = field(default_factory=list)
+
+
+def create_app(config: ServiceConfig | None = None) -> FastAPI:
+    config = config or ServiceConfig()
+    app = FastAPI(title="plan", version="0.1.0",
+                  description="Capacity planner and auto-tuner for distributed LLM training.")
+    app.state.config = config
+    app.state.jobs = TuneJobs(config.storage, Path(config.workdir))
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
+    _error_handlers(app)
+
+    def require_token(authorization: Annotated[str | None, Header()] = None) -> None:
+        if config.api_token is None:
+            if config.insecure:
+                return
+            raise HTTPException(503, "tuning over HTTP is disabled: set PLAN_API_TOKEN (or start with --insecure)")
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), config.api_token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    @app.post("/estimate", response_model=EstimateReport, responses=ERRORS)
+    def estimate(scenario: Scenario, objective: Objective = "tokens_per_s",
+                 top: Annotated[int, Query(ge=1, le=100)] = 10) -> EstimateReport:
+        """Rank the plans of a scenario (blank knobs = the planner chooses), best first."""
+        from planner import api
+
+        _check_scenario(scenario)
+        return api.estimate(scenario, catalog=_catalog(config), objective=objective, top=top,
+                            include_rejected=True)
+
+    @app.get("/catalog", response_model=CatalogSummary)
+    def catalog() -> CatalogSummary:
+        cat = _catalog(config)
+        return CatalogSummary(gpus=cat.gpus, clusters=cat.clusters, models=sorted(cat.models))
+
+    @app.get("/catalog/gpus/{gpu_id}", response_model=GPU, responses={404: {"model": ErrorBody}})
+    def catalog_gpu(gpu_id: Name) -> GPU:
+        return _entry(_catalog(config).gpus, "gpu", gpu_id)
+
+    @app.get("/catalog/clusters/{cluster_id}", response_model=Cluster, responses={404: {"model": ErrorBody}})
+    def catalog_cluster(cluster_id: Name) -> Cluster:
+        return _entry(_catalog(config).clusters, "cluster", cluster_id)
+
+    @app.post("/tune", status_code=202, response_model=TuneStarted, dependencies=[Depends(require_token)],
+              responses={**ERRORS, 401: {"model": ErrorBody}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}})
+    def tune(req: TuneRequest) -> TuneStarted:
+        """Start a tuning study in a background worker; returns its name at once."""
+        from planner.resolve import resolve_model
+
+        resolve_model(Scenario(model=req.model))  # a bad model is a 422 now, not a dead worker
+        try:
+            name = app.state.jobs.start(req)
+        except PlanError as e:
+            if e.field == "study":
+                raise HTTPException(409, str(e)) from None
+            raise
+        return TuneStarted(study=name, status_url=f"/tune/{name}", export_url=f"/export/{name}/deepspeed")
+
+    @app.get("/tune/{study}", response_model=TuneStatus, responses={404: {"model": ErrorBody}})
+    def tune_status(study: Name) -> TuneStatus:
+        """A study's state: the worker (if this server started it), trials and best so far."""
+        job = app.state.jobs.get(study)
+        report = _report(study, config.storage)
+        if job is None and report is None:
+            raise HTTPException(404, f"no study {study!r} on this server or in its storage")
+        if job is None:
+            return TuneStatus(study=study, status="stored", report=report)
+        code = job.proc.poll()
+        status = "running" if code is None else ("finished" if code == 0 else "failed")
+        return TuneStatus(study=study, status=status, exit_code=code, report=report,
+                          log_tail=log_tail(job.log_path) if code not in (None, 0) else None)
+
+    @app.get("/export/{study}/deepspeed", responses={**ERRORS, 404: {"model": ErrorBody}})
+    def export_deepspeed(study: Name, target: Literal["gpu", "cpu"] | None = None) -> dict:
+        """The DeepSpeed JSON config of a study's best trial."""
+        from planner.exports.bundle import ExportOptions, export
+
+        chosen = _chosen_from_study(study, config.storage)
+        result = export("deepspeed", chosen, ExportOptions(target=target))
+        return json.loads(result.files[0].content)
+
+    return app
+
+
+def _error_handlers(app: FastAPI) -> None:
+    def body(loc: list, msg: str, kind: str) -> dict:
+        return {"detail": [{"loc": loc, "msg": msg, "type": kind}]}
+
+    @app.exception_handler(PlanError)
+    async def plan_error(request: Request, e: PlanError):
+        return JSONResponse(body(["body", e.field], e.message, "plan_error"), status_code=422)
+
+    @app.exception_handler(CatalogError)
+    async def catalog_error(request: Request, e: CatalogError):
+        return JSONResponse(body(["body", e.field], e.message, "catalog_error"), status_code=422)
+
+    @app.exception_handler(ValidationError)
+    async def validation_error(request: Request, e: ValidationError):
+        first = e.errors()[0]
+        return JSONResponse(body(["body", *first.get("loc", ())], first["msg"], first["type"]), status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_error(request: Request, e: RequestValidationError):
+        # FastAPI's shape, minus the echoed input (which may be large or not JSON-safe)
+        detail = [{"loc": list(err.get("loc", ())), "msg": err["msg"], "type": err["type"]} for err in e.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _catalog(config: ServiceConfig):
+    from hardware.catalog import load_catalog
+
+    return load_catalog(config.catalog_dirs)
+
+
+def _entry(table: dict, kind: str, entry_id: str):
+    if entry_id not in table:
+        from hardware.errors import unknown_id
+
+        raise HTTPException(404, unknown_id(kind, entry_id, table).message)
+    return table[entry_id]
+
+
+def _check_scenario(scenario: Scenario) -> None:
+    """The server's files stay its own: a model is a preset id or a size, never a path."""
+    import re
+
+    if scenario.model is not None and not re.match(NAME_PATTERN, scenario.model):
+        raise PlanError("model", "a preset id or a size such as 7b (paths are not accepted over HTTP)")
+    if scenario.model is not None and scenario.model.lower().endswith(".json"):
+        raise PlanError("model", "a preset id or a size such as 7b (config files are not accepted over HTTP)")
+
+
+def _report(study: str, storage: str) -> dict | None:
+    from tuner import build_report, load
+
+    try:
+        return build_report(load(study, storage), storage).model_dump(mode="json")
+    except PlanError:
+        return None
+
+
+def _chosen_from_study(study: str, storage: str):
+    from planner.exports.bundle import Chosen
+    from planner.system import System
+    from tuner import best_plan, load
+    from tuner.setup import META_KEY
+
+    try:
+        meta = load(study, storage).user_attrs.get(META_KEY)
+    except PlanError as e:
+        raise HTTPException(404, str(e)) from None
+    if meta is None:
+        raise HTTPException(404, f"{study!r} was not created by plan tune")
+    plan = best_plan(study, storage)  # PlanError (no completed trial) -> 422
+    return Chosen(plan=plan, model_ref=meta["model"], system=System.model_validate(meta["system"]),
+                  source=f"study {study} best trial")

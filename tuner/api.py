@@ -1,0 +1,62 @@
+"""Programmatic entry points (the CLI and the HTTP service call these)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optuna.trial import TrialState
+
+from tuner.budget import Budget
+from tuner.config import TuneConfig
+from tuner.loop import Runner, Tuner
+from tuner.progress import TuneProgress
+from tuner.report import TuneReport, build_report, ran, trials_frame
+from tuner.setup import StudyContext, open_study
+
+
+def create_study(config: TuneConfig) -> StudyContext:
+    """Create the study (measuring this machine once) without running trials: do this once
+    before starting several workers on one storage."""
+    return open_study(config, create=True)
+
+
+def start_study(config: TuneConfig, *, runner: Runner | None = None, console=None) -> TuneReport:
+    """Run (or resume) a study until its budget, trial cap or space is used up, or Ctrl-C.
+
+    Everything is in the storage after every trial; a Ctrl-C kills the running trial's process
+    group, marks it interrupted, queues it again and returns the report of what was done.
+    """
+    budget = Budget(config.budget_s)
+    ctx = open_study(config, create=True)
+    progress = TuneProgress(budget, console=console, enabled=config.progress)
+
+    def after_trial(tuner: Tuner) -> None:
+        trials = tuner.study.get_trials(deepcopy=False)
+        last = trials[-1] if trials else None
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value]
+        best = max((t.value for t in done), default=None)
+        progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last))
+
+    tuner = Tuner(ctx, budget, runner=runner, on_trial=after_trial)
+    with progress:
+        try:
+            stop = tuner.run()
+        except KeyboardInterrupt:
+            stop = "stopped by Ctrl-C (everything is kept; run the same command to resume)"
+    tuner.refit()
+    report = build_report(ctx.study, config.storage, stop_reason=stop)
+    if config.csv:
+        Path(config.csv).parent.mkdir(parents=True, exist_ok=True)
+        trials_frame(ctx.study).to_csv(config.csv, index=False)
+    return report
+
+
+def _line(t) -> str:
+    if t is None or t.user_attrs.get("status") in (None, "duplicate"):
+        return ""
+    a = t.user_attrs
+    knobs = a.get("knobs") or t.params
+    what = " ".join(f"{k}={v}" for k, v in knobs.items())
+    if t.state == TrialState.COMPLETE:
+        return f"  #{t.number} ok {t.value:,.0f} tok/s  {what}"
+    return f"  #{t.number} {a.get('status')}: {str(a.get('reason') or a.get('error') or '')[:100]}  {what}"
