@@ -1,0 +1,61 @@
+"""`plan allreduce-bench`: collective bandwidth between N local ranks (or many nodes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from plan_cli.common import console, handle_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command("allreduce-bench")(allreduce_bench)
+
+
+@handle_errors
+def allreduce_bench(
+    nproc: Annotated[int, typer.Option(min=1, help="Ranks on this node.")] = 2,
+    nnodes: Annotated[int, typer.Option(min=1)] = 1,
+    node_rank: Annotated[int, typer.Option(min=0)] = 0,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="host:port of the rendezvous.")] = None,
+    sizes: Annotated[str, typer.Option(help="Comma-separated message sizes, e.g. 1M,16M,256M.")] = "1M,4M,16M,64M,256M,1G",
+    ops: Annotated[str, typer.Option(help="Comma-separated: all_reduce, all_gather, reduce_scatter.")] = "all_reduce",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here.")] = None,
+) -> None:
+    """Measure algbw and busbw (nccl-tests definitions) over a ladder of message sizes."""
+    from planner.errors import PlanError, unknown
+    from trainer.collectives import OPS, parse_size, run_bench
+
+    op_list = [o.strip() for o in ops.split(",") if o.strip()]
+    for o in op_list:
+        if o not in OPS:
+            raise unknown("ops", o, OPS)
+    size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
+    if not size_list:
+        raise PlanError("sizes", "give at least one size")
+    report = run_bench(op_list, size_list, nproc, nnodes, node_rank, rdzv_endpoint, progress=console.is_terminal)
+    if report is None:
+        return  # not the node of rank 0
+    from rich.table import Table
+
+    table = Table(title=f"{report.backend}: {report.nproc} ranks on {report.nnodes} node(s)")
+    for col in ("op", "size", "time (ms)", "algbw (Gbps)", "busbw (Gbps)"):
+        table.add_column(col, justify="right")
+    for r in report.results:
+        if r.time_s is None:
+            table.add_row(r.op, _size(r.size_bytes), "-", "-", f"unsupported: {r.error}")
+        else:
+            table.add_row(r.op, _size(r.size_bytes), f"{r.time_s * 1e3:.3f}", f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}")
+    console.print(table)
+    console.print(f"busbw (largest all-reduce): {report.busbw_gbps}", highlight=False)
+    if json_out is not None:
+        json_out.write_text(report.model_dump_json(indent=2))
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)

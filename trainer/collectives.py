@@ -1,0 +1,144 @@
+"""All-reduce / all-gather / reduce-scatter bandwidth over a size ladder (nccl-tests style).
+
+nccl-tests (doc/PERFORMANCE.md): algbw = size / time; busbw = algbw * 2(n-1)/n for
+all-reduce and algbw * (n-1)/n for all-gather and reduce-scatter (size = the full buffer).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pydantic import BaseModel
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+DEFAULT_SIZES = ("1M", "4M", "16M", "64M", "256M", "1G")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_size(text: str) -> int:
+    from planner.errors import PlanError
+
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in _UNITS else ""
+    try:
+        value = float(t[:-1] if unit else t)
+    except ValueError:
+        raise PlanError("sizes", f"{text!r} is not a size (e.g. 1M, 256M, 1G)") from None
+    if value <= 0:
+        raise PlanError("sizes", f"{text!r} must be positive")
+    return int(value * _UNITS[unit])
+
+
+def bus_factor(op: str, n: int) -> float:
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+class CollectiveResult(BaseModel):
+    op: str
+    size_bytes: int
+    time_s: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    error: str | None = None
+
+
+class BenchReport(BaseModel):
+    nproc: int
+    nnodes: int
+    gpus_per_node: int
+    backend: str
+    results: list[CollectiveResult]
+    busbw_gbps: dict[str, float | None]
+
+
+def iterations(size_bytes: int) -> tuple[int, int]:
+    """(warm-up, timed) repetitions: more for small messages, whose timings are noisy."""
+    if size_bytes <= 16 * 2**20:
+        return 3, 20
+    if size_bytes <= 256 * 2**20:
+        return 2, 8
+    return 1, 4
+
+
+def _one(op: str, size_bytes: int, device, world: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    numel = max(world, size_bytes // 4 // world * world)
+    buf = torch.ones(numel, dtype=torch.float32, device=device)
+    if op == "all_reduce":
+        call = lambda: dist.all_reduce(buf)  # noqa: E731
+    elif op == "all_gather":
+        part = buf[: numel // world].clone()
+        call = lambda: dist.all_gather_into_tensor(buf, part)  # noqa: E731
+    else:
+        part = torch.empty(numel // world, dtype=torch.float32, device=device)
+        call = lambda: dist.reduce_scatter_tensor(part, buf)  # noqa: E731
+    warm, reps = iterations(size_bytes)
+    for _ in range(warm):
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = torch.tensor([(time.perf_counter() - t0) / reps], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the time
+    return float(elapsed.item())
+
+
+def bench_rank(ops: list[str], sizes: list[int], nnodes: int, progress: bool) -> dict | None:
+    """Runs on every rank; rank 0 returns the report as a dict."""
+    import torch.distributed as dist
+
+    from trainer import dist as tdist
+
+    device = tdist.init(600)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    results: list[CollectiveResult] = []
+    bar = None
+    if rank == 0 and progress:
+        from rich.progress import Progress
+
+        bar = Progress(transient=True)
+        bar.start()
+        task = bar.add_task("collectives", total=len(ops) * len(sizes))
+    for op in ops:
+        for size in sizes:
+            try:
+                t = _one(op, size, device, world)
+                algbw = size * 8 / t / 1e9
+                results.append(CollectiveResult(op=op, size_bytes=size, time_s=t, algbw_gbps=algbw,
+                                                busbw_gbps=algbw * bus_factor(op, world)))
+            except (RuntimeError, ValueError) as e:  # e.g. a collective the backend lacks
+                results.append(CollectiveResult(op=op, size_bytes=size, time_s=None, algbw_gbps=None,
+                                                busbw_gbps=None, error=str(e).splitlines()[0][:200]))
+            if bar is not None:
+                bar.advance(task)
+    if bar is not None:
+        bar.stop()
+    dist.barrier()
+    if rank != 0:
+        return None
+    ok = [r for r in results if r.op == "all_reduce" and r.busbw_gbps is not None]
+    largest = max(ok, key=lambda r: r.size_bytes).busbw_gbps if ok else None
+    report = BenchReport(
+        nproc=world, nnodes=nnodes, gpus_per_node=world // nnodes, backend=dist.get_backend(),
+        results=results,
+        busbw_gbps={"intranode": largest if nnodes == 1 else None, "internode": largest if nnodes > 1 else None})
+    return report.model_dump(mode="json")
+
+
+def run_bench(ops: list[str], sizes: list[int], nproc: int, nnodes: int = 1, node_rank: int = 0,
+              rdzv_endpoint: str | None = None, progress: bool = True) -> BenchReport | None:
+    from trainer.ranks import run_on_ranks
+
+    out = run_on_ranks(bench_rank, (ops, sizes, nnodes, progress), nproc, nnodes, node_rank, rdzv_endpoint)
+    found = [v for v in out.values() if v is not None]
+    return BenchReport.model_validate(found[0]) if found else None
+
+

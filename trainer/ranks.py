@@ -1,0 +1,31 @@
+"""Run a function on N local ranks (times nnodes) with torch's elastic launch API, or in this
+process when it already is a rank (torchrun / srun)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+
+def run_on_ranks(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int = 1, node_rank: int = 0,
+                 rdzv_endpoint: str | None = None) -> dict[int, Any]:
+    """Results by global rank of `fn(*args)` (only this node's ranks)."""
+    import torch
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from trainer.dist import env_from_slurm, free_port, launched_externally
+
+    if launched_externally():
+        env_from_slurm(rdzv_endpoint)
+        return {int(os.environ["RANK"]): fn(*args)}
+    if not torch.cuda.is_available():
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    lc = LaunchConfig(
+        min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=nproc,
+        run_id=f"plan-{uuid.uuid4().hex[:8]}" if nnodes == 1 else "plan-bench",
+        rdzv_backend="c10d", rdzv_endpoint=rdzv_endpoint or f"127.0.0.1:{free_port()}",
+        rdzv_configs={"is_host": node_rank == 0} if nnodes > 1 else {},
+        max_restarts=0, monitor_interval=0.1, start_method="spawn")
+    return dict(elastic_launch(lc, fn)(*args))
