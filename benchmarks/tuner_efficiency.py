@@ -56,17 +56,30 @@ def run_one(knobs: dict, timeout_s: float = 600.0) -> TrialOutcome:
                        env=rank_env(NPROC), log_path=wd / "trainer.log")
 
 
-def ground_truth(path: Path) -> dict[str, dict]:
+def _aggregate(runs: list[dict]) -> dict:
+    """Best of the runs: interference from other processes only ever slows a run down."""
+    ok = [r for r in runs if r["status"] == "ok" and r.get("tokens_per_s")]
+    best = max(ok, key=lambda r: r["tokens_per_s"]) if ok else runs[-1]
+    return {**best, "runs": runs}
+
+
+def ground_truth(path: Path, passes: int = 1) -> dict[str, dict]:
     truth = json.loads(path.read_text()) if path.exists() else {}
-    todo = [k for k in space_configs() if config_key(k) not in truth]
-    for i, knobs in enumerate(todo):
-        t0 = time.monotonic()
-        o = run_one(knobs)
-        truth[config_key(knobs)] = {"knobs": knobs, **o.model_dump(exclude={"log_tail"})}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(truth, indent=1))
-        print(f"[truth {i + 1}/{len(todo)}] {config_key(knobs)}: {o.status} "
-              f"{o.tokens_per_s or 0:,.0f} tok/s ({time.monotonic() - t0:.0f} s)", flush=True)
+    for rec in truth.values():  # one-run files of an earlier version
+        rec.setdefault("runs", [{k: v for k, v in rec.items() if k != "runs"}])
+    configs = space_configs()
+    for p in range(passes):
+        todo = [k for k in configs if len(truth.get(config_key(k), {}).get("runs", [])) <= p]
+        for i, knobs in enumerate(todo):
+            t0 = time.monotonic()
+            o = run_one(knobs)
+            key = config_key(knobs)
+            runs = truth.get(key, {}).get("runs", []) + [{"knobs": knobs, **o.model_dump(exclude={"log_tail"})}]
+            truth[key] = _aggregate(runs)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(truth, indent=1))
+            print(f"[truth pass {p + 1}, {i + 1}/{len(todo)}] {key}: {o.status} "
+                  f"{o.tokens_per_s or 0:,.0f} tok/s ({time.monotonic() - t0:.0f} s)", flush=True)
     return truth
 
 
@@ -85,8 +98,7 @@ class ReplayRunner:
     def __call__(self, knobs: dict, *, trial_number: int, timeout_s: float, on_start) -> TrialOutcome:
         key = config_key(knobs)
         self.order.append(key)
-        rec = dict(self.truth[key])
-        rec.pop("knobs", None)
+        rec = {k: v for k, v in self.truth[key].items() if k not in ("knobs", "runs")}
         return TrialOutcome(**rec)
 
 
@@ -158,10 +170,11 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=4)
     ap.add_argument("--live", type=int, default=0, help="also run the real tuner this many times")
     ap.add_argument("--truth-only", action="store_true")
+    ap.add_argument("--passes", type=int, default=1, help="ground-truth runs per configuration (best kept)")
     ap.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = ap.parse_args()
 
-    truth = ground_truth(args.truth)
+    truth = ground_truth(args.truth, args.passes)
     if args.truth_only:
         return
     configs = space_configs()

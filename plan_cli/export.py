@@ -120,13 +120,18 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
 
 
 def _from_study(name: str, storage: str | None, catalog_dirs):
+    """The best trial of a `plan tune` study (tuner.best_plan), on the system it ran on."""
     from planner.errors import PlanError
+    from planner.exports.bundle import Chosen
+    from planner.system import System
+    from tuner import best_plan, load
+    from tuner.setup import META_KEY
 
-    try:
-        from tuner import best_plan  # the tuner's public read of a study's best trial
-    except ImportError:
-        raise PlanError("from_study", "this tuner has no best_plan(study, storage) yet") from None
-    return best_plan(name, storage)
+    meta = load(name, storage).user_attrs.get(META_KEY)
+    if meta is None:
+        raise PlanError("from_study", f"{name!r} was not created by plan tune")
+    return Chosen(plan=best_plan(name, storage), model_ref=meta["model"],
+                  system=System.model_validate(meta["system"]), source=f"study {name} best trial")
 
 
 def _write(result, out: Path | None) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
@@ -47,10 +48,17 @@ class ServiceConfig:
 
 def create_app(config: ServiceConfig | None = None) -> FastAPI:
     config = config or ServiceConfig()
-    app = FastAPI(title="plan", version="0.1.0",
+    jobs = TuneJobs(config.storage, Path(config.workdir))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        jobs.stop_all()  # SIGINT: each study keeps its trials and resumes on the next POST
+
+    app = FastAPI(title="plan", version="0.1.0", lifespan=lifespan,
                   description="Capacity planner and auto-tuner for distributed LLM training.")
     app.state.config = config
-    app.state.jobs = TuneJobs(config.storage, Path(config.workdir))
+    app.state.jobs = jobs
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
     _error_handlers(app)
 
@@ -66,7 +74,9 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     @app.post("/estimate", response_model=EstimateReport, responses=ERRORS)
     def estimate(scenario: Scenario, objective: Objective = "tokens_per_s",
                  top: Annotated[int, Query(ge=1, le=100)] = 10) -> EstimateReport:
-        """Rank the plans of a scenario (blank knobs = the planner chooses), best first."""
+        """Rank the plans of a scenario (blank knobs = the planner chooses), best first.
+
+        `model` is a preset id or a size (no paths); sizes are bounded (422 past a bound)."""
         from planner import api
 
         _check_scenario(scenario)
@@ -165,9 +175,25 @@ def _entry(table: dict, kind: str, entry_id: str):
     return table[entry_id]
 
 
+# Upper bounds the HTTP API puts on a scenario (the search's work grows with some of them;
+# a public endpoint must not be made to run out of memory).
+SCENARIO_LIMITS = {
+    "n_layers": 4096, "hidden": 1 << 18, "n_heads": 4096, "n_kv_heads": 4096, "ffn_hidden": 1 << 20,
+    "vocab": 1 << 23, "seq_len": 1 << 22, "gpus": 1 << 22, "gpus_per_node": 1024, "tp": 4096,
+    "pp": 4096, "vpp": 1024, "micro_batch": 1 << 16, "grad_accum": 1 << 20, "global_batch": 1 << 30,
+    "global_batch_tokens": 1 << 42, "internode_gbps": 1e7, "tokens": 1e18, "price_per_gpu_hour": 1e6,
+}
+
+
 def _check_scenario(scenario: Scenario) -> None:
-    """The server's files stay its own: a model is a preset id or a size, never a path."""
+    """The server's files stay its own: a model is a preset id or a size, never a path; and
+    sizes stay within SCENARIO_LIMITS."""
     import re
+
+    for name, limit in SCENARIO_LIMITS.items():
+        value = getattr(scenario, name)
+        if value is not None and value > limit:
+            raise PlanError(name, f"must be <= {limit:g} over HTTP (got {value:g})")
 
     if scenario.model is not None and not re.match(NAME_PATTERN, scenario.model):
         raise PlanError("model", "a preset id or a size such as 7b (paths are not accepted over HTTP)")

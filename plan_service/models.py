@@ -36,6 +36,8 @@ class TuneRequest(BaseModel):
     sampler: Literal["tpe", "random"] = "tpe"
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     device_memory_gib: float | None = Field(default=None, gt=0, le=1 << 20)
+    trial_timeout_s: float | None = Field(default=None, gt=0, le=86400)
+    startup_s: float | None = Field(default=None, gt=0, le=3600, description="first guess of a trial's start-up")
 
 
 class TuneStarted(BaseModel):

@@ -175,7 +175,12 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
     zero2 = part16 + fp32_part
     # ZeRO-3 (DeepSpeed's estimator: 18 B/param = 2 params16 + 4 grads32 + 4 params32 + 8 Adam):
     # the reduced partition is kept in fp32 under mixed precision, plus the live module's grads.
-    zero3 = np.where(mixed & ~offload, fp32_part, part16) + c * unit
+    # Measured on the bundled trainer (DeepSpeed 0.19, fp32): the reduced partition stays in
+    # `grad_partitions_flat_buffer` (compute dtype, allocated once) and the optimizer step
+    # flattens it into a new fp32 tensor (`_prepare_fp32_grad_for_sub_group`, a copy even in
+    # fp32): both are held at the step. Was `np.where(mixed & ~offload, fp32_part, part16)`.
+    step_copy = np.where(offload | (layout.precision == PREC["bf16_pure"]), 0.0, 4.0 * p / n)
+    zero3 = part16 + step_copy + c * unit
     fsdp_store = np.where(mixed, 4.0, c)
     fsdp = np.where(offload, 0.0, fsdp_store * p / n) + c * unit
     return np.select(

@@ -96,5 +96,7 @@ def validate_config(cfg: TrainConfig) -> None:
         raise PlanError("precision", "bf16_pure is not supported with DeepSpeed here (use bf16, fp16 or fp32)")
     if b == "deepspeed" and cfg.offload != "none" and cfg.optimizer != "adamw":
         raise PlanError("optimizer", "DeepSpeed offload runs DeepSpeedCPUAdam: use adamw")
+    if b == "fsdp2" and cfg.optimizer == "adafactor":
+        raise PlanError("optimizer", "torch's Adafactor cannot step FSDP2's DTensor shards: use adamw or sgd")
     if cfg.sharding == "fsdp_hybrid" and (cfg.world_size < 2 or cfg.world_size % 2):
         raise PlanError("sharding", f"fsdp_hybrid needs an even world size >= 2 (got {cfg.world_size})")

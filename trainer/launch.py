@@ -50,6 +50,9 @@ def launch(cfg: TrainConfig) -> TrainResult:
     launch_error = ""
     if launched_externally():
         env_from_slurm(cfg.rdzv_endpoint)
+        world = int(os.environ["WORLD_SIZE"])  # the outer launcher decides the ranks
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        cfg = cfg.model_copy(update={"nproc": local, "nnodes": max(1, world // local)})
         run_rank(cfg.model_dump_json(), result_path)  # this process is one rank
         if int(os.environ["RANK"]) != 0:
             return TrainResult(status="ok", config=cfg.knobs())  # rank 0 reports

@@ -78,6 +78,8 @@ def train(cfg: TrainConfig) -> TrainResult | None:
             if step == measure_at and last:
                 state = engine.state_bytes()
             engine.after_micro(last)
+            if step == measure_at and last and hasattr(engine, "finish_measurement"):
+                state = engine.finish_measurement(state)
         _sync(device)
         times_s.append(time.perf_counter() - t0)
         losses.append(step_loss)

@@ -48,7 +48,7 @@ def _loss(obs: list[Observation], u: np.ndarray, v: np.ndarray, ridge: float) ->
     return (err**2).sum(axis=0) + ridge * (u**2 + v**2)
 
 
-def fit_calibration(obs: list[Observation], *, ridge: float = 1e-3, source: str = "plan tune") -> Calibration:
+def fit_calibration(obs: list[Observation], *, ridge: float = 1e-4, source: str = "plan tune") -> Calibration:
     """Coarse-to-fine grid search in log space (two parameters: exact enough, no local minima)."""
     usable = [o for o in obs if o.measured_step_s > 0 and (o.compute_s + o.comm_s) > 0]
     if not usable:

@@ -24,7 +24,7 @@ from tuner.budget import Budget, trial_duration_s, trial_timeout_s
 from tuner.calibrate import Observation, fit_calibration
 from tuner.runner import TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
 from tuner.setup import StudyContext, current_calibration, save_calibration
-from tuner.space import complete, config_key
+from tuner.space import complete, config_key, simplicity
 
 # Trial statuses that are results: a configuration with one of these is never run again.
 FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
@@ -83,6 +83,8 @@ class Tuner:
         while True:
             reason = self._should_stop()
             if reason:
+                if reason.startswith("every configuration"):
+                    self._record_the_ruled_out()
                 self.stop_reason = reason
                 return reason
             self._enqueue_next_proposal()
@@ -103,6 +105,17 @@ class Tuner:
         if self.skipped_in_a_row >= 200:
             return "the sampler keeps proposing configurations already tried"
         return ""
+
+    def _record_the_ruled_out(self) -> None:
+        """Configurations the sampler never drew but the planner rules out: record each one
+        (status predicted_infeasible, with the reason), so the table shows the whole space."""
+        rest = self.untried(launchable_only=False)
+        for knobs in rest:
+            self.study.enqueue_trial({k: knobs[k] for k in self.distributions},
+                                     user_attrs={"source": "planner-ruled-out", "config_key": config_key(knobs)})
+        if rest:
+            self.study.optimize(self._objective, n_trials=len(rest), catch=(TrialFailed,),
+                                gc_after_trial=False, show_progress_bar=False)
 
     def _waiting(self) -> bool:
         return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
@@ -130,7 +143,12 @@ class Tuner:
         """Untried configurations the planner predicts to fit, fastest first (calibrated)."""
         pool = [k for k in self.untried(launchable_only=True) if self.ctx.predictor(k).fits]
         cal = self.calibration
-        return sorted(pool, key=lambda k: -(self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 0.0))
+
+        def rank(k: dict) -> tuple:
+            tps = self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30
+            return (-round(math.log(tps) / 0.005), simplicity(k))  # within 0.5%: the simpler first
+
+        return sorted(pool, key=rank)
 
     def _enqueue_next_proposal(self) -> None:
         trials = self.study.get_trials(deepcopy=False)

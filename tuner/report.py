@@ -45,7 +45,8 @@ class TuneReport(BaseModel):
     device: str
     trials: int
     launched: int
-    by_status: dict[str, int]
+    by_status: dict[str, int]  # decided configurations by outcome (re-draws of one left out)
+    duplicates: int = 0  # sampler re-draws of a configuration already decided (not run)
     best: dict | None  # knobs + measured numbers of the winner
     calibration: dict
     error_before: dict  # |predicted - measured| / measured of tokens/s, default calibration
@@ -65,9 +66,18 @@ def load(study_name: str, storage_url: str | None) -> optuna.Study:
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
+def status_of(t: FrozenTrial) -> str:
+    """A trial's outcome; a failed trial that never got one was interrupted (worker died)."""
+    s = t.user_attrs.get("status")
+    if t.state == TrialState.FAIL and s in (None, "running"):
+        return "interrupted"
+    return s or t.state.name.lower()
+
+
 def ran(t: FrozenTrial) -> bool:
-    return t.user_attrs.get("status") not in (None, "duplicate", "predicted_infeasible", "skipped_budget", "running") \
-        or t.state == TrialState.RUNNING
+    """Launched: it ran to an outcome, was interrupted, or is running now."""
+    return t.state == TrialState.RUNNING or status_of(t) in (
+        "ok", "oom", "timeout", "crash", "bad_config", "interrupted")
 
 
 def trials_frame(study: optuna.Study):
@@ -80,7 +90,7 @@ def trials_frame(study: optuna.Study):
         if a.get("status") == "duplicate" or "config_key" not in a:
             continue
         knobs = a.get("knobs") or t.params
-        row = {"trial": t.number, "state": t.state.name, "status": a.get("status"), "source": a.get("source")}
+        row = {"trial": t.number, "state": t.state.name, "status": status_of(t), "source": a.get("source")}
         row.update({k: knobs.get(k) for k in TUNED_KNOBS})
         for col in COLUMNS[len(row):]:
             row[col] = a.get(col)
@@ -150,15 +160,16 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
     trials = study.get_trials(deepcopy=False)
     by_status: dict[str, int] = {}
     for t in trials:
-        s = t.user_attrs.get("status") or t.state.name.lower()
+        s = status_of(t)
         by_status[s] = by_status.get(s, 0) + 1
+    dups = by_status.pop("duplicate", 0)
     cal = current_calibration(study)
     before, after = prediction_errors(study, cal)
     best = best_trial(study)
     report = TuneReport(
         study=study.study_name, storage=normalize_url(storage_url), model=meta["model"], ranks=meta["nproc"],
         device=System.model_validate(meta["system"]).gpu.name, trials=len(trials),
-        launched=sum(1 for t in trials if ran(t)), by_status=by_status, best=None,
+        launched=sum(1 for t in trials if ran(t)), by_status=by_status, duplicates=dups, best=None,
         calibration=cal.model_dump(mode="json"), error_before=before, error_after=after,
         stop_reason=stop_reason, network=meta.get("network_note"),
     )

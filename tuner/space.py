@@ -60,6 +60,13 @@ class Space:
         return {k: CategoricalDistribution(list(v)) for k, v in self.choices.items()}
 
 
+def simplicity(knobs: dict) -> tuple:
+    """Tie-break between equally fast configurations: no offload, no recompute, less sharding."""
+    return (OFFLOADS.index(knobs.get("offload", "none")),
+            CHECKPOINTINGS.index(knobs.get("activation_checkpointing", "none")),
+            SHARDINGS.index(knobs.get("sharding", "none")))
+
+
 def config_key(params: dict) -> str:
     """Canonical, order-independent key of a configuration."""
     return ";".join(f"{k}={params[k]}" for k in sorted(params))
@@ -74,7 +81,8 @@ def default_choices(backend: str, *, on_gpu: bool, bf16: bool = True,
         precisions = tuple(p for p in precisions if p != "bf16")
     return {
         "sharding": BACKEND_SHARDINGS[backend],
-        "offload": ("none", "optimizer"),
+        # invalid pairs are ruled out by the planner; CPU ranks have no device memory to offload from
+        "offload": ("none", "optimizer", "optimizer+params") if on_gpu else ("none",),
         "activation_checkpointing": ("none", "full"),
         "precision": precisions,
         "micro_batch": micro_batches,

@@ -82,7 +82,6 @@ class StaleTrialCallback:
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         end_orphan_group(trial)
-        study._storage.set_trial_user_attr(trial._trial_id, "status", "interrupted")
         self._retry(study, trial)
 
 
@@ -112,6 +111,7 @@ def fail_dead_local_trials(study: optuna.Study) -> list[int]:
         if host != HOST or not pid or _pid_alive(pid):
             continue
         try:
+            storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
             if storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
                 failed.append(t._trial_id)
         except optuna.exceptions.UpdateFinishedTrialError:

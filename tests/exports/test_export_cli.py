@@ -110,3 +110,37 @@ def test_trainer_runs_an_exported_config_unchanged(tmp_path):
     assert result["config"]["sharding"] == "zero2" and result["config"]["precision"] == "bf16"
     assert result["config"]["global_batch"] == exported["train_batch_size"] == 8
     assert len(result["losses"]) == 3
+
+
+def _stored_study(tmp_path, knobs: dict) -> str:
+    """A study in a real Optuna SQLite storage holding what `plan tune` stores: its meta and
+    a completed trial with the measured knobs (written directly, no trainer run)."""
+    import optuna
+
+    from planner.resolve import resolve_system
+    from tuner.setup import META_KEY
+    from tuner.storage import open_storage
+
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    study = optuna.create_study(study_name="s1", storage=open_storage(url), direction="maximize")
+    system = resolve_system(Scenario(model="tiny", gpus=2, cluster="dgx-a100"))
+    study.set_user_attr(META_KEY, {"model": "tiny", "nproc": 2, "seq_len": 64,
+                                   "system": system.model_dump(mode="json")})
+    for value, k in ((900.0, dict(knobs, micro_batch=1)), (1500.0, knobs)):
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={"knobs": k, "status": "ok"}))
+    return url
+
+
+def test_deepspeed_from_a_study_best_trial(tmp_path):
+    knobs = {"sharding": "zero3", "offload": "optimizer", "activation_checkpointing": "full",
+             "precision": "bf16", "optimizer": "adamw", "micro_batch": 4, "grad_accum": 2}
+    url = _stored_study(tmp_path, knobs)
+    out = tmp_path / "ds.json"
+    res = plan_cli("export", "deepspeed", "--from-study", "s1", "--storage", url, "--target", "cpu", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    cfg = json.loads(out.read_text())
+    assert cfg["train_batch_size"] == 4 * 2 * 2  # the faster trial, dp = the study's 2 ranks
+    assert cfg["zero_optimization"]["stage"] == 3
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": False}
+    res = plan_cli("export", "deepspeed", "--from-study", "nope", "--storage", url)
+    assert res.exit_code == 2 and res.stderr.startswith("error: study:")

@@ -114,10 +114,28 @@ class DeepSpeedEngine(Engine):
             return original(*args, **kwargs)
 
         self.engine.allreduce_gradients = wrapped
+        # mixed precision: the fp32 gradient partition exists next to the 16-bit one only
+        # inside the optimizer step; sample there too (once)
+        inner = getattr(self._zero(), "optimizer", None)
+        if isinstance(inner, torch.optim.Optimizer) and not getattr(self, "_step_hooked", False):
+            self._step_hooked = True
+
+            def pre_step(opt, args, kwargs):
+                if getattr(self, "_sample_in_step", False):
+                    self._sample_in_step = False
+                    self._grads_in_step = StorageCounter().count(self.grad_tensors())
+
+            inner.register_step_pre_hook(pre_step)
+        self._sample_in_step = True
 
     def state_bytes(self):
         out = super().state_bytes()
         out["grads_bytes"] = max(out["grads_bytes"], getattr(self, "_grads_before_reduce", 0))
+        return out
+
+    def finish_measurement(self, out: dict) -> dict:
+        """After the measured step: the largest gradient footprint seen during it."""
+        out["grads_bytes"] = max(out["grads_bytes"], getattr(self, "_grads_in_step", 0))
         return out
 
     def step(self):
@@ -141,6 +159,9 @@ class DeepSpeedEngine(Engine):
         out = [p.grad for p in self.module.parameters() if p.grad is not None]
         for name in ("grad_partitions_flat_buffer", "grads_in_partition", "averaged_gradients"):
             out += list(iter_tensors(getattr(z, name, None)))
+        inner = getattr(z, "optimizer", None)  # fp32 gradient partitions set up for the step
+        for group in getattr(inner, "param_groups", []):
+            out += [p.grad for p in group["params"] if p.grad is not None]
         return out
 
     def master_tensors(self):

@@ -1,0 +1,90 @@
+"""`plan tune` through its faces: CliRunner for input errors and reports, a real subprocess
+for a short real study on 2 CPU ranks of the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from plan_cli.main import app
+from planner.settings import Calibration
+from tune_helpers import FAST, plan
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--model", "tiny", "--budget", "soon"], "budget"),
+    (["--model", "tiny"], "budget"),
+    (["--budget", "3m"], "model"),
+    (["--model", "tiny", "--budget", "3m", "--backend", "megatron"], "backend"),
+    (["--model", "tiny", "--budget", "3m", "--choices", "sharding=zero7"], "sharding"),
+    (["--model", "tiny", "--budget", "3m", "--choices", "nope"], "choices"),
+])
+def test_bad_input_is_one_line_exit_2(args, field, tmp_path):
+    r = runner.invoke(app, ["tune", *args, "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert r.exit_code == 2, r.output
+    assert field in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_report_of_a_missing_study_is_exit_2(tmp_path):
+    r = runner.invoke(app, ["tune", "report", "--study", "nope", "--storage", f"sqlite:///{tmp_path}/s.db"])
+    assert r.exit_code == 2 and "nope" in r.output
+
+
+@pytest.mark.slow
+def test_short_real_study_on_two_cpu_ranks(tmp_path):
+    db = f"sqlite:///{tmp_path}/tune.db"
+    cal = tmp_path / "cal.json"
+    csv = tmp_path / "trials.csv"
+    with_bench = [a for a in FAST if a != "--no-network-bench"]  # measure the network this once
+    r = plan(["tune", *with_bench, "--choices", "micro_batch=2,8", "--budget", "3m", "--max-trials", "2",
+              "--storage", db, "--study", "short", "--calibration-out", str(cal), "--csv", str(csv),
+              "--top-k", "1"], tmp_path)
+    assert "best trial" in r.stdout and "launch: torchrun" in r.stdout
+    assert "prediction error" in r.stdout
+
+    rep = runner.invoke(app, ["tune", "report", "--study", "short", "--storage", db, "--json"])
+    assert rep.exit_code == 0, rep.output
+    data = json.loads(rep.output)
+    assert data["launched"] == 2 and data["by_status"].get("ok") == 2
+    assert data["network"] == "measured"  # plan allreduce-bench ran on the same ranks
+    st = optuna.load_study(study_name="short", storage=db)
+    assert st.user_attrs["plan_tune"]["system"]["measured_intranode_busbw_gbps"] > 0
+    assert data["best"]["tokens_per_s"] > 0 and data["best"]["sharding"] == "none"
+    assert data["launch_settings"] is not None  # DDP winner: launch settings, not a DeepSpeed JSON
+    assert "--micro-batch" in data["launch_command"]
+    # proposals first: trial 0 came from the planner, trial 1 from the sampler
+    import pandas as pd
+
+    df = pd.read_csv(csv)
+    assert set(df["source"]) == {"planner", "tpe"}
+    assert df["measured_tokens_per_s"].notna().all() and df["predicted_tokens_per_s_default"].notna().all()
+    # the fitted calibration is a planner Calibration that `plan estimate` reads
+    c = Calibration.model_validate_json(cal.read_text())
+    assert c.compute != 1.0 and "plan tune" in c.source
+    est = runner.invoke(app, ["estimate", "--model", "tiny", "--gpus", "8", "--calibration", str(cal), "--json"])
+    assert est.exit_code == 0, est.output
+    # both configurations are done: a resume has nothing left and launches nothing
+    r2 = plan(["tune", *FAST, "--choices", "micro_batch=2,8", "--budget", "3m", "--storage", db,
+               "--study", "short", "--json"], tmp_path)
+    again = json.loads(r2.stdout)
+    assert again["launched"] == 2 and "every configuration" in again["stop_reason"]
+
+
+@pytest.mark.slow
+def test_best_plan_and_programmatic_start(tmp_path):
+    from tuner import TuneConfig, best_plan, start_study
+
+    db = f"sqlite:///{tmp_path}/p.db"
+    rep = start_study(TuneConfig(model="tiny", gpus=2, budget_s=120, steps=3, seq_len=32, storage=db, study="p",
+                                 choices={"sharding": ("none",), "offload": ("none",), "precision": ("fp32",),
+                                          "activation_checkpointing": ("none",), "micro_batch": (4,)},
+                                 measure_network=False, progress=False))
+    assert rep.launched == 1 and rep.best is not None
+    plan_ = best_plan("p", db)
+    assert plan_.micro_batch == 4 and plan_.dp == 2 and plan_.seq_len == 32
