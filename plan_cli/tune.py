@@ -39,7 +39,7 @@ def tune(
     storage: Annotated[Optional[str], Opt(help="Optuna RDB URL (default sqlite:///plan-tune.db; postgresql://... works)", rich_help_panel=RUN)] = None,
     study: Annotated[Optional[str], Opt(help="Study name (default MODEL-NxDEVICE-BACKEND)", rich_help_panel=RUN)] = None,
     backend: Annotated[str, Opt(help="deepspeed|fsdp|any", rich_help_panel=SPACE)] = "any",
-    top_k: Annotated[int, Opt(min=0, help="Planner proposals tried first", rich_help_panel=SPACE)] = 5,
+    top_k: Annotated[int, Opt(min=0, help="Planner proposals tried first (re-ranked after every trial)", rich_help_panel=SPACE)] = 10,
     choices: Annotated[Optional[list[str]], Opt(help="Narrow the space: KNOB=V1,V2 (repeatable)", rich_help_panel=SPACE)] = None,
     global_batch: Annotated[Optional[int], Opt(min=1, help="Fix sequences per step (grad_accum follows)", rich_help_panel=SPACE)] = None,
     seq_len: Annotated[Optional[int], Opt(min=1, rich_help_panel=SPACE)] = None,

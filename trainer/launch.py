@@ -131,6 +131,8 @@ def _finish(cfg: TrainConfig, result_path: str, result: TrainResult) -> TrainRes
 def summary_line(result: TrainResult) -> str:
     if result.status != "ok":
         return f"{result.status}: {result.error}"
+    if result.step_time_s_median is None:  # a rank other than 0 under torchrun/srun
+        return "ok: this rank is done; rank 0 writes the result"
     return (f"ok: {result.step_time_s_median * 1e3:.1f} ms/step, {result.tokens_per_s:,.0f} tokens/s, "
             f"MFU {result.mfu:.1%}, loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}")
 

@@ -1,5 +1,17 @@
 """`plan tune`: Optuna-driven search over execution plans, every trial a real trainer run.
 
+    plan tune --model tiny --gpus 2 --budget 3m            # 2 CPU ranks on a machine with no GPU
+    plan tune --model 7b --budget 2h --storage postgresql://user@host/db --study s7b
+    plan tune report --study s7b --storage postgresql://user@host/db [--csv trials.csv]
+    optuna-dashboard sqlite:///plan-tune.db                # the default storage, in a browser
+
+Flow: measure all-reduce bus bandwidth on the ranks (`plan allreduce-bench`) -> planner
+proposals first (re-ranked after every trial with the calibrated model and per-knob residuals)
+-> an Optuna sampler (TPE) -> each trial `python -m trainer` in its own process group, with a
+timeout and (CPU) an RLIMIT_AS cap -> predicted vs measured stored on the trial -> calibration
+fitted and saved. Several workers may share one RDB storage (create the study once first:
+`plan tune ... --init-only`); a configuration is never run twice (claims table).
+
 Programmatic use: `start_study(TuneConfig(...))`, `create_study(...)`, `best_plan(name, url)`,
 `build_report(load(name, url), url)`. The trainer is only ever launched as a subprocess.
 """

@@ -21,7 +21,7 @@ class TuneConfig(BaseModel):
     storage: str | None = None  # Optuna RDB URL; None: sqlite:///plan-tune.db
     study: str | None = None  # None: derived from model, ranks and device
     backend: Backend = "any"
-    top_k: int = Field(default=5, ge=0, description="planner proposals tried before the sampler")
+    top_k: int = Field(default=10, ge=0, description="planner-guided proposals tried before the sampler")
     explore_infeasible: bool = False
     infeasible_margin: float = Field(default=0.10, ge=0, description="launch memory misses below this")
     device_memory_gib: float | None = Field(default=None, gt=0, description="per-rank cap (CPU: RLIMIT_AS)")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from planner.settings import Calibration
 from tuner import storage as st
 from tuner.budget import Budget, trial_duration_s, trial_timeout_s
 from tuner.calibrate import Observation, fit_calibration
+from tuner.residual import ResidualModel
 from tuner.runner import TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
 from tuner.setup import StudyContext, current_calibration, save_calibration
 from tuner.space import complete, config_key, simplicity
@@ -143,12 +143,25 @@ class Tuner:
         """Untried configurations the planner predicts to fit, fastest first (calibrated)."""
         pool = [k for k in self.untried(launchable_only=True) if self.ctx.predictor(k).fits]
         cal = self.calibration
+        model = self.residual_model()
 
         def rank(k: dict) -> tuple:
             tps = self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30
-            return (-round(math.log(tps) / 0.005), simplicity(k))  # within 0.5%: the simpler first
+            score = model.score(k, math.log(tps))
+            return (-round(score / 0.005), simplicity(k))  # within 0.5%: the simpler first
 
         return sorted(pool, key=rank)
+
+    def residual_model(self) -> ResidualModel:
+        """Per-knob corrections of the calibrated planner, from the completed trials."""
+        knobs, ratios = [], []
+        for t in self._completed():
+            k = t.user_attrs.get("knobs")
+            pred = self.ctx.predictor(k).calibrated_tokens_per_s(self.calibration) if k else None
+            if pred and t.value:
+                knobs.append(k)
+                ratios.append(math.log(t.value / pred))
+        return ResidualModel(self.ctx.space.choices).fit(knobs, ratios)
 
     def _enqueue_next_proposal(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
@@ -289,12 +302,3 @@ class Tuner:
             self.calibration = fit_calibration(obs)
             save_calibration(self.study, self.calibration, self.cfg.calibration_out)
         return self.calibration
-
-
-def best_so_far(study: optuna.Study) -> FrozenTrial | None:
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return max(done, key=lambda t: t.value) if done else None
-
-
-def elapsed_note(t0: float) -> str:
-    return f"{time.monotonic() - t0:.0f} s"

@@ -28,15 +28,6 @@ COLUMNS = (
 )
 
 
-class TrialRow(BaseModel):
-    number: int
-    state: str
-    status: str | None
-    knobs: dict
-    measured_tokens_per_s: float | None
-    predicted_tokens_per_s: float | None
-
-
 class TuneReport(BaseModel):
     study: str
     storage: str

@@ -107,7 +107,9 @@ def sbatch_script(
         "# at a c10d rendezvous on the first node of the allocation.",
         "set -euo pipefail",
         "",
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        # read every host name (`| head -n 1` can SIGPIPE scontrol and fail under pipefail)
+        'mapfile -t HOSTS < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        'MASTER_ADDR="${HOSTS[0]}"',
         f"MASTER_PORT={master_port}",
         'RDZV_ID="$SLURM_JOB_ID"',
         f"OMP_NUM_THREADS={max(1, cpus_per_task // per_node)}",

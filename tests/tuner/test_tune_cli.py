@@ -74,17 +74,3 @@ def test_short_real_study_on_two_cpu_ranks(tmp_path):
                "--study", "short", "--json"], tmp_path)
     again = json.loads(r2.stdout)
     assert again["launched"] == 2 and "every configuration" in again["stop_reason"]
-
-
-@pytest.mark.slow
-def test_best_plan_and_programmatic_start(tmp_path):
-    from tuner import TuneConfig, best_plan, start_study
-
-    db = f"sqlite:///{tmp_path}/p.db"
-    rep = start_study(TuneConfig(model="tiny", gpus=2, budget_s=120, steps=3, seq_len=32, storage=db, study="p",
-                                 choices={"sharding": ("none",), "offload": ("none",), "precision": ("fp32",),
-                                          "activation_checkpointing": ("none",), "micro_batch": (4,)},
-                                 measure_network=False, progress=False))
-    assert rep.launched == 1 and rep.best is not None
-    plan_ = best_plan("p", db)
-    assert plan_.micro_batch == 4 and plan_.dp == 2 and plan_.seq_len == 32

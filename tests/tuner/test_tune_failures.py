@@ -21,16 +21,23 @@ def _statuses(db: str, name: str) -> dict[int, str]:
 
 
 def test_predicted_oom_is_recorded_not_launched(tmp_path):
+    """Through the programmatic API the HTTP service uses: start_study, then best_plan."""
+    from tuner import TuneConfig, best_plan, start_study
+
     db = f"sqlite:///{tmp_path}/f.db"
-    r = plan(["tune", *FAST, "--seq-len", "64", "--choices", "micro_batch=2,2048", "--device-memory-gib", "1.2",
-              "--budget", "3m", "--storage", db, "--study", "cap", "--json"], tmp_path)
-    rep = json.loads(r.stdout)
-    assert rep["by_status"] == {"ok": 1, "predicted_infeasible": 1}, rep["by_status"]
-    assert rep["launched"] == 1
+    rep = start_study(TuneConfig(
+        model="tiny", gpus=2, budget_s=180, steps=3, seq_len=64, storage=db, study="cap",
+        device_memory_gib=1.2, measure_network=False, progress=False,
+        choices={"sharding": ("none",), "offload": ("none",), "precision": ("fp32",),
+                 "activation_checkpointing": ("none",), "micro_batch": (2, 2048)}))
+    assert rep.by_status == {"ok": 1, "predicted_infeasible": 1}, rep.by_status
+    assert rep.launched == 1
     study = optuna.load_study(study_name="cap", storage=db)
     skipped = [t for t in study.trials if t.user_attrs["status"] == "predicted_infeasible"][0]
     assert skipped.params["micro_batch"] == 2048 and "GiB" in skipped.user_attrs["reason"]
     assert "pgid" not in skipped.user_attrs  # never launched
+    plan_ = best_plan("cap", db)
+    assert plan_.micro_batch == 2 and plan_.dp == 2 and plan_.seq_len == 64
 
 
 def test_real_oom_under_the_memory_cap_and_the_study_goes_on(tmp_path):

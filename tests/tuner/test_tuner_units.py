@@ -143,3 +143,19 @@ def test_memory_cap_is_a_real_limit(tmp_path):
 def test_kill_group_of_a_dead_group_is_harmless():
     kill_group(2**22 + 12345)
     assert math.isfinite(1.0)
+
+
+def test_residual_model_learns_a_knob_the_calibration_cannot():
+    from tuner.residual import ResidualModel
+
+    choices = {"sharding": ("zero2", "zero3"), "micro_batch": (4, 32)}
+    # zero3 measures 2x slower than predicted, everything else as predicted
+    knobs = [{"sharding": s, "micro_batch": m} for s in ("zero2", "zero3") for m in (4, 32)]
+    ratios = [math.log(0.5) if k["sharding"] == "zero3" else 0.0 for k in knobs]
+    model = ResidualModel(choices, ridge=0.1, explore=0.0).fit(knobs, ratios)
+    z2 = model.score({"sharding": "zero2", "micro_batch": 32}, 0.0)
+    z3 = model.score({"sharding": "zero3", "micro_batch": 32}, 0.0)
+    assert z2 - z3 == pytest.approx(math.log(2), rel=0.15)
+    # untrained: the planner's prediction as is, an exploration bonus for the unknown
+    fresh = ResidualModel(choices, explore=0.3)
+    assert fresh.score({"sharding": "zero2", "micro_batch": 4}, 1.0) > 1.0

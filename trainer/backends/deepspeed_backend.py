@@ -60,6 +60,24 @@ def knobs_from_ds_config(conf: dict, knobs: dict) -> dict:
     return knobs | {"sharding": sharding, "offload": offload, "precision": precision}
 
 
+def load_cpu_adam_once(dist) -> None:
+    """Build/load DeepSpeedCPUAdam on local rank 0 first, the other ranks after a barrier.
+
+    Ranks that JIT-build the op at the same time race on torch_extensions' lock file (a rank
+    can find the lock released but no .so yet); one builder, then loaders, avoids that.
+    """
+    import os
+
+    from deepspeed.ops.op_builder import CPUAdamBuilder
+
+    first = int(os.environ.get("LOCAL_RANK", "0")) == 0
+    if first:
+        CPUAdamBuilder().load()
+    dist.barrier()
+    if not first:
+        CPUAdamBuilder().load()
+
+
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
 
@@ -75,6 +93,8 @@ class DeepSpeedEngine(Engine):
         else:
             conf = ds_config_from_knobs(cfg, world, device.type == "cuda")
         self.ds_config = conf
+        if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
+            load_cpu_adam_once(dist)
         apply_checkpointing(model, cfg.activation_checkpointing)
         model.to(device)
         client_opt = None if "optimizer" in conf else make_optimizer(cfg, model.parameters())
