@@ -135,8 +135,12 @@ def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarr
         primary = perf["days"]
     else:
         primary = perf["cost"]
-    # round so that near-ties (within 0.5%) are broken toward simpler setups
-    primary = np.round(np.log(np.maximum(np.abs(primary), 1e-30)) / 0.005) * np.sign(primary)
+    # Near-ties go to simpler setups: up to 1% of the objective is traded for simplicity
+    # (less sharding, no offload, no recompute, smaller tp/pp), without the edge effects of
+    # rounding into bins.
+    span = np.ptp(simple) if simple.size else 0.0
+    plainness = (simple - simple.min()) / span if span > 0 else np.zeros_like(simple)
+    primary = primary * (1 + 0.01 * plainness * np.sign(primary))
     return np.lexsort((simple, primary))
 
 

@@ -90,9 +90,11 @@ def optimizer_state_bytes_per_param(spec: ModelSpec, layout: Layout) -> np.ndarr
 
 
 def _adafactor_bytes_per_param(spec: ModelSpec) -> float:
-    shapes = spec.layer_param_shapes() * spec.n_layers + spec.other_param_shapes()
-    state = sum(4 * (s[0] + s[1]) if len(s) == 2 else 4 * s[0] for s in shapes)
-    return state / spec.n_params
+    def state(shapes: list[tuple[int, ...]]) -> int:
+        return sum(4 * (s[0] + s[1]) if len(s) == 2 else 4 * s[0] for s in shapes)
+
+    total = state(spec.layer_param_shapes()) * spec.n_layers + state(spec.other_param_shapes())
+    return total / spec.n_params
 
 
 def master_bytes_per_param(layout: Layout) -> np.ndarray:
@@ -152,9 +154,12 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
 
     - none (DDP): grads in the params' dtype, full size.
     - ZeRO-1: full 16-bit grads + the fp32 gradient partition 4P/N (DeepSpeed's "4 grads_32bit").
-    - ZeRO-2: 16-bit partition 2P/N + fp32 partition 4P/N; ZeRO-3: the fp32 partition 4P/N
-      and the gathered module's 16-bit grads (as DeepSpeed's estimators count them). With optimizer offload the fp32 partition lives on the host and the 16-bit
-      partition is copied out as it is reduced (DeepSpeed's estimate: 2P on GPU for ZeRO-2).
+    - ZeRO-2: 16-bit partition 2P/N + fp32 partition 4P/N (as DeepSpeed's estimator counts).
+    - ZeRO-3: the reduced partition in the compute dtype + the fp32 copy the optimizer step
+      makes of it (measured on DeepSpeed 0.19; DeepSpeed's estimator omits the 2P/N of the
+      16-bit partition) + the gathered module's 16-bit grads.
+    - With optimizer offload the fp32 partition lives on the host and the 16-bit partition is
+      copied out as it is reduced (DeepSpeed's estimate: 2P on GPU for ZeRO-2).
     - FSDP: sharded grads in the storage dtype (fp32 under mixed precision) + one unsharded
       unit of 16-bit grads before its reduce-scatter.
     """
@@ -173,12 +178,10 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
     ddp = c * p
     zero1 = c * p + fp32_part
     zero2 = part16 + fp32_part
-    # ZeRO-3 (DeepSpeed's estimator: 18 B/param = 2 params16 + 4 grads32 + 4 params32 + 8 Adam):
-    # the reduced partition is kept in fp32 under mixed precision, plus the live module's grads.
-    # Measured on the bundled trainer (DeepSpeed 0.19, fp32): the reduced partition stays in
+    # ZeRO-3. Measured on the bundled trainer (DeepSpeed 0.19, fp32): the reduced partition stays in
     # `grad_partitions_flat_buffer` (compute dtype, allocated once) and the optimizer step
     # flattens it into a new fp32 tensor (`_prepare_fp32_grad_for_sub_group`, a copy even in
-    # fp32): both are held at the step. Was `np.where(mixed & ~offload, fp32_part, part16)`.
+    # fp32): both are held at the step.
     step_copy = np.where(offload | (layout.precision == PREC["bf16_pure"]), 0.0, 4.0 * p / n)
     zero3 = part16 + step_copy + c * unit
     fsdp_store = np.where(mixed, 4.0, c)

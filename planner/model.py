@@ -30,14 +30,15 @@ class ModelSpec(BaseModel):
 
     name: str = "custom"
     family: str = "gpt"
-    n_layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    n_heads: int = Field(gt=0)
-    n_kv_heads: int | None = Field(default=None, gt=0)  # None: = n_heads (no GQA)
-    ffn_hidden: int | None = Field(default=None, gt=0)  # None: 4 * hidden
-    vocab: int = Field(gt=0)
-    vocab_multiple: int = Field(default=1, gt=0)
-    max_positions: int = Field(default=2048, gt=0)
+    # Upper bounds are far beyond any real model; they keep nonsense input from exhausting memory.
+    n_layers: int = Field(gt=0, le=10_000)
+    hidden: int = Field(gt=0, le=1_000_000)
+    n_heads: int = Field(gt=0, le=100_000)
+    n_kv_heads: int | None = Field(default=None, gt=0, le=100_000)  # None: = n_heads (no GQA)
+    ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)  # None: 4 * hidden
+    vocab: int = Field(gt=0, le=100_000_000)
+    vocab_multiple: int = Field(default=1, gt=0, le=1_000_000)
+    max_positions: int = Field(default=2048, gt=0, le=100_000_000)
     mlp: Mlp = "gelu"
     norm: Norm = "layernorm"
     position: Position = "learned"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from hardware.catalog import load_catalog
 from hardware.models import Catalog, Cluster
 from planner.errors import PlanError, unknown
@@ -41,8 +43,10 @@ def resolve_model(scenario: Scenario, extra_dirs=None) -> ModelSpec:
 def _rebuild(spec: ModelSpec, overrides: dict) -> ModelSpec:
     try:
         return ModelSpec(**{**spec.model_dump(), **overrides, "published_params": None})
-    except ValueError as e:  # pydantic validation of the combined shape
-        raise PlanError("model", str(e).splitlines()[-1].strip()) from None
+    except ValidationError as e:  # pydantic validation of the combined shape
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "model"
+        raise PlanError(field, first["msg"].removeprefix("Value error, ")) from None
 
 
 def seq_len_of(scenario: Scenario, spec: ModelSpec) -> int:

@@ -149,14 +149,14 @@ class Scenario(Frozen):
     seq_len: int | None = Field(default=None, gt=0)
     # system
     gpu: str | None = None
-    gpus: int | None = Field(default=None, gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)
+    gpus: int | None = Field(default=None, gt=0, le=1_000_000)
+    gpus_per_node: int | None = Field(default=None, gt=0, le=1024)
     cluster: str | None = None
     internode_gbps: float | None = Field(default=None, gt=0)
     # execution-plan knobs
-    tp: int | None = Field(default=None, gt=0)
-    pp: int | None = Field(default=None, gt=0)
-    vpp: int | None = Field(default=None, gt=0)
+    tp: int | None = Field(default=None, gt=0, le=1024)
+    pp: int | None = Field(default=None, gt=0, le=10_000)
+    vpp: int | None = Field(default=None, gt=0, le=1000)
     sequence_parallel: bool | None = None
     sharding: Sharding | None = None
     offload: Offload | None = None
@@ -164,9 +164,9 @@ class Scenario(Frozen):
     precision: Precision | None = None
     optimizer: Optimizer | None = None
     attention: Attention | None = None
-    micro_batch: int | None = Field(default=None, gt=0)
-    grad_accum: int | None = Field(default=None, gt=0)
-    global_batch: int | None = Field(default=None, gt=0)  # sequences per optimizer step
+    micro_batch: int | None = Field(default=None, gt=0, le=1_000_000)
+    grad_accum: int | None = Field(default=None, gt=0, le=1_000_000)
+    global_batch: int | None = Field(default=None, gt=0, le=1_000_000_000)  # sequences per optimizer step
     global_batch_tokens: int | None = Field(default=None, gt=0)
     # what to train, and what it costs
     tokens: float | None = Field(default=None, gt=0)

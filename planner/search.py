@@ -68,8 +68,9 @@ def default_precision(system: System) -> str:
     return "bf16" if system.gpu.bf16_tflops else "fp16"
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _divisors(n: int, limit: int | None = None) -> list[int]:
+    top = n if limit is None else min(n, limit)
+    return [d for d in range(1, top + 1) if n % d == 0]
 
 
 def _values(pinned, default: list) -> list:
@@ -81,7 +82,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     gpus = system.gpus
     _check_pinned(spec, system, scenario)
     tps = _values(scenario.tp, [d for d in _divisors(system.gpus_per_node) if gpus % d == 0])
-    pps = _values(scenario.pp, [d for d in _divisors(spec.n_layers) if gpus % d == 0 and d <= 64])
+    pps = _values(scenario.pp, [d for d in _divisors(spec.n_layers, 64) if gpus % d == 0])
     vpps = _values(scenario.vpp, [1, 2])
     sps = _values(scenario.sequence_parallel, [False, True])
     shape_rows = []

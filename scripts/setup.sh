@@ -14,6 +14,9 @@ if [ "${1:-}" = "--full" ]; then
     "${PIP[@]}" install "torch==2.13.0"
   fi
   "${PIP[@]}" install -e ".[test]"
+  # DeepSpeed JIT-builds its CPU Adam op on first use (~30 s): build it once here, serially,
+  # so that trials and tests never race on (or time out waiting for) the build lock.
+  "$VENV/bin/python" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" >/dev/null
 else
   "${PIP[@]}" install -e .
 fi

@@ -48,7 +48,12 @@ def test_zero3_model_states_match_deepspeed(dp, offload):
     per_node = min(dp, 8)
     _, ds_gpu, _ = _zero3(estimate_zero3_model_states_mem_needs, dp, per_node, offload)
     plan = ExecutionPlan(dp=dp, sharding="zero3", precision="bf16", offload=offload)
-    assert states(plan, system(dp, per_node)) == pytest.approx(ds_gpu, rel=1e-6)
+    # Where DeepSpeed differs: its estimator counts 18 B/param (2 params16 + 4 grads32 + 4
+    # params32 + 8 Adam), but a real ZeRO-3 step (DeepSpeed 0.19, measured by
+    # tests/trainer/test_trainer_vs_planner.py) holds the reduced 16-bit grad partition in its
+    # flat buffer while the optimizer makes the fp32 copy: 2P/N more, without offload.
+    extra = 0 if offload != "none" else 2 * SPEC.n_params / dp
+    assert states(plan, system(dp, per_node)) == pytest.approx(ds_gpu + extra, rel=1e-6)
 
 
 def _zero3(fn, dp, per_node, offload):

@@ -57,7 +57,12 @@ def knobs_from_ds_config(conf: dict, knobs: dict) -> dict:
     precision = "bf16" if (conf.get("bf16") or {}).get("enabled") else (
         "fp16" if (conf.get("fp16") or {}).get("enabled") else "fp32")
     sharding = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}[stage]
-    return knobs | {"sharding": sharding, "offload": offload, "precision": precision}
+    # `plan export deepspeed` also writes the plan's knobs under a top-level "plan" key
+    # (DeepSpeed ignores unknown top-level keys): take the ones DeepSpeed's own sections do
+    # not express, so an exported config runs exactly the plan it came from.
+    plan = conf.get("plan") or {}
+    extra = {k: plan[k] for k in ("activation_checkpointing", "attention", "optimizer") if plan.get(k)}
+    return knobs | extra | {"sharding": sharding, "offload": offload, "precision": precision}
 
 
 def load_cpu_adam_once(dist) -> None:
