@@ -51,11 +51,11 @@ def nvidia_gpus() -> list[tuple[str, float]]:
 def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
     """The catalog GPU whose name matches nvidia-smi's and whose memory is closest."""
     key = name.lower().replace("nvidia", "").replace("-", " ")
-    tokens = [t for t in key.split() if t]
-    hits = [g for g in catalog.gpus.values() if all(t in g.name.lower().replace("-", " ") for t in tokens[:1])]
-    if not hits:
-        return None
-    return min(hits, key=lambda g: abs(g.hbm_gib - memory_gib)).id
+    for token in (t for t in key.split() if len(t) > 2 and t != "tesla"):  # the model, e.g. h100
+        hits = [g for g in catalog.gpus.values() if token in g.name.lower().replace("-", " ")]
+        if hits:
+            return min(hits, key=lambda g: abs(g.hbm_gib - memory_gib)).id
+    return None
 
 
 def host_ram_gib() -> float:

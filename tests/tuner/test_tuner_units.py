@@ -159,3 +159,14 @@ def test_residual_model_learns_a_knob_the_calibration_cannot():
     # untrained: the planner's prediction as is, an exploration bonus for the unknown
     fresh = ResidualModel(choices, explore=0.3)
     assert fresh.score({"sharding": "zero2", "micro_batch": 4}, 1.0) > 1.0
+
+
+def test_gpu_name_from_nvidia_smi_maps_to_the_catalog():
+    from hardware.catalog import load_catalog
+    from tuner.device import guess_gpu_id
+
+    cat = load_catalog()
+    assert guess_gpu_id(cat, "NVIDIA H100 80GB HBM3", 79.6) == "h100-80gb"
+    assert guess_gpu_id(cat, "NVIDIA A100-SXM4-40GB", 39.4) == "a100-40gb"
+    assert guess_gpu_id(cat, "Tesla V100-SXM2-32GB", 31.7) == "v100-32gb"
+    assert guess_gpu_id(cat, "Some Unknown Card", 16) is None
