@@ -19,8 +19,15 @@ from trainer.memory import StorageCounter, iter_tensors
 STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 
 
-def ds_config_from_knobs(cfg, world_size: int, on_gpu: bool) -> dict:
-    zero: dict = {"stage": STAGE[cfg.sharding]}
+def ds_config_from_knobs(cfg, world_size: int, on_gpu: bool, hidden: int) -> dict:
+    # Buckets as the planner sizes them (Hugging Face's "auto": hidden^2 elements), so that a
+    # measured run and its prediction hold the same buffers (DeepSpeed's 5e8 default would
+    # allocate GBs even for the tiny model).
+    zero: dict = {"stage": STAGE[cfg.sharding], "reduce_bucket_size": hidden * hidden,
+                  "allgather_bucket_size": hidden * hidden, "overlap_comm": on_gpu,
+                  "contiguous_gradients": True}
+    if cfg.sharding == "zero3":
+        zero["stage3_prefetch_bucket_size"] = int(0.9 * hidden * hidden)
     if cfg.offload in ("optimizer", "optimizer+params"):
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu}
     if cfg.offload == "optimizer+params":
@@ -96,7 +103,7 @@ class DeepSpeedEngine(Engine):
             conf = json.loads(Path(cfg.deepspeed_config).read_text())
             self.knobs = knobs_from_ds_config(conf, self.knobs)
         else:
-            conf = ds_config_from_knobs(cfg, world, device.type == "cuda")
+            conf = ds_config_from_knobs(cfg, world, device.type == "cuda", model.spec.hidden)
         self.ds_config = conf
         if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
             load_cpu_adam_once(dist)
