@@ -17,7 +17,7 @@ import numpy as np
 
 from planner.settings import Calibration
 
-_LOG_RANGE = math.log(1e4)  # factors searched in [1e-4, 1e4]
+_LOG_RANGE = math.log(20.0)  # factors searched in [1/20, 20]: beyond that it is not calibration
 
 
 @dataclass(frozen=True)

@@ -299,6 +299,17 @@ class Tuner:
             pred0, out = extra
             obs.append(pred0.observation(out.step_time_s))
         if obs:
-            self.calibration = fit_calibration(obs)
+            fitted = fit_calibration(obs)
+            # The fit is linear in the breakdown, the planner is not (overlap hides part of
+            # the communication): keep the fitted factors only where the planner itself,
+            # run with them, predicts the completed trials better than with the current ones.
+            if self._planner_error(fitted) <= self._planner_error(self.calibration):
+                self.calibration = fitted
             save_calibration(self.study, self.calibration, self.cfg.calibration_out)
         return self.calibration
+
+    def _planner_error(self, cal: Calibration) -> float:
+        from tuner.report import prediction_errors
+
+        _, after = prediction_errors(self.study, cal)
+        return after["mean_abs_pct"] if after["mean_abs_pct"] is not None else math.inf
