@@ -51,11 +51,23 @@ class Engine:
         with self.autocast():
             return loss_fn(self.module(x), y)
 
+    # torch-optimizer engines (DDP, FSDP2) set these; DeepSpeed overrides backward/step
+    optimizer: torch.optim.Optimizer
+    scaler: "torch.amp.GradScaler | None" = None  # fp16 loss scaling
+
     def backward(self, loss: torch.Tensor, last: bool) -> None:
-        raise NotImplementedError
+        loss = loss / self.grad_accum
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
 
     def step(self) -> None:
-        raise NotImplementedError
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def after_micro(self, last: bool) -> None:
         """Called after each micro batch's backward; steps the optimizer on the last one."""

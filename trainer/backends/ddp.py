@@ -33,17 +33,3 @@ class DDPEngine(Engine):
             self.wrapped.require_backward_grad_sync = last  # what no_sync() toggles
         with self.autocast():
             return loss_fn(self.wrapped(x), y)
-
-    def backward(self, loss, last):
-        loss = loss / self.grad_accum
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        loss.backward()
-
-    def step(self):
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)

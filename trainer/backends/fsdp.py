@@ -55,17 +55,3 @@ class FSDPEngine(Engine):
     def forward_loss(self, x, y, last=True):
         self.module.set_requires_gradient_sync(last)
         return super().forward_loss(x, y, last)
-
-    def backward(self, loss, last):
-        loss = loss / self.grad_accum
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        loss.backward()
-
-    def step(self):
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
