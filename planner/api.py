@@ -124,24 +124,26 @@ def evaluate(scenario: Scenario, **kwargs) -> Estimate:
     return report.results[0]
 
 
+# Plans within this fraction of each other on the objective count as tied (well inside the
+# model's own error, so the simpler plan is the better advice).
+TIE_FRACTION = 0.02
+
+
 def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarray:
+    """Best first. Plans within 2% of each other (in steps of 2% from the best) are ordered by
+    simplicity: less sharding, no offload, no recompute, smaller tp/pp, bigger micro batch,
+    smaller gradient accumulation."""
     simple = search_mod.simplicity(lay)
     headroom = found.mem["capacity_bytes"][idx] - found.mem["total_bytes"][idx]
     if objective == "memory-headroom" or perf is None:
-        primary = -headroom
+        score = headroom + 1.0  # higher is better, > 0 for plans that fit
     elif objective == "tokens_per_s":
-        primary = -perf["tokens_per_s"]
-    elif objective == "days":
-        primary = perf["days"]
-    else:
-        primary = perf["cost"]
-    # Near-ties go to simpler setups: up to 1% of the objective is traded for simplicity
-    # (less sharding, no offload, no recompute, smaller tp/pp), without the edge effects of
-    # rounding into bins.
-    span = np.ptp(simple) if simple.size else 0.0
-    plainness = (simple - simple.min()) / span if span > 0 else np.zeros_like(simple)
-    primary = primary * (1 + 0.01 * plainness * np.sign(primary))
-    return np.lexsort((simple, primary))
+        score = perf["tokens_per_s"]
+    else:  # days or cost: lower is better
+        score = 1.0 / perf[objective]
+    score = np.maximum(np.nan_to_num(score, nan=0.0), 1e-300)
+    tier = np.floor(np.log(score.max() / score) / np.log1p(TIE_FRACTION)) if score.size else score
+    return np.lexsort((-score, simple, tier))
 
 
 def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:

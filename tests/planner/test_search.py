@@ -1,5 +1,6 @@
 """Search: enumeration, rejection reasons, pinned knobs, ranking."""
 
+import numpy as np
 import pytest
 
 from planner import api
@@ -59,10 +60,12 @@ def test_bigger_models_need_more_sharding():
     assert big.plan.sharding != "none" or big.plan.tp * big.plan.pp > 1
 
 
-def test_objective_memory_headroom_sorts_by_headroom():
-    r = api.estimate(Scenario(model="1.3b", gpus=8), objective="memory-headroom", top=20)
-    head = [e.memory.headroom_bytes for e in r.results]
-    assert head == sorted(head, reverse=True)
+def test_objective_memory_headroom_sorts_by_headroom_then_simplicity():
+    r = api.estimate(Scenario(model="1.3b", gpus=8), objective="memory-headroom", top=None)
+    head = np.array([e.memory.headroom_bytes for e in r.results]) + 1.0
+    tiers = np.floor(np.log(head.max() / head) / np.log1p(api.TIE_FRACTION))
+    assert (np.diff(tiers) >= 0).all()  # best headroom tier first
+    assert tiers[0] == 0 and head[-1] < head.max()
 
 
 def test_unknown_objective():
