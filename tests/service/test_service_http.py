@@ -31,7 +31,7 @@ def test_estimate_ranks_a_scenario(base):
     assert report["system"]["gpus"] == 16 and report["system"]["gpu"]["id"] == "h100-80gb"
     speeds = [e["performance"]["tokens_per_s"] for e in report["results"]]
     assert 1 <= len(speeds) <= 5 and all(e["fits"] for e in report["results"])
-    assert speeds[0] >= 0.99 * max(speeds)  # near-ties (0.5%) go to simpler plans
+    assert speeds[0] >= 0.98 * max(speeds)  # near-ties (2%) go to simpler plans
     assert report["fitting"] > 0 and isinstance(report["rejected"], dict)
 
 
