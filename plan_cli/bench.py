@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from plan_cli import options as opts
 from plan_cli.common import console, handle_errors
 
 
@@ -16,10 +17,10 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def allreduce_bench(
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks on this node.")] = 2,
-    nnodes: Annotated[int, typer.Option(min=1)] = 1,
-    node_rank: Annotated[int, typer.Option(min=0)] = 0,
-    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="host:port of the rendezvous.")] = None,
+    nproc: opts.Nproc = 2,
+    nnodes: opts.Nnodes = 1,
+    node_rank: opts.NodeRank = 0,
+    rdzv_endpoint: opts.RdzvEndpoint = None,
     sizes: Annotated[str, typer.Option(help="Comma-separated message sizes, e.g. 1M,16M,256M.")] = "1M,4M,16M,64M,256M,1G",
     ops: Annotated[str, typer.Option(help="Comma-separated: all_reduce, all_gather, reduce_scatter.")] = "all_reduce",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here.")] = None,

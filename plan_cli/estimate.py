@@ -7,11 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from plan_cli import options as opts
 from plan_cli.common import console, handle_errors, print_json
 from planner.errors import PlanError
 
 Opt = typer.Option
-SCEN = "Scenario (blank = planner chooses)"
+SCEN = opts.SCEN
 OUT = "Output"
 
 
@@ -21,39 +22,39 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def estimate(
-    model: Annotated[Optional[str], Opt(help="Preset id, size (7b, 52b) or path to a HF config.json", rich_help_panel=SCEN)] = None,
+    model: opts.Model = None,
     gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,
-    gpu: Annotated[Optional[str], Opt(help="GPU catalog id (plan catalog list)", rich_help_panel=SCEN)] = None,
-    cluster: Annotated[Optional[str], Opt(help="Cluster catalog id (default dgx-a100)", rich_help_panel=SCEN)] = None,
-    gpus_per_node: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    internode_gbps: Annotated[Optional[float], Opt(help="Inter-node bandwidth per node", rich_help_panel=SCEN)] = None,
-    seq_len: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    gpu: opts.Gpu = None,
+    cluster: opts.Cluster = None,
+    gpus_per_node: opts.GpusPerNode = None,
+    internode_gbps: opts.InternodeGbps = None,
+    seq_len: opts.SeqLen = None,
     n_layers: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     hidden: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     n_heads: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     n_kv_heads: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     ffn_hidden: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     vocab: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    tp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    pp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    tp: opts.Tp = None,
+    pp: opts.Pp = None,
     vpp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     sequence_parallel: Annotated[Optional[bool], Opt("--sequence-parallel/--no-sequence-parallel", rich_help_panel=SCEN)] = None,
-    sharding: Annotated[Optional[str], Opt(help="none|zero1|zero2|zero3|fsdp_full_shard|fsdp_shard_grad_op|fsdp_hybrid", rich_help_panel=SCEN)] = None,
-    offload: Annotated[Optional[str], Opt(help="none|optimizer|optimizer+params", rich_help_panel=SCEN)] = None,
-    activation_checkpointing: Annotated[Optional[str], Opt(help="none|selective|full", rich_help_panel=SCEN)] = None,
-    precision: Annotated[Optional[str], Opt(help="fp32|fp16|bf16|bf16_pure", rich_help_panel=SCEN)] = None,
-    optimizer: Annotated[Optional[str], Opt(help="adamw|adafactor|sgd", rich_help_panel=SCEN)] = None,
-    attention: Annotated[Optional[str], Opt(help="flash|eager", rich_help_panel=SCEN)] = None,
-    micro_batch: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    grad_accum: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    global_batch: Annotated[Optional[int], Opt(help="Sequences per optimizer step", rich_help_panel=SCEN)] = None,
+    sharding: opts.Sharding = None,
+    offload: opts.Offload = None,
+    activation_checkpointing: opts.Checkpointing = None,
+    precision: opts.Precision = None,
+    optimizer: opts.Optimizer = None,
+    attention: opts.Attention = None,
+    micro_batch: opts.MicroBatch = None,
+    grad_accum: opts.GradAccum = None,
+    global_batch: opts.GlobalBatch = None,
     global_batch_tokens: Annotated[Optional[str], Opt(help="Tokens per optimizer step (e.g. 4M)", rich_help_panel=SCEN)] = None,
     tokens: Annotated[Optional[str], Opt(help="Tokens to train (e.g. 100B): adds days, GPU-hours, cost", rich_help_panel=SCEN)] = None,
     price_per_gpu_hour: Annotated[Optional[float], Opt(rich_help_panel=SCEN)] = None,
-    objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom")] = "tokens_per_s",
+    objective: opts.Objective = "tokens_per_s",
     network_from: Annotated[Optional[Path], Opt(help="JSON from `plan allreduce-bench --json`")] = None,
     calibration: Annotated[Optional[Path], Opt(help="Calibration JSON from `plan tune --calibration-out`")] = None,
-    catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s) (also $PLAN_CATALOG)")] = None,
+    catalog: opts.CatalogDirs = None,
     fragmentation_margin: Annotated[Optional[float], Opt(help="Fraction of HBM kept free for the allocator (default 0.10)")] = None,
     runtime_overhead_gib: Annotated[Optional[float], Opt(help="CUDA context/workspaces per GPU (default 1.5)")] = None,
     scenarios: Annotated[Optional[Path], Opt(help="CSV or JSONL of scenarios to evaluate in one process", rich_help_panel=OUT)] = None,

@@ -13,10 +13,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from plan_cli import options as opts
 from plan_cli.common import err_console, handle_errors, print_json
 
 Opt = typer.Option
-SCEN = "Scenario (blank = planner chooses)"
+SCEN = opts.SCEN
 FMT = "Format options"
 
 
@@ -27,27 +28,27 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def export(
     format: Annotated[str, typer.Argument(help="deepspeed | accelerate | torchrun | slurm")],
-    model: Annotated[Optional[str], Opt(help="Preset id, size (7b) or HF config.json", rich_help_panel=SCEN)] = None,
+    model: opts.Model = None,
     gpus: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    gpu: Annotated[Optional[str], Opt(help="GPU catalog id", rich_help_panel=SCEN)] = None,
-    cluster: Annotated[Optional[str], Opt(help="Cluster catalog id", rich_help_panel=SCEN)] = None,
-    gpus_per_node: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    internode_gbps: Annotated[Optional[float], Opt(rich_help_panel=SCEN)] = None,
-    seq_len: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    tp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    pp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    sharding: Annotated[Optional[str], Opt(help="none|zero1|zero2|zero3|fsdp_full_shard|fsdp_shard_grad_op|fsdp_hybrid", rich_help_panel=SCEN)] = None,
-    offload: Annotated[Optional[str], Opt(help="none|optimizer|optimizer+params", rich_help_panel=SCEN)] = None,
-    activation_checkpointing: Annotated[Optional[str], Opt(help="none|selective|full", rich_help_panel=SCEN)] = None,
-    precision: Annotated[Optional[str], Opt(help="fp32|fp16|bf16|bf16_pure", rich_help_panel=SCEN)] = None,
-    optimizer: Annotated[Optional[str], Opt(help="adamw|adafactor|sgd", rich_help_panel=SCEN)] = None,
-    attention: Annotated[Optional[str], Opt(help="flash|eager", rich_help_panel=SCEN)] = None,
-    micro_batch: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    grad_accum: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    global_batch: Annotated[Optional[int], Opt(help="Sequences per optimizer step", rich_help_panel=SCEN)] = None,
+    gpu: opts.Gpu = None,
+    cluster: opts.Cluster = None,
+    gpus_per_node: opts.GpusPerNode = None,
+    internode_gbps: opts.InternodeGbps = None,
+    seq_len: opts.SeqLen = None,
+    tp: opts.Tp = None,
+    pp: opts.Pp = None,
+    sharding: opts.Sharding = None,
+    offload: opts.Offload = None,
+    activation_checkpointing: opts.Checkpointing = None,
+    precision: opts.Precision = None,
+    optimizer: opts.Optimizer = None,
+    attention: opts.Attention = None,
+    micro_batch: opts.MicroBatch = None,
+    grad_accum: opts.GradAccum = None,
+    global_batch: opts.GlobalBatch = None,
     tokens: Annotated[Optional[str], Opt(help="Tokens to train (e.g. 100B): sets steps and the time limit", rich_help_panel=SCEN)] = None,
-    objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom")] = "tokens_per_s",
-    catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s)")] = None,
+    objective: opts.Objective = "tokens_per_s",
+    catalog: opts.CatalogDirs = None,
     from_study: Annotated[Optional[str], Opt(help="Export the best trial of this tuning study")] = None,
     storage: Annotated[Optional[str], Opt(help="Optuna storage URL of --from-study")] = None,
     target: Annotated[Optional[str], Opt(help="gpu|cpu (default: from the GPU entry); cpu = no pinned memory", rich_help_panel=FMT)] = None,

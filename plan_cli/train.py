@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from plan_cli import options as opts
 from plan_cli.common import console, err_console, handle_errors, print_json
 
 EXIT_CODES = {"ok": 0, "bad_config": 2, "oom": 3, "timeout": 4, "crash": 1}
@@ -19,10 +20,10 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def train(
     model: Annotated[str, typer.Option(help="Preset id, bare size, config.json or ModelSpec JSON.")] = "tiny",
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks on this node.")] = 1,
-    nnodes: Annotated[int, typer.Option(min=1)] = 1,
-    node_rank: Annotated[int, typer.Option(min=0)] = 0,
-    rdzv_endpoint: Annotated[Optional[str], typer.Option(help="host:port of the rendezvous.")] = None,
+    nproc: opts.Nproc = 1,
+    nnodes: opts.Nnodes = 1,
+    node_rank: opts.NodeRank = 0,
+    rdzv_endpoint: opts.RdzvEndpoint = None,
     sharding: Annotated[str, typer.Option(help="none, zero1, zero2, zero3, fsdp_full_shard, fsdp_shard_grad_op, fsdp_hybrid")] = "none",
     offload: Annotated[str, typer.Option(help="none, optimizer, optimizer+params")] = "none",
     activation_checkpointing: Annotated[str, typer.Option(help="none, selective, full")] = "none",

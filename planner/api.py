@@ -12,6 +12,7 @@ from pydantic import Field
 
 from hardware.models import Catalog
 from planner import search as search_mod
+from planner import throughput
 from planner.errors import PlanError
 from planner.layout import Layout
 from planner.model import ModelSpec
@@ -20,9 +21,7 @@ from planner.scenario import (
     Estimate,
     Frozen,
     MemoryBreakdown,
-    Performance,
     Scenario,
-    StepTimeBreakdown,
 )
 from planner.settings import Settings
 from planner.system import System
@@ -56,12 +55,6 @@ def _settings_for(scenario: Scenario, settings: Settings | None) -> Settings:
     if scenario.price_per_gpu_hour is not None:
         update["price_per_gpu_hour"] = scenario.price_per_gpu_hour
     return settings.model_copy(update=update) if update else settings
-
-
-def _performance(spec: ModelSpec, lay: Layout, system: System, settings: Settings) -> dict[str, np.ndarray] | None:
-    from planner.throughput import performance
-
-    return performance(spec, lay, system, settings)
 
 
 def estimate(
@@ -98,7 +91,7 @@ def estimate(
 
     idx = np.flatnonzero(found.fits)
     lay = found.layout.take(idx)
-    perf = _performance(spec, lay, system, settings) if idx.size else None
+    perf = throughput.performance(spec, lay, system, settings) if idx.size else None
     order = _rank(lay, found, idx, perf, objective)
     chosen = idx[order] if top is None else idx[order[:top]]
     chosen_perf_pos = order if top is None else order[:top]
@@ -148,10 +141,7 @@ def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarr
 
 def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:
     mem = MemoryBreakdown(**{k: float(v[i]) for k, v in found.mem.items()})
-    time = performance = None
-    if perf is not None:
-        time = StepTimeBreakdown(**{k: _scalar(perf[k][j]) for k in StepTimeBreakdown.model_fields})
-        performance = Performance(**{k: _scalar(perf[k][j]) for k in Performance.model_fields if k in perf})
+    time, speed = throughput.at(perf, j) if perf is not None else (None, None)
     reason_i = int(found.reason[i])
     reason = "" if reason_i < 0 else search_mod.REASONS[reason_i]
     if reason_i == search_mod.GPU_OOM:
@@ -159,15 +149,8 @@ def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:
     elif reason_i == search_mod.HOST_OOM:
         reason = (f"needs {mem.host_bytes_per_node / GIB:.0f} GiB host RAM per node > "
                   f"{mem.host_capacity_bytes_per_node / GIB:.0f} GiB")
-    return Estimate(plan=found.layout.plan(i), memory=mem, time=time, performance=performance,
+    return Estimate(plan=found.layout.plan(i), memory=mem, time=time, performance=speed,
                     fits=reason_i < 0, reason=reason)
-
-
-def _scalar(v):
-    v = v.item() if hasattr(v, "item") else v
-    if isinstance(v, float) and not np.isfinite(v):
-        return None
-    return v
 
 
 def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:

@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner import comm, flops
+from planner.memory import compute_dtype_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
 from planner.scenario import PRECISIONS, Performance, StepTimeBreakdown
@@ -77,7 +78,7 @@ def _per_token_times(spec: ModelSpec, layout: Layout, system: System, settings: 
     log_ft, log_size = flops.logits_gemm(spec, tokens, layout.tp)
     logits = log_ft / (peak * flops.efficiency(pts, log_size))
 
-    act_bytes = _elem_bytes(layout)
+    act_bytes = compute_dtype_bytes(layout)
     hbm = system.gpu.hbm_gbytes_per_s * 1e9 * HBM_EFFICIENCY * settings.calibration.compute
     tp = layout.tp.astype(np.float64)
     # Korthikanti et al. 2022: sbh(10 + 24/t) bytes, or 34/t with sequence parallelism.
@@ -105,11 +106,6 @@ def _compute(spec: ModelSpec, layout: Layout, system: System, settings: Settings
 
 def _params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
     return spec.n_params / (layout.tp * layout.pp).astype(np.float64)
-
-
-def _elem_bytes(layout: Layout) -> np.ndarray:
-    """Bytes of a 16-bit or fp32 activation / parameter element."""
-    return 2.0 + 2.0 * (layout.precision == PREC["fp32"])
 
 
 def _optimizer_shard(spec: ModelSpec, layout: Layout) -> np.ndarray:
@@ -140,7 +136,7 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
     g = comm.Group.of(links, dp, m)
     P = _params_per_gpu(spec, layout)
     gbytes = P * _grad_bytes(layout)
-    pbytes = P * _elem_bytes(layout)
+    pbytes = P * compute_dtype_bytes(layout)
     nb_r = np.ceil(P / layout.reduce_bucket_elems)
     nb_g = np.ceil(P / layout.allgather_bucket_elems)
     L = float(spec.n_layers) / layout.pp
@@ -194,7 +190,7 @@ def _tp_pp_comm(spec, layout, links: comm.Links, system: System):
     """TP all-reduces (2 forward + 2 backward per block, 2 more when recomputing; Shoeybi et al.
     2019) and PP activation sends (2 per micro batch and virtual stage), seconds per step."""
     tokens = layout.micro_batch * layout.seq_len
-    act = _elem_bytes(layout) * tokens * spec.hidden
+    act = compute_dtype_bytes(layout) * tokens * spec.hidden
     layers = spec.n_layers / layout.pp
     per_layer = 4.0 + 2.0 * (layout.activation_checkpointing == CKPT["full"])
     calls = layers * per_layer
@@ -213,7 +209,7 @@ def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro):
     ga = layout.grad_accum
     shard = _optimizer_shard(spec, layout)
     gb = _grad_bytes(layout)
-    pb = _elem_bytes(layout)
+    pb = compute_dtype_bytes(layout)
     per_micro_grads = layout.shards_grads
     d2h = shard * gb / links.host_Bps * (1.0 + per_micro_grads * (ga - 1.0))
     d2h_exposed = np.maximum(d2h - HOST_TRANSFER_OVERLAP * ga * bwd_micro, 0.0)
@@ -289,19 +285,6 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         price = settings.price_per_gpu_hour
         out["cost"] = out["gpu_hours"] * price if price is not None else nan
     return out
-
-
-def simplicity_rank(layout: Layout) -> np.ndarray:
-    """Lower is simpler: no offload, less sharding, no checkpointing, smaller tp/pp/vpp.
-
-    For breaking ties between plans whose objective is (nearly) equal.
-    """
-    s = layout.sharding
-    shard_level = np.select(
-        [s == SHARD["none"], s == SHARD["zero1"], (s == SHARD["zero2"]) | (s == SHARD["fsdp_shard_grad_op"]),
-         (s == SHARD["zero3"]) | (s == SHARD["fsdp_full_shard"])], [0, 1, 2, 3], 4)
-    return (100.0 * layout.offload + 10.0 * shard_level + 3.0 * layout.activation_checkpointing
-            + np.log2(layout.tp) + np.log2(layout.pp) + np.log2(layout.vpp) + 0.5 * layout.sequence_parallel)
 
 
 def at(perf: dict[str, np.ndarray], i: int) -> tuple[StepTimeBreakdown, Performance]:

@@ -1,5 +1,4 @@
 import json
-import time
 from dataclasses import fields
 
 import numpy as np
@@ -12,7 +11,8 @@ from planner.presets import resolve_model
 from planner.resolve import resolve_system
 from planner.scenario import ExecutionPlan, Performance, Scenario, StepTimeBreakdown
 from planner.settings import Calibration, Settings
-from planner.throughput import at, performance, simplicity_rank
+from planner.search import simplicity
+from planner.throughput import at, performance
 
 BLOOM = resolve_model("bloom-7b1")
 
@@ -136,22 +136,11 @@ def test_vectorised_matches_one_by_one_and_keys():
     assert isinstance(t, StepTimeBreakdown) and isinstance(p, Performance) and p.days > 0
 
 
-def test_fast_enough_for_the_search():
-    lay = _many_plans(200_000)
-    system = _system(64, cluster="dgx-a100")
-    spec = resolve_model("llama2-70b")
-    performance(spec, lay.take(np.arange(10)), system, Settings())
-    t0 = time.perf_counter()
-    performance(spec, lay, system, Settings(tokens=1e11))
-    # budget 150 ms on a dev machine; generous here so a loaded CI box does not flake
-    assert time.perf_counter() - t0 < 1.5
-
-
 def test_simplicity_rank_prefers_plain_setups():
     plans = [ExecutionPlan(), ExecutionPlan(sharding="zero1"), ExecutionPlan(sharding="zero3"),
              ExecutionPlan(sharding="zero3", activation_checkpointing="full"),
              ExecutionPlan(sharding="zero3", offload="optimizer"), ExecutionPlan(tp=2)]
-    r = simplicity_rank(Layout.from_plans(plans))
+    r = simplicity(Layout.from_plans(plans))
     assert r[0] < r[1] < r[2] < r[3] < r[4]
     assert r[0] < r[5] < r[2]
 
