@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from hardware.errors import unknown_id
+from hardware.stacks import StackProfile
 
 
 class _Entry(BaseModel):
@@ -24,6 +25,15 @@ class EfficiencyPoint(_Entry):
     """
 
     gemm_gflop: float = Field(gt=0)
+    fraction: float = Field(gt=0, le=1)
+
+
+class AttentionPoint(_Entry):
+    """Achieved share of the 16-bit dense peak of the fused attention kernel (forward +
+    backward, causal, head dim 128, FLOPs counted as the kernel does: causal halves them) at a
+    sequence length; interpolated in log(seq_len)."""
+
+    seq_len: int = Field(gt=0)
     fraction: float = Field(gt=0, le=1)
 
 
@@ -43,6 +53,8 @@ class GPU(_Entry):
     devices_per_package: int = Field(default=1, gt=0)
     # Achievable matmul efficiency by GEMM size (data, calibrated by measurement).
     matmul_efficiency: list[EfficiencyPoint] = Field(default_factory=list)
+    # Fused attention (FlashAttention-2 class) efficiency by sequence length (kernel benchmarks).
+    attention_efficiency: list[AttentionPoint] = Field(default_factory=list)
     source: str
 
     def peak_tflops(self, precision: str) -> float:
@@ -93,6 +105,7 @@ class Catalog(_Entry):
     gpus: dict[str, GPU]
     clusters: dict[str, Cluster]
     models: dict[str, ModelTable] = Field(default_factory=dict)
+    stacks: dict[str, StackProfile] = Field(default_factory=dict)
     # "gpus/<id>" -> the file the entry came from (after user overrides)
     paths: dict[str, str] = Field(default_factory=dict)
 

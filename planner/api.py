@@ -40,6 +40,7 @@ class EstimateReport(Frozen):
     evaluated: int = Field(description="candidate plans considered")
     fitting: int = Field(description="candidates that fit")
     rejected: dict[str, int] = Field(description="rejected candidates by reason")
+    global_batch_rule: str = Field(default="", description="how the global batch was chosen")
     results: list[Estimate] = Field(description="best first")
 
     @property
@@ -87,7 +88,8 @@ def estimate(
         catalog = load_catalog(catalog_dirs)
     system = system or resolve_system(scenario, catalog)
     seq_len = seq_len_of(scenario, spec)
-    found = search_mod.search(spec, system, scenario, settings, seq_len)
+    global_batch, rule = _global_batch(scenario, spec, system, seq_len)
+    found = search_mod.search(spec, system, scenario, settings, seq_len, global_batch)
 
     idx = np.flatnonzero(found.fits)
     lay = found.layout.take(idx)
@@ -104,8 +106,19 @@ def estimate(
     return EstimateReport(
         scenario=scenario, model=spec, system=system, seq_len=seq_len, objective=objective,
         evaluated=len(found.layout), fitting=int(idx.size),
-        rejected=found.rejected_counts(), results=results,
+        rejected=found.rejected_counts(), global_batch_rule=rule, results=results,
     )
+
+
+def _global_batch(scenario: Scenario, spec: ModelSpec, system: System, seq_len: int) -> tuple[int | None, str]:
+    """The scenario's global batch, or the planner's one for every plan (a training
+    hyper-parameter, not a speed knob); None when micro batch x grad accum are pinned instead."""
+    pinned = search_mod._global_batch(scenario, seq_len)
+    if pinned is not None:
+        return pinned, f"global batch {pinned} sequences (given)"
+    if scenario.grad_accum is not None:
+        return None, "global batch = micro_batch x grad_accum x dp (grad_accum given)"
+    return search_mod.default_global_batch(spec, system.gpus, seq_len)
 
 
 def evaluate(scenario: Scenario, **kwargs) -> Estimate:
