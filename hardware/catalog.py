@@ -108,5 +108,5 @@ def validation_error(path: Path | str, exc: ValidationError, cls: type[BaseModel
         allowed = ", ".join(f for f in cls.model_fields if f != "id")
         msg = f"unknown field (allowed: {allowed})"
     else:
-        msg = f"{first['msg']} (got {first.get('input')!r})"
+        msg = f"{first['msg'].removeprefix('Value error, ')} (got {first.get('input')!r})"
     return CatalogError(path, field, msg)

@@ -49,12 +49,18 @@ def nvidia_gpus() -> list[tuple[str, float]]:
 
 
 def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
-    """The catalog GPU whose name matches nvidia-smi's and whose memory is closest."""
-    key = name.lower().replace("nvidia", "").replace("-", " ")
-    for token in (t for t in key.split() if len(t) > 2 and t != "tesla"):  # the model, e.g. h100
-        hits = [g for g in catalog.gpus.values() if token in g.name.lower().replace("-", " ")]
+    """The catalog GPU whose name matches nvidia-smi's (the model, then most other words: PCIe vs
+    SXM) and whose memory is closest."""
+    def words(text: str) -> str:
+        return text.lower().replace("-", " ")
+
+    key = words(name).replace("nvidia", "")
+    tokens = [t for t in key.split() if len(t) > 2 and t != "tesla"]
+    for token in tokens:  # the model, e.g. h100
+        hits = [g for g in catalog.gpus.values() if token in words(g.name)]
         if hits:
-            return min(hits, key=lambda g: abs(g.hbm_gib - memory_gib)).id
+            return min(hits, key=lambda g: (-sum(t in words(g.name) for t in tokens),
+                                            abs(g.hbm_gib - memory_gib))).id
     return None
 
 
