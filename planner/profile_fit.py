@@ -27,15 +27,15 @@ from planner.settings import Settings
 
 # (profile field, raw part key, lower bound, upper bound, prior, ridge scale)
 PARAMS = (
-    ("gemm_time_factor", "raw_gemm_s", 0.7, 2.5, 1.0, 0.3),
-    ("attention_time_factor", "raw_attention_s", 0.3, 3.0, 1.0, 0.5),
-    ("elementwise_time_factor", "raw_elementwise_s", 0.3, 6.0, 1.0, 1.0),
-    ("layer_overhead_us", "raw_overhead_s", 0.0, 20000.0, 0.0, 500.0),
+    ("gemm_time_factor", "raw_gemm_s", 0.7, 4.0, 1.0, 0.3),
+    ("attention_time_factor", "raw_attention_s", 0.3, 4.0, 1.0, 0.5),
+    ("elementwise_time_factor", "raw_elementwise_s", 0.3, 8.0, 1.0, 1.0),
+    ("layer_overhead_us", "raw_overhead_s", 0.0, 100000.0, 0.0, 500.0),
     ("optimizer_time_factor", "raw_optimizer_s", 0.5, 20.0, 1.0, 2.0),
     ("comm_time_factor", "raw_dp_comm_s", 0.3, 10.0, 1.0, 1.0),
 )
 RIDGE_POOLED = 0.05  # pull of the pooled fit towards the analytic model
-RIDGE_STACK = 0.3  # pull of a stack's fit towards the pooled fit
+RIDGE_STACK = 0.01  # pull of a stack's fit towards the pooled fit
 ITERATIONS = 3
 
 

@@ -26,13 +26,13 @@ REQUIRED = ("id", "n_gpus", "gpu_type")
 
 # gpu_type prefix -> (catalog GPU ids to try, cluster whose nodes and network the row ran on)
 _GPUS = [
-    ("V100-16GB", ("v100-16gb",), "jean-zay-v100-32gb"),
-    ("V100-32GB (DGX-2)", ("v100-32gb",), "dgx-v100"),
+    ("V100-16GB", ("v100-16gb",), "jean-zay-v100-16gb"),
+    ("V100-32GB (DGX-2)", ("v100-32gb",), "dgx2-v100"),
     ("V100-32GB", ("v100-32gb",), "jean-zay-v100-32gb"),
     ("A100-80GB", ("a100-80gb",), "dgx-a100"),
-    ("A100-40GB", ("a100-40gb",), "dgx-a100"),
+    ("A100-40GB", ("a100-40gb",), "dgx-a100-40gb"),
     ("A100", ("a100-80gb",), "jean-zay-a100"),
-    ("H100-96GB", ("h100-96gb", "h100-96gb-hbm2e", "h100-80gb"), "dgx-h100"),
+    ("H100-96GB", ("h100-96gb",), "grand-teton-h100-96gb"),
     ("H100", ("h100-80gb",), "dgx-h100"),
     ("H200", ("h200-141gb",), "dgx-h200"),
     ("MI250X", ("mi250x",), "adastra-mi250x"),
@@ -45,6 +45,10 @@ _STACKS = [
     ("pytorch fsdp", "fsdp"), ("hf-deepspeed", "hf"), ("deepspeed", "hf"), ("ddp", "hf"), ("fsdp", "hf"),
     ("bundled", "bundled"),
 ]
+# Sources from before fused (Flash) attention was in these stacks (2020-2022): the s x s score
+# matrix is materialised (Megatron's fused scale-mask-softmax, HF eager attention; BLOOM's ALiBi
+# could not use FlashAttention, seed 000).
+_EAGER_ERA = ("megatron_2020", "megatron_sc21", "megatron_korthikanti", "bloom_prequel", "s002", "s003")
 
 
 @dataclass
@@ -256,7 +260,12 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
         notes.append(f"vpp {vpp} does not divide the layers: vpp 1")
         vpp = 1
     lowered = text.lower()
+    attention = "flash"
+    if "flash" not in lowered and row["id"].startswith(_EAGER_ERA):
+        attention = "eager"
+        notes.append("attention not stated: eager (pre-FlashAttention stack)")
     return ExecutionPlan(
+        attention=attention,
         stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
         sharding=_sharding(row, stack, notes), offload=(row.get("offload") or "none").strip() or "none",
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
