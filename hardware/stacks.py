@@ -74,3 +74,26 @@ class StackProfile(BaseModel):
 
     def supports(self, sharding: str) -> bool:
         return sharding in self.shardings
+
+
+def profile_to_toml(p: StackProfile) -> str:
+    """The profile as a catalog/stacks/<id>.toml file (what the loader reads back)."""
+    lines = [f"# Stack profile: {p.name}. Written by `plan calibrate` or validation/fit_profiles.py;",
+             "# the priors (all but the fitted factors and cv_* fields) may be edited by hand.", ""]
+    data = p.model_dump(exclude={"id", "cv_by_source"})
+    lines += [f"{k} = {_toml_value(v)}" for k, v in data.items() if v is not None]
+    for row in p.cv_by_source:
+        lines += ["", "[[cv_by_source]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.model_dump().items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(round(v, 4))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -23,6 +23,8 @@ COMMANDS = {
     "tune": "tune",
     "export": "export",
     "serve": "serve",
+    "validate": "validate",
+    "calibrate": "validate",
 }
 
 

@@ -153,3 +153,39 @@ def source_errors(runs: list[Run], errors: dict[str, float]) -> list[SourceError
             by[r.source].append(errors[r.id])
     return [SourceError(source=s, rows=len(e), mape_pct=round(100 * float(np.mean(np.abs(e))), 1),
                         bias_pct=round(100 * float(np.mean(e)), 1)) for s, e in sorted(by.items())]
+
+
+def fit_one(runs: list[Run], prior: StackProfile) -> StackProfile:
+    """One stack's profile fitted on `runs` (all taken to be of that stack), pulled towards
+    `prior`, with its own cross-validated error: leave one source out when the runs come from
+    several sources, else leave one run out."""
+    runs = [r for r in runs if r.scored and r.layout_stated]
+    sid = prior.id
+
+    def fit_on(train: list[Run]) -> StackProfile:
+        if not train:
+            return prior
+        x0 = np.array([float(getattr(prior, p[0])) for p in PARAMS])
+        prof = prior
+        for _ in range(ITERATIONS):
+            d = _design(train, {sid: prof})
+            prof = _with(prior, _solve(d.A, d.b, _weights(train), x0, RIDGE_POOLED))
+        return prof
+
+    groups = sorted({r.source for r in runs})
+    folds = [[r for r in runs if r.source == g] for g in groups] if len(groups) > 1 else [[r] for r in runs]
+    errors: dict[str, float] = {}
+    for test in folds if len(runs) > 1 else []:
+        ids = {r.id for r in test}
+        prof = fit_on([r for r in runs if r.id not in ids])
+        for r, ratio in zip(test, predict_ratio(test, {sid: prof})):
+            errors[r.id] = float(ratio - 1.0)
+    final = fit_on(runs)
+    e = np.array(list(errors.values()))
+    return final.model_copy(update={
+        "fit_method": "bounded ridge least squares on relative step-time error (plan calibrate); "
+                      + ("leave-one-source-out CV" if len(groups) > 1 else "leave-one-run-out CV"),
+        "fit_sources": groups,
+        "cv_mape_pct": round(100 * float(np.mean(np.abs(e))), 1) if e.size else None,
+        "cv_by_source": source_errors(runs, errors),
+    })

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hardware.catalog import load_catalog  # noqa: E402
-from hardware.stacks import StackProfile  # noqa: E402
+from hardware.stacks import profile_to_toml  # noqa: E402
 from planner import profile_fit  # noqa: E402
 from planner.runs import load_runs  # noqa: E402
 from planner.validate import _groups  # noqa: E402
@@ -37,32 +37,6 @@ TARGET_MAPE, TARGET_SOURCE = 15.0, 25.0
 
 def load_all():
     return load_runs(DATA / "published_dev.csv") + load_runs(DATA / "seed_runs.csv")
-
-
-def to_toml(p: StackProfile) -> str:
-    lines = [f"# Stack profile: {p.name}. Written by validation/fit_profiles.py --write; edit the priors",
-             "# (everything but the fitted factors and the cv_* fields) by hand.", ""]
-    data = p.model_dump(exclude={"id"})
-    tables = {k: data.pop(k) for k in ("cv_by_source",)}
-    for k, v in data.items():
-        if v is None:
-            continue
-        lines.append(f"{k} = {_toml_value(v)}")
-    for row in tables["cv_by_source"]:
-        lines += ["", "[[cv_by_source]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(round(v, 4))
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def main(argv=None) -> int:
@@ -108,7 +82,7 @@ def main(argv=None) -> int:
                 "cv_by_source": mine,
             })
             path = STACKS_DIR / f"{sid}.toml"
-            path.write_text(to_toml(prof))
+            path.write_text(profile_to_toml(prof))
             tomllib.loads(path.read_text())  # what we wrote parses
             print(f"wrote {path.relative_to(REPO)}")
     return 0
