@@ -19,7 +19,10 @@ def _gib(x: float) -> str:
 
 
 def _knobs(p) -> str:
-    parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else ""), f"dp{p.dp}"]
+    parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "")]
+    if p.cp > 1:
+        parts.append(f"cp{p.cp}")
+    parts.append(f"dp{p.dp}")
     if p.sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
@@ -28,8 +31,9 @@ def _knobs(p) -> str:
 def _header(report: EstimateReport) -> str:
     s = report.system
     where = s.cluster_id or s.gpu.id
+    rule = f"\n{report.global_batch_rule}" if report.global_batch_rule else ""
     return (f"{report.model.describe()}\n{s.gpus} x {s.gpu.name} ({where}, {s.gpus_per_node}/node, "
-            f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}")
+            f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}{rule}")
 
 
 def show_table(report: EstimateReport, top: int) -> None:
@@ -54,7 +58,8 @@ def show_table(report: EstimateReport, top: int) -> None:
                f"{m.host_bytes_per_node / GIB:.0f}"]
         if has_perf and e.performance and e.time:
             perf, t = e.performance, e.time
-            row += [f"{perf.tokens_per_s:,.0f}", f"{perf.model_tflops_per_gpu:.0f}", f"{perf.mfu:.0%}",
+            band = f" (+-{perf.expected_error_pct:.0f}%, {p.stack})" if perf.expected_error_pct is not None else ""
+            row += [f"{perf.tokens_per_s:,.0f}{band}", f"{perf.model_tflops_per_gpu:.0f}", f"{perf.mfu:.0%}",
                     f"{t.step_time_s:.2f}", t.bottleneck]
             if perf.days:
                 row.append(f"{perf.days:.1f}")

@@ -35,11 +35,14 @@ def export(
     gpus_per_node: opts.GpusPerNode = None,
     internode_gbps: opts.InternodeGbps = None,
     seq_len: opts.SeqLen = None,
+    stack: opts.Stack = None,
     tp: opts.Tp = None,
     pp: opts.Pp = None,
+    cp: opts.Cp = None,
     sharding: opts.Sharding = None,
     offload: opts.Offload = None,
     activation_checkpointing: opts.Checkpointing = None,
+    checkpoint_fraction: opts.CheckpointFraction = None,
     precision: opts.Precision = None,
     optimizer: opts.Optimizer = None,
     attention: opts.Attention = None,
@@ -84,8 +87,9 @@ def export(
     else:
         scenario_fields = dict(
             model=model or "7b", gpus=gpus, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
-            internode_gbps=internode_gbps, seq_len=seq_len, tp=tp, pp=pp, sharding=sharding,
-            offload=offload, activation_checkpointing=activation_checkpointing, precision=precision,
+            internode_gbps=internode_gbps, seq_len=seq_len, stack=stack, tp=tp, pp=pp, cp=cp, sharding=sharding,
+            offload=offload, activation_checkpointing=activation_checkpointing,
+            checkpoint_fraction=checkpoint_fraction, precision=precision,
             optimizer=optimizer, attention=attention, micro_batch=micro_batch, grad_accum=grad_accum,
             global_batch=global_batch, tokens=tokens)
         chosen = _from_scenario(scenario_fields, objective, catalog, format)

@@ -23,7 +23,7 @@ from planner.scenario import (
     MemoryBreakdown,
     Scenario,
 )
-from planner.settings import Settings
+from planner.settings import Settings, stack_profiles
 from planner.system import System
 
 Objective = Literal["tokens_per_s", "days", "cost", "memory-headroom"]
@@ -97,8 +97,9 @@ def estimate(
     order = _rank(lay, found, idx, perf, objective)
     chosen = idx[order] if top is None else idx[order[:top]]
     chosen_perf_pos = order if top is None else order[:top]
+    errors = {k: v.cv_mape_pct for k, v in stack_profiles(settings).items()}
     results = [
-        _estimate_at(found, int(i), perf, int(j))
+        _estimate_at(found, int(i), perf, int(j), errors)
         for i, j in zip(chosen, chosen_perf_pos)
     ]
     if not results and include_rejected:
@@ -152,9 +153,12 @@ def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarr
     return np.lexsort((-score, simple, tier))
 
 
-def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:
+def _estimate_at(found, i: int, perf: dict | None, j: int, errors: dict | None = None) -> Estimate:
     mem = MemoryBreakdown(**{k: float(v[i]) for k, v in found.mem.items()})
     time, speed = throughput.at(perf, j) if perf is not None else (None, None)
+    plan = found.layout.plan(i)
+    if speed is not None and errors:
+        speed = speed.model_copy(update={"expected_error_pct": errors.get(plan.stack)})
     reason_i = int(found.reason[i])
     reason = "" if reason_i < 0 else search_mod.REASONS[reason_i]
     if reason_i == search_mod.GPU_OOM:
@@ -162,7 +166,7 @@ def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:
     elif reason_i == search_mod.HOST_OOM:
         reason = (f"needs {mem.host_bytes_per_node / GIB:.0f} GiB host RAM per node > "
                   f"{mem.host_capacity_bytes_per_node / GIB:.0f} GiB")
-    return Estimate(plan=found.layout.plan(i), memory=mem, time=time, performance=speed,
+    return Estimate(plan=plan, memory=mem, time=time, performance=speed,
                     fits=reason_i < 0, reason=reason)
 
 

@@ -128,6 +128,8 @@ class Performance(Frozen):
     mfu: float
     hfu: float
     network_gbps_needed: float
+    # the stack profile's cross-validated error of tokens/s (catalog/stacks/<stack>.toml)
+    expected_error_pct: float | None = None
     days: float | None = None
     gpu_hours: float | None = None
     cost: float | None = None

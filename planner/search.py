@@ -247,7 +247,7 @@ def simplicity(lay: Layout) -> np.ndarray:
     return (
         lay.sharding * 1000
         + lay.offload * 300
-        + lay.activation_checkpointing * 100
+        + np.minimum(lay.activation_checkpointing, 1) * 100 + lay.activation_checkpointing * 10
         + (lay.tp * lay.pp * lay.vpp * lay.cp) * 10
         + lay.sequence_parallel * 5
         - np.log2(lay.micro_batch)

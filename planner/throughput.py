@@ -388,6 +388,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_dp_comm_s": dp_raw,
         "raw_optimizer_s": optimizer_raw,
         "bubble_fraction": bubble_frac,
+        "optimizer_s": optimizer_raw * prof["optimizer_time_factor"],
+        "dp_comm_s": dp_s,
         "tp_comm_s": tp_s,
         "cp_comm_s": cp_s,
         "pp_comm_s": pp_s,

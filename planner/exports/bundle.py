@@ -65,25 +65,26 @@ class ExportResult(Frozen):
 
 def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | None = None,
                          fmt: str | None = None) -> Chosen:
-    """The best fitting proposal of an `api.estimate` report that `fmt` can express (DeepSpeed
-    takes no FSDP plan, the bundled trainer no tp/pp): ranked order, first one that exports."""
-    fitting = [(rank, e) for rank, e in enumerate(report.results, 1) if e.fits]
+    """The #1 proposal of an `api.estimate` report: exactly what `plan estimate` ranks first for
+    the same flags. When `fmt` cannot express it (DeepSpeed takes no FSDP plan; tp/pp need
+    Megatron-style model code), the error says why and which knobs to pin."""
+    fitting = [e for e in report.results if e.fits]
     if not fitting:
         reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
         raise PlanError("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
-    first_refusal = None
-    # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: chosen only when pinned
+    est = fitting[0]
+    # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: exported only when pinned
     pinned_mp = (report.scenario.tp or 1) > 1 or (report.scenario.pp or 1) > 1
-    for rank, est in fitting:
-        refusal = refusal_of(fmt, est.plan, report.system, allow_model_parallel=pinned_mp) if fmt else None
-        if refusal is None:
-            return Chosen(plan=est.plan, model_ref=model_ref or report.model.name, model=report.model,
-                          system=report.system, step_time_s=est.time.step_time_s if est.time else None,
-                          tokens=report.scenario.tokens, cpus_per_node=cpus_per_node,
-                          source=f"plan estimate rank {rank} of {report.fitting} fitting")
-        first_refusal = first_refusal or refusal
-    raise PlanError(first_refusal.field, f"none of the {len(fitting)} best fitting plans can be "
-                    f"written as {fmt}: {first_refusal.message}")
+    refusal = refusal_of(fmt, est.plan, report.system, allow_model_parallel=pinned_mp) if fmt else None
+    if refusal is not None:
+        p = est.plan
+        raise PlanError(refusal.field, f"plan estimate's #1 (tp {p.tp}, pp {p.pp}, {p.sharding}, stack {p.stack}) "
+                        f"cannot be written as {fmt}: {refusal.message}; pin the knobs you want "
+                        "(e.g. --sharding, --tp 1 --pp 1) so that #1 is a plan this format can express")
+    return Chosen(plan=est.plan, model_ref=model_ref or report.model.name, model=report.model,
+                  system=report.system, step_time_s=est.time.step_time_s if est.time else None,
+                  tokens=report.scenario.tokens, cpus_per_node=cpus_per_node,
+                  source=f"plan estimate rank 1 of {report.fitting} fitting")
 
 
 def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_parallel: bool = False) -> PlanError | None:
