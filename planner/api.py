@@ -86,6 +86,8 @@ def estimate(
         from hardware.catalog import load_catalog
 
         catalog = load_catalog(catalog_dirs)
+    if settings.stacks is None:  # the stack profiles of the same catalog (--catalog DIR overrides)
+        settings = settings.model_copy(update={"stacks": catalog.stacks})
     system = system or resolve_system(scenario, catalog)
     seq_len = seq_len_of(scenario, spec)
     global_batch, rule = _global_batch(scenario, spec, system, seq_len)
