@@ -65,7 +65,7 @@ class _Reader:
         return _Reader(self.path, value)
 
 
-def load_hf_config(path: str | Path) -> ModelSpec:
+def load_hf_config(path: str | Path, name: str | None = None, source: str | None = None) -> ModelSpec:
     """Read a config.json (or a folder holding one) and build its `ModelSpec`."""
     path = Path(path).expanduser()
     if path.is_dir():
@@ -80,10 +80,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise PlanError("model", f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(cfg, dict):
         raise PlanError("model", f"{path}: must hold a JSON object")
-    return spec_from_config(cfg, path)
+    return spec_from_config(cfg, path, name=name, source=source)
 
 
-def spec_from_config(cfg: Config, path: Path, name: str | None = None) -> ModelSpec:
+def spec_from_config(cfg: Config, path: Path, name: str | None = None, source: str | None = None) -> ModelSpec:
     """A config.json's content -> `ModelSpec`; errors name `path` and the key."""
     r = _Reader(path, cfg)
     model_type = cfg.get("model_type")
@@ -95,7 +95,7 @@ def spec_from_config(cfg: Config, path: Path, name: str | None = None) -> ModelS
     fields = builder(r)
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
     try:
-        return ModelSpec(name=str(name), source=str(path), **fields)
+        return ModelSpec(name=str(name), source=source or str(path), **fields)
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ()))
