@@ -158,9 +158,11 @@ class ModelSpec(BaseModel):
         return max(block, emb)
 
     def describe(self) -> str:
+        from planner.units import format_params
+
         gqa = f", {self.kv_heads} kv heads" if self.kv_heads != self.n_heads else ""
         return (
-            f"{self.name}: {self.n_params / 1e9:.3f}B params, {self.n_layers} layers x "
+            f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "
             f"{self.hidden} hidden, {self.n_heads} heads{gqa}, ffn {self.ffn} ({self.mlp}), "
             f"vocab {self.vocab_padded}"
         )

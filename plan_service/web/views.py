@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from planner.api import EstimateReport
 from planner.scenario import Estimate
+from planner.units import format_params
 
 GIB = 2**30
 MEMORY_TERMS = ("weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation")
@@ -77,14 +78,6 @@ def layout_of(plan) -> str:
     return " ".join(parts)
 
 
-def params_text(n: int) -> str:
-    """'6.74B', '124M', '940K': never 0.000B for a tiny model."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return str(n)
-
-
 def plan_row(rank: int, e: Estimate) -> PlanRow:
     p, m = e.plan, e.memory
     row = PlanRow(
@@ -108,12 +101,12 @@ def plan_row(rank: int, e: Estimate) -> PlanRow:
 def page_report(report: EstimateReport) -> PageReport:
     s = report.system
     where = s.cluster_id or s.gpu.id
-    header = (f"{report.model.name}: {params_text(report.model.n_params)} params, {report.model.n_layers} layers x "
+    header = (f"{report.model.name}: {format_params(report.model.n_params)} params, {report.model.n_layers} layers x "
               f"{report.model.hidden} hidden on {s.gpus} x {s.gpu.name} ({where}, {s.gpus_per_node}/node, "
               f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}")
     rejected = [RejectedRow(reason=k, count=v) for k, v in sorted(report.rejected.items(), key=lambda kv: -kv[1])]
     return PageReport(
-        header=header, model=report.model.name, params=params_text(report.model.n_params), gpus=s.gpus,
+        header=header, model=report.model.name, params=format_params(report.model.n_params), gpus=s.gpus,
         gpu=s.gpu.name, objective=report.objective, evaluated=report.evaluated, fitting=report.fitting,
         plans=[plan_row(i, e) for i, e in enumerate(report.results, 1)], rejected=rejected,
     )

@@ -95,7 +95,7 @@ def test_page_plans_an_uploaded_config_and_names_a_bad_one(base, tmp_path):
         _fill(driver, "gpus", "16")
         driver.find_element("id", "plan-button").click()
         wait_for(driver, "document.querySelectorAll('#plans tbody tr').length > 0", what="the ranked plans")
-        assert "7.24B params" in driver.find_element("id", "summary").text
+        assert "7.242B params" in driver.find_element("id", "summary").text
         screenshot(driver, "page-uploaded-mistral-7b.png")
 
         driver.find_element("id", "config").send_keys(str(bad))
