@@ -7,7 +7,7 @@ const state = { request: null, report: null, selected: 1, tuneTimer: null };
 const MEMORY_TERMS = ["weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation"];
 const TIME_TERMS = [["compute_s", "compute"], ["comm_exposed_s", "exposed communication"],
                     ["bubble_s", "pipeline bubble"], ["offload_s", "offload"]];
-const PLOT_CONFIG = { displaylogo: false, responsive: true };
+const PLOT_CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
 
 function fmt(x, digits = 1) {
   if (x === null || x === undefined) return "";
@@ -163,7 +163,7 @@ function drawBreakdowns(report) {
   const plans = report.plans;
   const labels = plans.map((p) => `#${p.rank} ${p.sharding}${p.offload !== "none" ? "+off" : ""} ${p.micro_batch}x${p.grad_accum}`);
   const yaxis = { autorange: "reversed", automargin: true, type: "category", dtick: 1 };
-  const legend = { orientation: "h", y: -0.25, traceorder: "normal" };
+  const legend = { orientation: "h", y: -0.3, yanchor: "top", traceorder: "normal" };
   const memTraces = MEMORY_TERMS.map((term) => ({
     type: "bar", orientation: "h", name: term.replace("_", " "), y: labels,
     x: plans.map((p) => p.memory_gib[term]), hovertemplate: "%{x:.1f} GiB<extra>" + term + "</extra>",
@@ -176,7 +176,7 @@ function drawBreakdowns(report) {
                line: { color: "#b00020", width: 2, dash: "dash" } }],
     annotations: [{ x: capacity, yref: "paper", y: 1, yanchor: "bottom", xanchor: "right",
                     text: `capacity ${fmt(capacity)} GiB`, showarrow: false }],
-    legend, margin: { t: 60, b: 40 },
+    legend, margin: { t: 60, b: 60 },
   }, PLOT_CONFIG);
 
   const timed = plans.filter((p) => p.time_s);
@@ -193,7 +193,7 @@ function drawBreakdowns(report) {
   Plotly.newPlot("time-chart", timeTraces, {
     title: { text: "Step time (s) against the GPUs' peak" }, barmode: "stack",
     yaxis, xaxis: { title: { text: "seconds per optimizer step (micro batch x grad accum)" } },
-    legend, margin: { t: 60, b: 40 },
+    legend, margin: { t: 60, b: 60 },
   }, PLOT_CONFIG);
 }
 
@@ -217,7 +217,7 @@ async function drawCurve(req) {
     }
     Plotly.newPlot(el, traces, {
       title: { text: haveDays ? "Days and cost to train against GPUs" : "Tokens/s against GPUs (add tokens for days)" },
-      xaxis: { title: { text: "GPUs" }, type: "log" },
+      xaxis: { title: { text: "GPUs" }, type: "log", tickvals: points.map((p) => p.gpus), ticktext: points.map((p) => String(p.gpus)) },
       yaxis: { title: { text: haveDays ? "days" : "tokens/s" }, rangemode: "tozero" },
       yaxis2: { title: { text: "cost ($)" }, overlaying: "y", side: "right", rangemode: "tozero" },
       legend: { orientation: "h", y: -0.25 }, margin: { t: 50 },
