@@ -50,7 +50,7 @@ def allreduce_bench(
         else:
             table.add_row(r.op, _size(r.size_bytes), f"{r.time_s * 1e3:.3f}", f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}")
     console.print(table)
-    console.print(f"busbw (largest all-reduce): {report.busbw_gbps}", highlight=False)
+    console.print(_summary(report), highlight=False)
     if json_out is not None:
         json_out.write_text(report.model_dump_json(indent=2))
 
@@ -60,3 +60,15 @@ def _size(n: int) -> str:
         if n >= scale and n % scale == 0:
             return f"{n // scale}{unit}"
     return str(n)
+
+
+def _summary(report) -> str:
+    """The last line: what the planner will use (`plan estimate --network-from`), in words."""
+    reduces = [r for r in report.results if r.op == "all_reduce" and r.busbw_gbps is not None]
+    if not reduces:
+        return (f"No all-reduce was measured over {report.backend} ({report.nproc} ranks): "
+                "nothing for `plan estimate --network-from`.")
+    largest = max(reduces, key=lambda r: r.size_bytes)
+    where = "within one node" if report.nnodes == 1 else f"between {report.nnodes} nodes"
+    return (f"All-reduce bus bandwidth {where}: {largest.busbw_gbps:.1f} Gbps at {_size(largest.size_bytes)} "
+            f"over {report.nproc} ranks ({report.backend}); save it with --json FILE for `plan estimate --network-from FILE`.")

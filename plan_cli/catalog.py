@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from plan_cli.common import console, handle_errors, print_json
+from planner.units import format_params
 
 KINDS = ("gpus", "clusters", "models")
 
@@ -127,7 +128,7 @@ def _cluster_table(rows: list[dict[str, Any]]) -> Table:
 def _model_table(rows: list[dict[str, Any]]) -> Table:
     t = _table("Models", "id", "family", "params", "layers", "hidden", "heads", "kv", "ffn", "vocab", "mlp", "pos")
     for m in rows:
-        t.add_row(m["id"], m["family"], f"{m['n_params'] / 1e9:.3f}B", str(m["n_layers"]), str(m["hidden"]),
+        t.add_row(m["id"], m["family"], format_params(m["n_params"]), str(m["n_layers"]), str(m["hidden"]),
                   str(m["n_heads"]), str(m["n_kv_heads"] or m["n_heads"]), str(m["ffn_hidden"] or 4 * m["hidden"]),
                   str(m["vocab_padded"]), m["mlp"], m["position"])
     return t

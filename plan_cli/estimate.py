@@ -67,6 +67,7 @@ def estimate(
     top: Annotated[Optional[int], Opt(min=1, help="Show the K best (default 10; 1 per scenario with --scenarios)", rich_help_panel=OUT)] = None,
     explain: Annotated[bool, Opt(help="Full breakdown of the configuration at --rank", rich_help_panel=OUT)] = False,
     rank: Annotated[int, Opt(min=1, help="Which ranked configuration --explain shows", rich_help_panel=OUT)] = 1,
+    wide: Annotated[bool, Opt(help="Every column (sharding, offload, memory terms, TFLOPs, step time, cost): wider than 100", rich_help_panel=OUT)] = False,
     json_out: Annotated[bool, Opt("--json", help="Print JSON", rich_help_panel=OUT)] = False,
     csv_out: Annotated[bool, Opt("--csv", help="Print CSV", rich_help_panel=OUT)] = False,
     plot: Annotated[Optional[Path], Opt(help="PNG/SVG: days vs GPUs for a sweep, or breakdowns", rich_help_panel=OUT)] = None,
@@ -126,7 +127,7 @@ def estimate(
     elif csv_out:
         view.print_csv([api.estimate_row(e, report) for e in report.results[:top]])
     else:
-        view.show_table(report, top)
+        view.show_table(report, top, wide=wide)
     if plot is not None:
         from plan_cli.plots import plot_breakdown
 

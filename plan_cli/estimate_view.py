@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import sys
 
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from plan_cli.common import console, print_json
@@ -36,36 +39,22 @@ def _header(report: EstimateReport) -> str:
             f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}{rule}")
 
 
-def show_table(report: EstimateReport, top: int) -> None:
+def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
+    """The ranked plans: a table that fits 100 columns (text folds below that, numbers never
+    do), or with `wide` every column at its full width (wider than most terminals)."""
     console.print(_header(report), highlight=False)
     fitting = [e for e in report.results if e.fits][:top]
-    has_perf = any(e.performance for e in fitting)
-    table = Table(title=f"{len(fitting)} best of {report.fitting} fitting / {report.evaluated} evaluated "
-                        f"(ranked by {report.objective})", title_justify="left")
-    for col in ("#", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch",
-                "GiB/GPU", "w/g/opt/act", "host GiB/node"):
-        table.add_column(col, justify="right" if col not in ("layout", "sharding", "offload", "ckpt") else "left")
-    if has_perf:
-        for col in ("tokens/s", "TFLOPs/GPU", "MFU", "step s", "bottleneck"):
-            table.add_column(col, justify="right")
-        if any(e.performance.days for e in fitting if e.performance):
-            table.add_column("days", justify="right")
-    for i, e in enumerate(fitting, 1):
-        p, m = e.plan, e.memory
-        row = [str(i), _knobs(p), p.sharding, p.offload, p.activation_checkpointing, str(p.micro_batch),
-               str(p.grad_accum), str(p.global_batch), f"{_gib(m.total_bytes)}/{_gib(m.capacity_bytes)}",
-               "/".join(_gib(x) for x in (m.weights_bytes, m.grads_bytes, m.optimizer_bytes, m.activations_bytes)),
-               f"{m.host_bytes_per_node / GIB:.0f}"]
-        if has_perf and e.performance and e.time:
-            perf, t = e.performance, e.time
-            band = f" (+-{perf.expected_error_pct:.0f}%, {p.stack})" if perf.expected_error_pct is not None else ""
-            row += [f"{perf.tokens_per_s:,.0f}{band}", f"{perf.model_tflops_per_gpu:.0f}", f"{perf.mfu:.0%}",
-                    f"{t.step_time_s:.2f}", t.bottleneck]
-            if perf.days:
-                row.append(f"{perf.days:.1f}")
-        table.add_row(*row)
+    title = (f"{len(fitting)} best of {report.fitting} fitting / {report.evaluated} evaluated "
+             f"(ranked by {report.objective})")
     if fitting:
-        console.print(table)
+        columns, rows = (_wide_rows if wide else _compact_rows)(fitting)
+        table = _table(title, columns, rows, wide)
+        if wide:
+            natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+            Console(width=max(console.width, natural), file=console.file,
+                    force_terminal=console.is_terminal).print(table, crop=False)
+        else:
+            console.print(table)
     else:
         console.print("[bold red]No configuration fits.[/] Closest misses:")
         for e in report.results[:5]:
@@ -76,6 +65,83 @@ def show_table(report: EstimateReport, top: int) -> None:
         console.print("Rejected:", highlight=False)
         for reason, count in sorted(report.rejected.items(), key=lambda kv: -kv[1]):
             console.print(f"  {count:>8,}  {reason}", highlight=False)
+
+
+# The layout wraps (at its spaces) when the terminal is narrow; every other column keeps its full width.
+TEXT_COLUMNS = {"layout"}
+_SHORT = {"none": "-", "fsdp_full_shard": "fsdp-full", "fsdp_shard_grad_op": "fsdp-grad-op",
+          "fsdp_hybrid": "fsdp-hybrid", "optimizer": "opt", "optimizer+params": "opt+params", "selective": "sel"}
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]], wide: bool) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  padding=(0, 1), collapse_padding=True)
+    for i, col in enumerate(columns):
+        width = max(len(col), *(len(r[i]) for r in rows))
+        text = not any(ch.isdigit() for r in rows for ch in r[i] if r[i] not in ("", "-")) or col == "layout"
+        if col in TEXT_COLUMNS and not wide:  # wraps at its spaces, never inside a word
+            longest_word = max(len(w) for r in rows for w in r[i].split() or [""])
+            table.add_column(col, overflow="fold", min_width=max(longest_word, 6))
+        else:
+            table.add_column(col, justify="left" if text else "right", no_wrap=True, min_width=width)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _compact_layout(p) -> str:
+    parts = ([f"tp{p.tp}"] if p.tp > 1 else []) + ([f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "")] if p.pp > 1 else [])
+    parts += [f"cp{p.cp}"] if p.cp > 1 else []
+    return " ".join(parts + [f"dp{p.dp}"] + (["sp"] if p.sequence_parallel else []))
+
+
+def _speed(perf) -> str:
+    """tokens/s with the stack profile's cross-validated error (catalog/stacks)."""
+    if perf is None:
+        return ""
+    band = f" +-{perf.expected_error_pct:.0f}%" if perf.expected_error_pct is not None else ""
+    return f"{perf.tokens_per_s:,.0f}{band}"
+
+
+def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
+    has_days = any(e.performance and e.performance.days for e in fitting)
+    columns = ["#", "layout", "shard/offload/ckpt", "mb x ga", "GiB/GPU", "tokens/s", "MFU"] + (["days"] if has_days else [])
+    rows = []
+    for i, e in enumerate(fitting, 1):
+        p, m, perf = e.plan, e.memory, e.performance
+        strategy = "/".join(_SHORT.get(x, x) for x in (p.sharding, p.offload, p.activation_checkpointing))
+        row = [str(i), _compact_layout(p), strategy, f"{p.micro_batch} x {p.grad_accum}",
+               f"{_gib(m.total_bytes)}/{m.capacity_bytes / GIB:.0f}",
+               _speed(perf), f"{perf.mfu:.0%}" if perf else ""]
+        if has_days:
+            row.append(f"{perf.days:.1f}" if perf and perf.days else "")
+        rows.append(row)
+    return columns, rows
+
+
+def _wide_rows(fitting) -> tuple[list[str], list[list[str]]]:
+    has_perf = any(e.performance for e in fitting)
+    has_days = any(e.performance and e.performance.days for e in fitting)
+    columns = ["#", "stack", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "w/g/opt/act",
+               "host GiB/node"]
+    if has_perf:
+        columns += ["tokens/s", "TFLOPs/GPU", "MFU", "step s", "bottleneck"] + (["days", "cost"] if has_days else [])
+    rows = []
+    for i, e in enumerate(fitting, 1):
+        p, m = e.plan, e.memory
+        row = [str(i), p.stack, _knobs(p), p.sharding, p.offload, p.activation_checkpointing, str(p.micro_batch),
+               str(p.grad_accum), str(p.global_batch), f"{_gib(m.total_bytes)}/{_gib(m.capacity_bytes)}",
+               "/".join(_gib(x) for x in (m.weights_bytes, m.grads_bytes, m.optimizer_bytes, m.activations_bytes)),
+               f"{m.host_bytes_per_node / GIB:.0f}"]
+        if has_perf:
+            perf, t = e.performance, e.time
+            row += [_speed(perf), f"{perf.model_tflops_per_gpu:.0f}", f"{perf.mfu:.0%}",
+                    f"{t.step_time_s:.2f}", t.bottleneck] if perf and t else [""] * 5
+            if has_days:
+                row += [f"{perf.days:.1f}" if perf and perf.days else "",
+                        f"{perf.cost:,.0f}" if perf and perf.cost is not None else ""]
+        rows.append(row)
+    return columns, rows
 
 
 def show_explain(report: EstimateReport, rank: int, json_out: bool) -> None:

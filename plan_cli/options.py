@@ -18,7 +18,7 @@ def _scen(help: str | None = None) -> typer.models.OptionInfo:
     return typer.Option(help=help, rich_help_panel=SCEN)
 
 
-Model = Annotated[Optional[str], _scen("Preset id, size (7b, 52b) or path to a HF config.json")]
+Model = Annotated[Optional[str], _scen("Preset id, size (7b, 52b), path to a HF config.json, or hub id (org/name)")]
 Gpu = Annotated[Optional[str], _scen("GPU catalog id (plan catalog list)")]
 Cluster = Annotated[Optional[str], _scen("Cluster catalog id (default dgx-a100)")]
 GpusPerNode = Annotated[Optional[int], _scen()]

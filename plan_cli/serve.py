@@ -26,8 +26,10 @@ def serve(
     max_body_kib: Annotated[int, Opt(min=1, help="Request bodies above this get 413")] = 64,
     insecure: Annotated[bool, Opt(help="Allow POST /tune without PLAN_API_TOKEN (local use only)")] = False,
     catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s)")] = None,
+    dashboard_url: Annotated[str, Opt(help="Where optuna-dashboard serves --storage (the page links studies there)")]
+    = "http://127.0.0.1:8080",
 ) -> None:
-    """Serve the planner over HTTP: POST /estimate, GET /catalog, POST /tune, GET /export/..."""
+    """Serve the planner over HTTP: the planning page at /, POST /estimate, GET /catalog, POST /tune, GET /export/..."""
     import uvicorn
 
     from plan_service import ServiceConfig, create_app
@@ -38,4 +40,6 @@ def serve(
                           highlight=False)
     config = ServiceConfig(storage=storage, workdir=workdir, api_token=token, insecure=insecure,
                            max_body_bytes=max_body_kib * 1024, catalog_dirs=list(catalog or []))
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info")
+    app = create_app(config)
+    app.state.dashboard_url = dashboard_url
+    uvicorn.run(app, host=host, port=port, log_level="info")

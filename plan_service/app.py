@@ -27,6 +27,7 @@ from plan_service.models import (
     NAME_PATTERN, CatalogSummary, ErrorBody, TuneRequest, TuneStarted, TuneStatus,
 )
 from plan_service.tune_jobs import TuneJobs, log_tail
+from plan_service.web import web_router
 from planner.api import EstimateReport
 from planner.errors import PlanError
 from planner.scenario import Scenario
@@ -61,6 +62,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     app.state.jobs = jobs
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
     _error_handlers(app)
+    app.include_router(web_router())  # the planning page at / (plan_service/web)
 
     def require_token(authorization: Annotated[str | None, Header()] = None) -> None:
         if config.api_token is None:

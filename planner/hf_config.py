@@ -1,16 +1,21 @@
 """A local Hugging Face `config.json` -> `ModelSpec` (shapes only; no transformers import).
 
-Families (by `model_type`): llama / mistral (GQA, SwiGLU, RMSNorm, rope; untied unless
-tie_word_embeddings), gpt2, bloom (alibi, embedding LayerNorm, tied), gpt_neox (parallel
-attention counts the same; untied), mpt (alibi, no_bias, d_model/n_layers/expansion_ratio),
-olmo (transformers' OlmoConfig: non-parametric LayerNorm) and OLMo's own hf_olmo format
-(d_model/n_layers/mlp_ratio, layer_norm_with_affine).
+Any decoder-only config reads from its standard keys (hidden_size, num_hidden_layers,
+num_attention_heads, num_key_value_heads, head_dim, intermediate_size, hidden_act, vocab_size,
+tie_word_embeddings, attention_bias/mlp_bias), with `RULES` only where a family departs from
+them: Qwen2's q/k/v biases, Gemma's GeGLU, head_dim 256 and post-norms, Gemma 3 / Qwen3 q/k
+norms, StarCoder2's LayerNorm and use_bias, the config classes' tying defaults. Families with
+their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm), gpt_neox, mpt
+(d_model/expansion_ratio, no_bias), falcon (multi-query, parallel attention, new decoder
+architecture), olmo / hf_olmo (non-parametric LayerNorm). Mixture-of-experts and encoder models
+are refused in one line.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +65,7 @@ class _Reader:
         return _Reader(self.path, value)
 
 
-def load_hf_config(path: str | Path) -> ModelSpec:
+def load_hf_config(path: str | Path, name: str | None = None, source: str | None = None) -> ModelSpec:
     """Read a config.json (or a folder holding one) and build its `ModelSpec`."""
     path = Path(path).expanduser()
     if path.is_dir():
@@ -75,15 +80,22 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise PlanError("model", f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(cfg, dict):
         raise PlanError("model", f"{path}: must hold a JSON object")
+    return spec_from_config(cfg, path, name=name, source=source)
+
+
+def spec_from_config(cfg: Config, path: Path, name: str | None = None, source: str | None = None) -> ModelSpec:
+    """A config.json's content -> `ModelSpec`; errors name `path` and the key."""
     r = _Reader(path, cfg)
     model_type = cfg.get("model_type")
-    builder = _FAMILIES.get(str(model_type).lower())
-    if builder is None:
-        raise r.fail("model_type", f"unsupported {model_type!r} (supported: {', '.join(sorted(_FAMILIES))})")
+    if not isinstance(model_type, str) or not model_type:
+        raise r.fail("model_type", f"missing or not a string (got {model_type!r})")
+    model_type = model_type.lower()
+    _refuse_unmodelled(r, model_type)
+    builder = _FAMILIES.get(model_type, _standard)
     fields = builder(r)
-    name = cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
+    name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
     try:
-        return ModelSpec(name=str(name), source=str(path), **fields)
+        return ModelSpec(name=str(name), source=source or str(path), **fields)
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ()))
@@ -99,24 +111,79 @@ def _vocab(vocab: int, rows: int | None) -> dict[str, int]:
     return {"vocab": rows, "vocab_multiple": 1}
 
 
-def _llama(r: _Reader) -> Config:
-    attn_bias, mlp_bias = r.get_bool("attention_bias", False), r.get_bool("mlp_bias", False)
-    if attn_bias != mlp_bias:
-        raise r.fail("attention_bias", f"{attn_bias} with mlp_bias {mlp_bias} is not supported")
-    hidden, heads = r.get_int("hidden_size"), r.get_int("num_attention_heads")
-    head_dim = r.get_int("head_dim", default=hidden // heads)
-    if head_dim * heads != hidden:
-        raise r.fail("head_dim", f"{head_dim} x {heads} heads != hidden_size {hidden}: not supported")
-    act = r.cfg.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        raise r.fail("hidden_act", f"{act!r} is not supported (SwiGLU needs silu)")
+@dataclass(frozen=True)
+class Rules:
+    """Where a family departs from the standard keys (transformers' config class and modeling code)."""
+
+    gated: bool | None = None  # None: from the activation (silu/swish: gated, as LLaMA)
+    tied_default: bool = False  # tie_word_embeddings when the file omits it (its config class's default)
+    qkv_bias: bool | None = None  # fixed by the modeling code, whatever the config says
+    norms_per_layer: int = 2
+    qk_norm: str = "none"
+    norm: str | None = None  # None: from the epsilon key (rms_norm_eps: RMSNorm)
+    bias_key: str = "attention_bias"  # the key that puts biases on every linear layer
+
+
+# Families not listed read with Rules() from the standard keys.
+RULES: dict[str, Rules] = {
+    "llama": Rules(gated=True), "mistral": Rules(gated=True), "phi3": Rules(gated=True),  # phi3: fused gate_up
+    "qwen2": Rules(gated=True, qkv_bias=True),  # Qwen2Attention: q/k/v with biases, o without
+    "qwen3": Rules(gated=True, qk_norm="per_head"),
+    "gemma": Rules(gated=True, tied_default=True),  # GeGLU, head_dim 256 != hidden / heads
+    "gemma2": Rules(gated=True, tied_default=True, norms_per_layer=4),  # pre- and post-norms
+    "gemma3_text": Rules(gated=True, tied_default=True, norms_per_layer=4, qk_norm="per_head"),
+    "olmo2": Rules(gated=True, qk_norm="full"),  # post-norms only, q/k RMSNorm over the full width
+    "starcoder2": Rules(gated=False, tied_default=True, bias_key="use_bias", norm="layernorm"),
+}
+GATED_ACTS = ("silu", "swish")
+
+
+def _standard(r: _Reader, rules: Rules | None = None) -> Config:
+    """Any decoder-only config from its standard keys, with a family's `Rules`."""
+    rules = rules or RULES.get(str(r.cfg.get("model_type")).lower(), Rules())
+    hidden = r.get_int("hidden_size", "n_embd", "d_model")
+    heads = r.get_int("num_attention_heads", "n_head", "num_heads", "n_heads")
+    head_dim = r.get_int("head_dim", default=hidden // heads if hidden % heads == 0 else 0) or None
+    if head_dim is None:
+        raise r.fail("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
+    act = next((r.cfg[k] for k in ("hidden_act", "hidden_activation", "activation_function") if r.cfg.get(k)), "silu")
+    gated = rules.gated if rules.gated is not None else str(act) in GATED_ACTS
+    all_bias = r.get_bool(rules.bias_key, False)
+    mlp_bias = r.get_bool("mlp_bias", all_bias)
+    if all_bias != mlp_bias:
+        raise r.fail("mlp_bias", f"{mlp_bias} with {rules.bias_key} {all_bias} is not supported")
+    layer_norm = "rms_norm_eps" not in r.cfg and (
+        r.cfg.get("norm_type") == "layer_norm" or any(k in r.cfg for k in ("layer_norm_eps", "layer_norm_epsilon")))
+    norm = rules.norm or ("layernorm" if layer_norm else "rmsnorm")
     return dict(
-        family=str(r.cfg["model_type"]), n_layers=r.get_int("num_hidden_layers"), hidden=hidden,
-        n_heads=heads, n_kv_heads=r.get_int("num_key_value_heads", default=heads),
-        ffn_hidden=r.get_int("intermediate_size"), **_vocab(r.get_int("vocab_size"), None),
-        max_positions=r.get_int("max_position_embeddings", default=2048), mlp="swiglu",
-        norm="rmsnorm", position="rope", tied_embeddings=r.get_bool("tie_word_embeddings", False),
-        bias=attn_bias,
+        family=str(r.cfg.get("model_type")), n_layers=r.get_int("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+        hidden=hidden, n_heads=heads, n_kv_heads=r.get_int("num_key_value_heads", "num_kv_heads", default=heads),
+        attn_head_dim=None if head_dim * heads == hidden else head_dim,
+        ffn_hidden=r.get_int("intermediate_size", "n_inner", "ffn_hidden_size", default=4 * hidden),
+        **_vocab(r.get_int("vocab_size"), None),
+        max_positions=r.get_int("max_position_embeddings", "n_positions", "max_seq_len", default=2048),
+        mlp="swiglu" if gated else "gelu", norm=norm, position="alibi" if r.get_bool("alibi", False) else "rope",
+        tied_embeddings=r.get_bool("tie_word_embeddings", rules.tied_default), bias=all_bias,
+        qkv_bias=rules.qkv_bias, norms_per_layer=rules.norms_per_layer, qk_norm=rules.qk_norm,
+    )
+
+
+def _falcon(r: _Reader) -> Config:
+    """transformers' FalconConfig: multi-query (7B) or grouped kv heads with two LayerNorms in
+    the new decoder architecture (40B/180B); parallel attention and MLP share one LayerNorm."""
+    hidden, heads = r.get_int("hidden_size"), r.get_int("num_attention_heads", "n_head")
+    new_arch = r.get_bool("new_decoder_architecture", False)
+    if new_arch:
+        kv, norms = r.get_int("num_kv_heads", "n_head_kv", default=heads), r.get_int("num_ln_in_parallel_attn", default=2)
+    else:
+        kv = 1 if r.get_bool("multi_query", True) else heads
+        norms = 1 if r.get_bool("parallel_attn", True) else 2
+    return dict(
+        family="falcon", n_layers=r.get_int("num_hidden_layers", "n_layer"), hidden=hidden, n_heads=heads,
+        n_kv_heads=kv, ffn_hidden=r.get_int("ffn_hidden_size", default=4 * hidden),
+        **_vocab(r.get_int("vocab_size"), None), max_positions=r.get_int("max_position_embeddings", default=2048),
+        norm="layernorm", position="alibi" if r.get_bool("alibi", False) else "rope",
+        tied_embeddings=r.get_bool("tie_word_embeddings", True), bias=r.get_bool("bias", False), norms_per_layer=norms,
     )
 
 
@@ -178,7 +245,7 @@ def _mpt(r: _Reader) -> Config:
 def _olmo(r: _Reader) -> Config:
     if "d_model" in r.cfg:  # OLMo's own format (model_type "hf_olmo" or "olmo")
         return _olmo_native(r)
-    fields = _llama(r)  # transformers' OlmoConfig: llama-shaped, LayerNorm without parameters
+    fields = _standard(r, Rules(gated=True))  # transformers' OlmoConfig: LayerNorm without parameters
     return {**fields, "family": "olmo", "norm": "nonparametric"}
 
 
@@ -206,7 +273,24 @@ def _olmo_native(r: _Reader) -> Config:
     )
 
 
+# Families whose keys are not the standard ones; every other decoder-only config reads with _standard.
 _FAMILIES: dict[str, Callable[[_Reader], Config]] = {
-    "llama": _llama, "mistral": _llama, "gpt2": _gpt2, "bloom": _bloom, "gpt_neox": _gpt_neox,
-    "mpt": _mpt, "olmo": _olmo, "hf_olmo": _olmo,
+    "gpt2": _gpt2, "bloom": _bloom, "gpt_neox": _gpt_neox, "mpt": _mpt, "olmo": _olmo, "hf_olmo": _olmo,
+    "falcon": _falcon,
 }
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba",
+             "granitemoe", "phimoe", "arctic", "jetmoe", "minimax", "llama4")
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
+ENCODER_TYPES = ("bert", "roberta", "deberta", "deberta-v2", "distilbert", "electra", "xlm-roberta", "t5", "mt5",
+                 "bart", "mbart", "pegasus", "whisper", "umt5", "longt5")
+
+
+def _refuse_unmodelled(r: _Reader, model_type: str) -> None:
+    """Mixture-of-experts and encoder(-decoder) configs: one line, not a wrong answer."""
+    moe_key = next((k for k in MOE_KEYS if isinstance(r.cfg.get(k), int) and r.cfg[k] > 1), None)
+    if model_type in MOE_TYPES or moe_key:
+        what = f"{model_type}" + (f", {moe_key}={r.cfg[moe_key]}" if moe_key else "")
+        raise r.fail("model_type", f"mixture-of-experts is not modelled yet ({what})")
+    if model_type in ENCODER_TYPES or r.cfg.get("is_encoder_decoder") is True:
+        raise r.fail("model_type", f"{model_type!r} is an encoder or encoder-decoder model; "
+                                   "only decoder-only transformers are modelled")

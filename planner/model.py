@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm", "nonparametric"]
 Position = Literal["learned", "rope", "alibi"]
+QkNorm = Literal["none", "per_head", "full"]
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -46,12 +47,17 @@ class ModelSpec(BaseModel):
     bias: bool = True  # biases on the linear layers
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     norm_bias: bool = True  # LayerNorm has a bias (MPT with no_bias=True: weight only)
+    # Family differences read from Hugging Face configs (defaults: the classic GPT/LLaMA block).
+    attn_head_dim: int | None = Field(default=None, gt=0, le=100_000)  # None: hidden / n_heads (Gemma: 256)
+    qkv_bias: bool | None = None  # biases on q/k/v only; None: as `bias` (Qwen2: True with bias False)
+    norms_per_layer: int = Field(default=2, ge=0, le=8)  # Gemma 2/3: 4 (post-norms); Falcon-7B: 1
+    qk_norm: QkNorm = "none"  # RMSNorm on queries and keys: per head (Gemma 3, Qwen3) or full width (OLMo 2)
     published_params: int | None = None  # the count the model's authors publish, for tests
     source: str | None = None  # where the shape comes from (config file, paper, rule)
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
-        if self.hidden % self.n_heads:
+        if self.attn_head_dim is None and self.hidden % self.n_heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
@@ -68,7 +74,12 @@ class ModelSpec(BaseModel):
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.n_heads
+        return self.attn_head_dim or self.hidden // self.n_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries (and of the attention output): hidden, unless head_dim says otherwise."""
+        return self.n_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -81,16 +92,22 @@ class ModelSpec(BaseModel):
     # ---- parameter counts -------------------------------------------------------------
     def layer_param_shapes(self) -> list[tuple[int, ...]]:
         """Shapes of one transformer block's parameters (weights as (out, in))."""
-        h, f, kv = self.hidden, self.ffn, self.kv_dim
-        shapes: list[tuple[int, ...]] = [(h, h), (kv, h), (kv, h), (h, h)]  # q, k, v, o
+        h, f, kv, q = self.hidden, self.ffn, self.kv_dim, self.q_dim
+        shapes: list[tuple[int, ...]] = [(q, h), (kv, h), (kv, h), (h, q)]  # q, k, v, o
         if self.mlp == "swiglu":
             shapes += [(f, h), (f, h), (h, f)]  # gate, up, down
         else:
             shapes += [(f, h), (h, f)]  # fc1, fc2
+        if self.bias if self.qkv_bias is None else self.qkv_bias:
+            shapes += [(q,), (kv,), (kv,)]
         if self.bias:
-            shapes += [(h,), (kv,), (kv,), (h,)]
+            shapes += [(h,)]  # o
             shapes += [(f,), (f,), (h,)] if self.mlp == "swiglu" else [(f,), (h,)]
-        shapes += self._norm_shapes() * 2
+        shapes += self._norm_shapes() * self.norms_per_layer
+        if self.qk_norm == "per_head":
+            shapes += [(self.head_dim,), (self.head_dim,)]
+        elif self.qk_norm == "full":
+            shapes += [(q,), (kv,)]
         return shapes
 
     def _norm_shapes(self) -> list[tuple[int, ...]]:
@@ -141,9 +158,11 @@ class ModelSpec(BaseModel):
         return max(block, emb)
 
     def describe(self) -> str:
+        from planner.units import format_params
+
         gqa = f", {self.kv_heads} kv heads" if self.kv_heads != self.n_heads else ""
         return (
-            f"{self.name}: {self.n_params / 1e9:.3f}B params, {self.n_layers} layers x "
+            f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "
             f"{self.hidden} hidden, {self.n_heads} heads{gqa}, ffn {self.ffn} ({self.mlp}), "
             f"vocab {self.vocab_padded}"
         )

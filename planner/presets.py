@@ -1,4 +1,4 @@
-"""Model references -> `ModelSpec`: a preset id, a bare size, or a Hugging Face config.json.
+"""Model references -> `ModelSpec`: a preset id, a bare size, a Hugging Face config.json or hub id.
 
 Presets are catalog/models/<id>.toml files whose keys are ModelSpec fields (user catalog folders
 from PLAN_CATALOG or `extra_dirs` add or override presets, like GPUs and clusters).
@@ -16,15 +16,19 @@ from hardware.catalog import load_catalog, validation_error
 from hardware.models import ModelTable
 from planner.errors import PlanError
 from planner.hf_config import load_hf_config
+from planner.hub import hub_config_path, is_hub_id
 from planner.model import ModelSpec
 from planner.sizes import SIZE_FORMS, gpt_for_params, parse_size
 
 
 def resolve_model(ref: str, extra_dirs: Sequence[str | Path] | None = None) -> ModelSpec:
-    """A preset id ('llama2-7b'), a bare size ('7b', '350m') or a path to a config.json."""
+    """A preset id ('llama2-7b'), a bare size ('7b', '350m'), a path to a config.json, or a
+    Hugging Face hub id ('meta-llama/Llama-2-7b-hf', through huggingface_hub's cache)."""
     text = str(ref).strip()
     if not text:
         raise PlanError("model", f"is empty; give {_accepted_forms()}")
+    if is_hub_id(text):
+        return load_hf_config(hub_config_path(text), name=text, source=f"hf://{text}")
     if _looks_like_path(text):
         return load_hf_config(text)
     tables = load_catalog(extra_dirs).models
@@ -57,7 +61,8 @@ def _looks_like_path(text: str) -> bool:
 
 
 def _accepted_forms() -> str:
-    return f"a preset id (see `plan catalog list --kind models`), {SIZE_FORMS}, or a path to a Hugging Face config.json"
+    return (f"a preset id (see `plan catalog list --kind models`), {SIZE_FORMS}, a path to a Hugging Face "
+            "config.json, or a hub id (org/name)")
 
 
 def _unknown(text: str, tables: dict[str, ModelTable]) -> PlanError:

@@ -54,3 +54,12 @@ def parse_gpu_range(text: str, step_default: int) -> list[int]:
     if values[-1] != hi:
         values.append(hi)
     return values
+
+
+def format_params(n: float) -> str:
+    """A parameter count for people: '7.061B', '124M', '0.94M' (never '0.000B')."""
+    if n >= 1e12:
+        return f"{n / 1e12:.3f}T"
+    if n >= 1e9:
+        return f"{n / 1e9:.3f}B"
+    return f"{n / 1e6:.3g}M"

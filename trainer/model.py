@@ -45,10 +45,10 @@ class LayerNorm(nn.LayerNorm):
             return F.layer_norm(x.to(dtype), self.normalized_shape, w, b, self.eps)
 
 
-def make_norm(spec: ModelSpec, low_precision: bool) -> nn.Module:
+def make_norm(spec: ModelSpec, low_precision: bool, dim: int | None = None) -> nn.Module:
     if spec.norm == "rmsnorm":
-        return RMSNorm(spec.hidden)
-    return LayerNorm(spec.hidden, parametric=spec.norm == "layernorm", bias=spec.norm_bias,
+        return RMSNorm(dim or spec.hidden)
+    return LayerNorm(dim or spec.hidden, parametric=spec.norm == "layernorm", bias=spec.norm_bias,
                      low_precision=low_precision)
 
 
@@ -91,20 +91,32 @@ class AttentionCore(nn.Module):
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, attention: str):
         super().__init__()
-        h, kv = spec.hidden, spec.kv_dim
+        h, kv, qd = spec.hidden, spec.kv_dim, spec.q_dim
         self.n_heads, self.kv_heads, self.head_dim = spec.n_heads, spec.kv_heads, spec.head_dim
-        self.q = nn.Linear(h, h, bias=spec.bias)
-        self.k = nn.Linear(h, kv, bias=spec.bias)
-        self.v = nn.Linear(h, kv, bias=spec.bias)
-        self.o = nn.Linear(h, h, bias=spec.bias)
+        qkv_bias = spec.bias if spec.qkv_bias is None else spec.qkv_bias  # Qwen2: q/k/v only
+        self.q = nn.Linear(h, qd, bias=qkv_bias)
+        self.k = nn.Linear(h, kv, bias=qkv_bias)
+        self.v = nn.Linear(h, kv, bias=qkv_bias)
+        self.o = nn.Linear(qd, h, bias=spec.bias)
+        # q/k RMSNorm: per head (Gemma 3, Qwen3) or over the full width (OLMo 2)
+        self.qk_norm = spec.qk_norm
+        if spec.qk_norm != "none":
+            per_head = spec.qk_norm == "per_head"
+            self.q_norm = RMSNorm(spec.head_dim if per_head else qd)
+            self.k_norm = RMSNorm(spec.head_dim if per_head else kv)
         self.core = AttentionCore(attention)
         self.rope = spec.position == "rope"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.q(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = self.q(x), self.k(x)
+        if self.qk_norm == "full":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.qk_norm == "per_head":
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             cos, sin = rope_tables(s, self.head_dim, x.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -129,16 +141,30 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-norm block; `spec.norms_per_layer` 4 adds post-norms (Gemma 2/3), 1 runs attention and
+    MLP in parallel on one norm (Falcon-7B, GPT-J)."""
+
     def __init__(self, spec: ModelSpec, attention: str, low_precision_norm: bool):
         super().__init__()
+        if spec.norms_per_layer not in (1, 2, 4):
+            raise ValueError(f"{spec.norms_per_layer} norms per layer are not implemented by the bundled trainer")
+        self.parallel = spec.norms_per_layer == 1
         self.norm1 = make_norm(spec, low_precision_norm)
         self.attn = Attention(spec, attention)
-        self.norm2 = make_norm(spec, low_precision_norm)
+        self.norm2 = None if self.parallel else make_norm(spec, low_precision_norm)
         self.mlp = Mlp(spec)
+        post = spec.norms_per_layer == 4
+        self.post_attn_norm = make_norm(spec, low_precision_norm) if post else None
+        self.post_mlp_norm = make_norm(spec, low_precision_norm) if post else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        if self.parallel:
+            y = self.norm1(x)
+            return x + self.attn(y) + self.mlp(y)
+        a = self.attn(self.norm1(x))
+        x = x + (a if self.post_attn_norm is None else self.post_attn_norm(a))
+        m = self.mlp(self.norm2(x))
+        return x + (m if self.post_mlp_norm is None else self.post_mlp_norm(m))
 
 
 class GPT(nn.Module):

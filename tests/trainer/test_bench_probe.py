@@ -41,6 +41,9 @@ def test_allreduce_bench_two_ranks(tmp_path):
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus_factor(row["op"], 2))
     largest = max((r for r in data["results"] if r["op"] == "all_reduce"), key=lambda r: r["size_bytes"])
     assert data["busbw_gbps"] == {"intranode": largest["busbw_gbps"], "internode": None}
+    last = [line for line in r.output.splitlines() if line.strip()][-1]  # a sentence, not a dict
+    assert last.startswith("All-reduce bus bandwidth within one node: ") and "{" not in last, last
+    assert f"{largest['busbw_gbps']:.1f} Gbps at 1M over 2 ranks (gloo)" in " ".join(r.output.split()), r.output
 
 
 def test_gpu_entry_is_catalog_valid(tmp_path):

@@ -20,6 +20,12 @@ VARIANTS = [
     dict(mlp="swiglu", norm="rmsnorm", position="rope", n_kv_heads=2, tied_embeddings=False, bias=False),
     dict(norm="nonparametric"),
     dict(norm_bias=False, embedding_norm=True),
+    # families read from Hugging Face configs (planner/hf_config.py RULES)
+    dict(mlp="swiglu", norm="rmsnorm", position="rope", n_kv_heads=2, bias=False, qkv_bias=True),  # Qwen2
+    dict(mlp="swiglu", norm="rmsnorm", position="rope", n_kv_heads=2, bias=False, attn_head_dim=32,
+         norms_per_layer=4, qk_norm="per_head"),  # Gemma 2/3: head_dim != hidden/heads, post-norms
+    dict(position="rope", n_kv_heads=1, bias=False, norms_per_layer=1),  # Falcon-7B: parallel block
+    dict(mlp="swiglu", norm="rmsnorm", position="rope", bias=False, qk_norm="full"),  # OLMo 2
 ]
 
 

@@ -1,0 +1,367 @@
+// The planning page: fills the form from GET /catalog, asks POST /ui/estimate and /ui/curve,
+// draws the breakdowns with plotly.js (served by this app), downloads exports, follows a tune job.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { request: null, report: null, selected: 1, tuneTimer: null };
+const MEMORY_TERMS = ["weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation"];
+const TIME_TERMS = [["compute_s", "compute"], ["comm_exposed_s", "exposed communication"],
+                    ["bubble_s", "pipeline bubble"], ["offload_s", "offload"]];
+const PLOT_CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
+
+function fmt(x, digits = 1) {
+  if (x === null || x === undefined) return "";
+  return x.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+function pct(x) { return x === null || x === undefined ? "" : `${Math.round(x * 100)}%`; }
+function cell(tr, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  tr.appendChild(td);
+}
+function setStatus(el, text, isError) {
+  el.textContent = text;
+  el.classList.toggle("error", !!isError);
+}
+async function errorText(r) {
+  try {
+    const body = await r.json();
+    if (Array.isArray(body.detail)) return body.detail.map((d) => `${d.loc[d.loc.length - 1]}: ${d.msg}`).join("; ");
+    return String(body.detail);
+  } catch (e) { return `HTTP ${r.status}`; }
+}
+async function postJSON(url, body, headers = {}) {
+  const r = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json", ...headers },
+                               body: JSON.stringify(body) });
+  if (!r.ok) throw new Error(await errorText(r));
+  return r;
+}
+
+// ---- the form --------------------------------------------------------------------------
+async function loadCatalog() {
+  const cat = await (await fetch("/catalog")).json();
+  const fill = (sel, ids, chosen) => {
+    for (const id of ids) {
+      const o = document.createElement("option");
+      o.value = o.textContent = id;
+      if (id === chosen) o.selected = true;
+      sel.appendChild(o);
+    }
+  };
+  fill($("preset"), cat.models, cat.models.includes("llama2-7b") ? "llama2-7b" : cat.models[0]);
+  fill($("cluster"), Object.keys(cat.clusters).sort(), "dgx-a100");
+  fill($("gpu"), Object.keys(cat.gpus).sort(), null);
+}
+
+async function readRequest() {
+  const source = document.querySelector("input[name=model_source]:checked").value;
+  const num = (id) => ($(id).value === "" ? null : Number($(id).value));
+  const text = (id) => ($(id).value.trim() === "" ? null : $(id).value.trim());
+  const req = {
+    cluster: text("cluster"), gpu: text("gpu"), gpus: num("gpus"), seq_len: num("seq_len"),
+    global_batch: num("global_batch"), global_batch_tokens: text("global_batch_tokens"),
+    tokens: text("tokens"), price_per_gpu_hour: num("price"), objective: $("objective").value,
+  };
+  if (source === "preset") req.model = $("preset").value;
+  if (source === "size") req.model = text("size");
+  if (source === "config") {
+    const file = $("config").files[0];
+    if (!file) throw new Error("config.json: choose a file");
+    try { req.config = JSON.parse(await file.text()); } catch (e) { throw new Error(`${file.name}: not valid JSON`); }
+    req.config_name = file.name.replace(/[^A-Za-z0-9_.+-]/g, "_").slice(0, 60) || "config.json";
+  }
+  return req;
+}
+
+async function plan(event) {
+  event.preventDefault();
+  const status = $("status");
+  $("plan-button").disabled = true;
+  setStatus(status, "planning...");
+  try {
+    const req = await readRequest();
+    const report = await (await postJSON("/ui/estimate", req)).json();
+    state.request = req;
+    state.report = report;
+    state.selected = 1;
+    showReport(report);
+    setStatus(status, `${report.fitting.toLocaleString()} of ${report.evaluated.toLocaleString()} candidates fit`);
+    drawCurve(req);
+  } catch (e) {
+    setStatus(status, e.message, true);
+  } finally {
+    $("plan-button").disabled = false;
+  }
+}
+
+// ---- ranked plans ------------------------------------------------------------------------
+function showReport(report) {
+  $("results").hidden = false;
+  $("summary").textContent = report.header;
+  const hasDays = report.plans.some((p) => p.days !== null);
+  const hasCost = report.plans.some((p) => p.cost !== null);
+  const cols = ["#", "layout", "sharding", "offload", "ckpt", "mb x ga", "batch", "GiB/GPU", "tokens/s",
+                "TFLOPs/GPU", "MFU", "step s", "bottleneck"];
+  if (hasDays) cols.push("days");
+  if (hasCost) cols.push("cost");
+  cols.push("fits");
+  const head = $("plans").tHead;
+  head.innerHTML = "";
+  const hr = head.insertRow();
+  for (const c of cols) {
+    const th = document.createElement("th");
+    th.textContent = c;
+    if (["layout", "sharding", "offload", "ckpt", "bottleneck", "fits"].includes(c)) th.className = "text";
+    hr.appendChild(th);
+  }
+  const body = $("plans").tBodies[0];
+  body.innerHTML = "";
+  for (const p of report.plans) {
+    const tr = body.insertRow();
+    tr.dataset.rank = p.rank;
+    if (!p.fits) tr.classList.add("miss");
+    cell(tr, p.rank);
+    cell(tr, p.layout, "text");
+    cell(tr, p.sharding, "text");
+    cell(tr, p.offload, "text");
+    cell(tr, p.activation_checkpointing, "text");
+    cell(tr, `${p.micro_batch} x ${p.grad_accum}`);
+    cell(tr, p.global_batch);
+    cell(tr, `${fmt(p.memory_total_gib)} / ${fmt(p.memory_capacity_gib)}`);
+    cell(tr, fmt(p.tokens_per_s, 0));
+    cell(tr, fmt(p.tflops_per_gpu, 0));
+    cell(tr, pct(p.mfu));
+    cell(tr, fmt(p.step_time_s, 2));
+    cell(tr, p.bottleneck || "", "text");
+    if (hasDays) cell(tr, fmt(p.days, 1));
+    if (hasCost) cell(tr, p.cost === null ? "" : `$${fmt(p.cost, 0)}`);
+    cell(tr, p.fits ? "yes" : p.reason, "text");
+    tr.addEventListener("click", () => select(p.rank));
+  }
+  const rej = $("rejected").tBodies[0];
+  rej.innerHTML = "";
+  for (const r of report.rejected) {
+    const tr = rej.insertRow();
+    cell(tr, r.count.toLocaleString());
+    cell(tr, r.reason, "text");
+  }
+  select(1);
+  drawBreakdowns(report);
+}
+
+function select(rank) {
+  state.selected = rank;
+  for (const tr of $("plans").tBodies[0].rows) tr.classList.toggle("selected", Number(tr.dataset.rank) === rank);
+  $("selected-rank").textContent = `#${rank}`;
+  const fits = state.report && state.report.plans[rank - 1] && state.report.plans[rank - 1].fits;
+  for (const b of document.querySelectorAll("#exports button")) b.disabled = !fits;
+}
+
+// ---- charts ------------------------------------------------------------------------------
+function drawBreakdowns(report) {
+  const plans = report.plans;
+  const labels = plans.map((p) => `#${p.rank} ${p.sharding}${p.offload !== "none" ? "+off" : ""} ${p.micro_batch}x${p.grad_accum}`);
+  const yaxis = { autorange: "reversed", automargin: true, type: "category", dtick: 1 };
+  const legend = { orientation: "h", y: -0.3, yanchor: "top", traceorder: "normal" };
+  const memTraces = MEMORY_TERMS.map((term) => ({
+    type: "bar", orientation: "h", name: term.replace("_", " "), y: labels,
+    x: plans.map((p) => p.memory_gib[term]), hovertemplate: "%{x:.1f} GiB<extra>" + term + "</extra>",
+  }));
+  const capacity = plans.length ? plans[0].memory_capacity_gib : 0;
+  Plotly.newPlot("memory-chart", memTraces, {
+    title: { text: "Memory per GPU (GiB) against capacity" }, barmode: "stack",
+    yaxis, xaxis: { title: { text: "GiB per GPU" } },
+    shapes: [{ type: "line", x0: capacity, x1: capacity, yref: "paper", y0: 0, y1: 1,
+               line: { color: "#b00020", width: 2, dash: "dash" } }],
+    annotations: [{ x: capacity, yref: "paper", y: 1, yanchor: "bottom", xanchor: "right",
+                    text: `capacity ${fmt(capacity)} GiB`, showarrow: false }],
+    legend, margin: { t: 60, b: 60 },
+  }, PLOT_CONFIG);
+
+  const timed = plans.filter((p) => p.time_s);
+  const tLabels = timed.map((p) => labels[p.rank - 1]);
+  const timeTraces = TIME_TERMS.map(([key, name]) => ({
+    type: "bar", orientation: "h", name, y: tLabels, x: timed.map((p) => p.time_s[key]),
+    hovertemplate: "%{x:.3f} s<extra>" + name + "</extra>",
+  }));
+  timeTraces.push({
+    type: "scatter", mode: "markers", name: "at the GPUs' peak FLOPs (100% MFU)", y: tLabels,
+    x: timed.map((p) => p.peak_step_time_s), marker: { symbol: "line-ns-open", size: 18, color: "#b00020" },
+    hovertemplate: "%{x:.3f} s at peak<extra></extra>",
+  });
+  Plotly.newPlot("time-chart", timeTraces, {
+    title: { text: "Step time (s) against the GPUs' peak" }, barmode: "stack",
+    yaxis, xaxis: { title: { text: "seconds per optimizer step (micro batch x grad accum)" } },
+    legend, margin: { t: 60, b: 60 },
+  }, PLOT_CONFIG);
+}
+
+async function drawCurve(req) {
+  const el = $("curve-chart");
+  try {
+    const points = await (await postJSON("/ui/curve", req)).json();
+    const fit = points.filter((p) => p.fits);
+    const haveDays = fit.some((p) => p.days !== null);
+    const traces = [];
+    if (haveDays) {
+      traces.push({ type: "scatter", mode: "lines+markers", name: "days", x: fit.map((p) => p.gpus),
+                    y: fit.map((p) => p.days), text: fit.map((p) => p.layout) });
+    } else {
+      traces.push({ type: "scatter", mode: "lines+markers", name: "tokens/s", x: fit.map((p) => p.gpus),
+                    y: fit.map((p) => p.tokens_per_s), text: fit.map((p) => p.layout) });
+    }
+    if (fit.some((p) => p.cost !== null)) {
+      traces.push({ type: "scatter", mode: "lines+markers", name: "cost ($)", yaxis: "y2",
+                    x: fit.map((p) => p.gpus), y: fit.map((p) => p.cost), text: fit.map((p) => p.layout) });
+    }
+    Plotly.newPlot(el, traces, {
+      title: { text: haveDays ? "Days and cost to train against GPUs" : "Tokens/s against GPUs (add tokens for days)" },
+      xaxis: { title: { text: "GPUs" }, type: "log", tickvals: points.map((p) => p.gpus), ticktext: points.map((p) => String(p.gpus)) },
+      yaxis: { title: { text: haveDays ? "days" : "tokens/s" }, rangemode: "tozero" },
+      yaxis2: { title: { text: "cost ($)" }, overlaying: "y", side: "right", rangemode: "tozero" },
+      legend: { orientation: "h", y: -0.25 }, margin: { t: 50 },
+    }, PLOT_CONFIG);
+  } catch (e) {
+    el.textContent = `curve: ${e.message}`;
+  }
+}
+
+// ---- exports -----------------------------------------------------------------------------
+async function download(event) {
+  const fmtName = event.currentTarget.dataset.format;
+  const status = $("export-status");
+  setStatus(status, `writing ${fmtName}...`);
+  try {
+    const r = await postJSON(`/ui/export/${fmtName}`, { ...state.request, rank: state.selected });
+    const name = (/filename="([^"]+)"/.exec(r.headers.get("Content-Disposition") || "") || [])[1] || fmtName;
+    const url = URL.createObjectURL(await r.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+    setStatus(status, `downloaded ${name}`);
+  } catch (e) {
+    setStatus(status, e.message, true);
+  }
+}
+
+// ---- tuning ------------------------------------------------------------------------------
+async function startTune(event) {
+  event.preventDefault();
+  const summary = $("tune-summary");
+  $("tune-progress").hidden = false;
+  const body = { model: $("tune-model").value.trim(), budget_s: Number($("tune-budget").value),
+                 max_trials: Number($("tune-trials").value), backend: $("tune-backend").value };
+  if ($("tune-gpus").value) body.gpus = Number($("tune-gpus").value);
+  if ($("tune-study").value.trim()) body.study = $("tune-study").value.trim();
+  const token = $("tune-token").value;
+  try {
+    const r = await postJSON("/tune", body, token ? { Authorization: `Bearer ${token}` } : {});
+    follow((await r.json()).study);
+  } catch (e) {
+    setStatus(summary, `tune: ${e.message}`, true);
+  }
+}
+
+function follow(study) {
+  if (!study) return;
+  clearInterval(state.tuneTimer);
+  $("tune-progress").hidden = false;
+  $("watch-study").value = study;
+  const tick = async () => {
+    if (await refreshTune(study)) clearInterval(state.tuneTimer);
+  };
+  tick();
+  state.tuneTimer = setInterval(tick, 2000);
+}
+
+async function refreshTune(study) {
+  const summary = $("tune-summary");
+  const r = await fetch(`/tune/${encodeURIComponent(study)}`);
+  if (!r.ok) {
+    setStatus(summary, `${study}: ${await errorText(r)}`, true);
+    return r.status === 404;
+  }
+  const st = await r.json();
+  const rep = st.report;
+  let text = `study ${study}: ${st.status}`;
+  if (rep) {
+    text += ` | ${rep.trials} trials (${rep.launched} run; ${Object.entries(rep.by_status).map(([k, v]) => `${k} ${v}`).join(", ")})`;
+    if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
+  }
+  if (st.log_tail) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
+  setStatus(summary, text, st.status === "failed");
+  if (rep) await showTrials(study, !!rep.best);
+  return st.status !== "running";
+}
+
+async function showTrials(study, hasBest) {
+  const r = await fetch(`/ui/tune/${encodeURIComponent(study)}/trials`);
+  if (!r.ok) return;
+  const data = await r.json();
+  const links = $("tune-links");
+  links.innerHTML = "";
+  const a = document.createElement("a");
+  a.href = data.dashboard_url;
+  a.target = "_blank";
+  a.id = "dashboard-link";
+  a.textContent = "open the study in optuna-dashboard";
+  links.append(a, ` (start it with: ${data.dashboard_command})`);
+  if (hasBest) {
+    const ds = document.createElement("a");
+    ds.href = `/export/${encodeURIComponent(study)}/deepspeed`;
+    ds.textContent = "best trial's DeepSpeed JSON";
+    links.append(" | ", ds);
+  }
+  const cols = ["trial", "status", "sharding", "offload", "activation_checkpointing", "micro_batch", "grad_accum",
+                "predicted_tokens_per_s", "measured_tokens_per_s", "predicted_memory_gib", "measured_memory_gib"];
+  const head = $("trials").tHead;
+  head.innerHTML = "";
+  const hr = head.insertRow();
+  for (const c of cols) {
+    const th = document.createElement("th");
+    th.textContent = c.replace(/_/g, " ").replace("tokens per s", "tokens/s");
+    hr.appendChild(th);
+  }
+  const body = $("trials").tBodies[0];
+  body.innerHTML = "";
+  for (const t of data.trials) {
+    const tr = body.insertRow();
+    for (const c of cols) {
+      const v = t[c];
+      cell(tr, typeof v === "number" ? fmt(v, c.endsWith("gib") ? 2 : (Number.isInteger(v) ? 0 : 1)) : (v ?? ""));
+    }
+  }
+  const done = data.trials.filter((t) => t.measured_tokens_per_s && t.predicted_tokens_per_s);
+  const max = Math.max(1, ...done.map((t) => Math.max(t.measured_tokens_per_s, t.predicted_tokens_per_s)));
+  Plotly.react("tune-chart", [
+    { type: "scatter", mode: "markers+text", name: "trials", x: done.map((t) => t.predicted_tokens_per_s),
+      y: done.map((t) => t.measured_tokens_per_s), text: done.map((t) => `#${t.trial}`), textposition: "top center" },
+    { type: "scatter", mode: "lines", name: "measured = predicted", x: [0, max * 1.1], y: [0, max * 1.1],
+      line: { dash: "dot", color: "#888" } },
+  ], { title: { text: "Predicted vs measured tokens/s" }, xaxis: { title: { text: "predicted" } },
+       yaxis: { title: { text: "measured" } }, margin: { t: 50 } }, PLOT_CONFIG);
+}
+
+// ---- wiring ------------------------------------------------------------------------------
+document.addEventListener("DOMContentLoaded", async () => {
+  $("scenario-form").addEventListener("submit", plan);
+  for (const b of document.querySelectorAll("#exports button")) b.addEventListener("click", download);
+  $("tune-form").addEventListener("submit", startTune);
+  $("tune-watch").addEventListener("click", () => follow($("watch-study").value.trim()));
+  for (const id of ["preset", "size", "config"]) {
+    $(id).addEventListener("input", () => {
+      document.querySelector(`input[name=model_source][value=${id}]`).checked = true;
+    });
+  }
+  try {
+    await loadCatalog();
+    document.body.dataset.ready = "1";
+  } catch (e) {
+    setStatus($("status"), `catalog: ${e.message}`, true);
+  }
+});
