@@ -24,6 +24,9 @@ err_console = Console(stderr=True, width=_WIDTH)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Exit codes: 2 = bad input (one line naming the field); 3 = valid input, but no plan fits.
+NOTHING_FITS_EXIT = 3
+
 
 def handle_errors(fn: F) -> F:
     """The error boundary: a user error becomes one line on stderr and exit code 2."""

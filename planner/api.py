@@ -161,8 +161,16 @@ def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
         idx = np.arange(len(found.layout))
     over = np.maximum(found.mem["total_bytes"][idx] / found.mem["capacity_bytes"][idx],
                       found.mem["host_bytes_per_node"][idx] / found.mem["host_capacity_bytes_per_node"][idx])
-    order = np.argsort(over, kind="stable")[:k]
-    return [_estimate_at(found, int(idx[o]), None, 0) for o in order]
+    order = idx[np.argsort(over, kind="stable")]
+    # distinct misses: candidates that differ only in grad_accum repeat the same line
+    lay = found.layout
+    key = np.stack([found.reason[order]] + [getattr(lay, f)[order] for f in _MISS_KEY], axis=1)
+    first = np.sort(np.unique(key, axis=0, return_index=True)[1])[:k]
+    return [_estimate_at(found, int(order[o]), None, 0) for o in first]
+
+
+_MISS_KEY = ("tp", "pp", "vpp", "dp", "sequence_parallel", "sharding", "offload",
+             "activation_checkpointing", "micro_batch")
 
 
 def estimate_row(est: Estimate, report: EstimateReport | None = None) -> dict:

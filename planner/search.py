@@ -17,6 +17,7 @@ from planner import memory
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
 from planner.model import ModelSpec
+from planner.pinned import check_structure
 from planner.scenario import SHARDINGS, Scenario
 from planner.settings import Settings
 from planner.system import System
@@ -81,6 +82,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     """The cartesian product of every searched knob, as one Layout of arrays."""
     gpus = system.gpus
     _check_pinned(spec, system, scenario)
+    check_structure(spec, system, scenario, _global_batch(scenario, seq_len))
     tps = _values(scenario.tp, [d for d in _divisors(system.gpus_per_node) if gpus % d == 0])
     pps = _values(scenario.pp, [d for d in _divisors(spec.n_layers, 64) if gpus % d == 0])
     vpps = _values(scenario.vpp, [1, 2])
