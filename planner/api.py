@@ -67,6 +67,7 @@ def estimate(
     include_rejected: bool = False,
     system: System | None = None,
     catalog_dirs=None,
+    spec: ModelSpec | None = None,
 ) -> EstimateReport:
     """Search every plan of `scenario`, drop what does not fit, rank the rest.
 
@@ -80,7 +81,7 @@ def estimate(
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
     if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
         raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
-    spec = resolve_model(scenario, extra_dirs=catalog_dirs)
+    spec = spec or resolve_model(scenario, extra_dirs=catalog_dirs)  # `spec`: already resolved (HTTP)
     if catalog is None:
         from hardware.catalog import load_catalog
 

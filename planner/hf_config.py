@@ -75,13 +75,20 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise PlanError("model", f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(cfg, dict):
         raise PlanError("model", f"{path}: must hold a JSON object")
+    default_name = path.parent.name if path.name == "config.json" else path.stem
+    return spec_from_config(cfg, source=path, default_name=default_name)
+
+
+def spec_from_config(cfg: Config, *, source: str | Path = "config.json", default_name: str = "custom") -> ModelSpec:
+    """The `ModelSpec` of a config.json body already read (a file's, or one sent inline)."""
+    path = Path(source)
     r = _Reader(path, cfg)
     model_type = cfg.get("model_type")
     builder = _FAMILIES.get(str(model_type).lower())
     if builder is None:
         raise r.fail("model_type", f"unsupported {model_type!r} (supported: {', '.join(sorted(_FAMILIES))})")
     fields = builder(r)
-    name = cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
+    name = cfg.get("_name_or_path") or default_name
     try:
         return ModelSpec(name=str(name), source=str(path), **fields)
     except ValidationError as e:

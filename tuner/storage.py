@@ -9,6 +9,7 @@ storage never run the same configuration twice.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -46,6 +47,37 @@ def normalize_url(url: str | None) -> str:
     return url
 
 
+_SECRET_QUERY = re.compile(r"(?i)([?&][^=&]*(?:password|passwd|pwd|secret|token)[^=&]*=)[^&]*")
+_SECRET_PARAM = re.compile(r"(?i)[?&][^=&]*(?:password|passwd|pwd|secret|token)[^=&]*=[^&]*")
+_USERINFO = re.compile(r"(://[^:/@?#]*:)[^@/?#]*@")
+
+
+def masked_url(url: str | None) -> str:
+    """The storage URL as it may be shown (CLI, API, reports, logs, errors): password masked."""
+    url = normalize_url(url)
+    try:
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError, TypeError):
+        shown = _USERINFO.sub(r"\1***@", url)
+    return _SECRET_QUERY.sub(r"\1***", shown)
+
+
+def scrub(text: str, url: str | None) -> str:
+    """`text` (an error message) with the URL's secrets replaced by ***."""
+    from urllib.parse import unquote
+
+    url = normalize_url(url)
+    secrets = {m.group(0).split(":", 2)[-1][:-1] for m in _USERINFO.finditer(url)}
+    secrets |= {m.group(0).split("=", 1)[1] for m in _SECRET_PARAM.finditer(url)}
+    text = text.replace(url, masked_url(url))
+    for secret in sorted(secrets | {unquote(x) for x in secrets}, key=len, reverse=True):
+        if len(secret) >= 3:  # a 1-2 character secret would rewrite ordinary words
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
+    return text
+
+
 def quiet_optuna() -> None:
     """Optuna's info lines and experimental-feature warnings would drown the progress bar."""
     import warnings
@@ -69,7 +101,8 @@ def open_storage(url: str | None, *, heartbeat_interval_s: int = 10, grace_perio
             heartbeat_stale_trial_callback=StaleTrialCallback(max_retry=max_retry),
         )
     except (sa.exc.ArgumentError, sa.exc.OperationalError, ImportError) as e:
-        raise PlanError("storage", f"cannot open {url!r}: {str(e).splitlines()[0]}") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise PlanError("storage", f"cannot open {masked_url(url)!r}: {scrub(first, url)}") from None
     _claims_meta.create_all(storage.engine, checkfirst=True)
     return storage
 
