@@ -25,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from planner.errors import PlanError
 from tuner.runner import kill_group
+from tuner.worker_id import worker_alive
 
 DEFAULT_STORAGE = "sqlite:///plan-tune.db"
 HOST = socket.gethostname()
@@ -119,9 +120,10 @@ class StaleTrialCallback:
 
 
 def end_orphan_group(trial: FrozenTrial) -> None:
-    """Kill a dead worker's trainer process group if it is still running on this host."""
-    pgid, host, marker = (trial.user_attrs.get(k) for k in ("pgid", "host", "workdir"))
-    if not pgid or host != HOST or not marker:
+    """Kill a dead worker's trainer process group if it is still running here (the worker's
+    liveness lock is here and free: tuner/worker_id.py)."""
+    pgid, marker = trial.user_attrs.get("pgid"), trial.user_attrs.get("workdir")
+    if not pgid or not marker or worker_alive(trial.user_attrs.get("worker_id")) is not False:
         return
     for d in Path("/proc").iterdir():  # only when a member is really that trial's trainer
         if not d.name.isdigit():
@@ -135,13 +137,14 @@ def end_orphan_group(trial: FrozenTrial) -> None:
 
 
 def fail_dead_local_trials(study: optuna.Study) -> list[int]:
-    """RUNNING trials whose worker process on this host is gone: fail them now (no need to wait
-    for the heartbeat grace period), then run the stale-trial callback on them."""
+    """RUNNING trials whose worker is known dead here (its liveness lock is free): fail them now
+    (no need to wait for the heartbeat grace period), then run the stale-trial callback on
+    them. A worker that cannot be told here (another machine or container) is left to
+    Optuna's heartbeat."""
     storage = study._storage
     failed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        host, pid = t.user_attrs.get("worker_host"), t.user_attrs.get("worker_pid")
-        if host != HOST or not pid or _pid_alive(pid):
+        if worker_alive(t.user_attrs.get("worker_id")) is not False:
             continue
         try:
             storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
@@ -154,19 +157,6 @@ def fail_dead_local_trials(study: optuna.Study) -> list[int]:
         if callback is not None:
             callback(study, storage.get_trial(trial_id))
     return failed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (not yet reaped) is dead for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def rdb(storage) -> RDBStorage:
