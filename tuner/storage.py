@@ -40,11 +40,21 @@ claims_table = sa.Table(
 
 
 def normalize_url(url: str | None) -> str:
-    """None -> the default SQLite file; a bare path -> sqlite:///path."""
+    """None -> the default SQLite file; a bare path -> sqlite:///path; `postgres://` (as some
+    hosts print it) -> `postgresql://`, which SQLAlchemy drives with psycopg 3 (the tune
+    extra); `postgresql+psycopg2://` goes to psycopg 3 too when psycopg2 is not installed."""
     if not url:
         return DEFAULT_STORAGE
     if "://" not in url:
         return f"sqlite:///{Path(url).expanduser()}"
+    scheme, rest = url.split("://", 1)
+    if scheme == "postgres":
+        return f"postgresql://{rest}"
+    if scheme == "postgresql+psycopg2":
+        import importlib.util
+
+        if importlib.util.find_spec("psycopg2") is None:
+            return f"postgresql+psycopg://{rest}"
     return url
 
 

@@ -18,7 +18,7 @@ from planner.sizes import gpt_for_params
 from planner.system import System
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = (REPO / ".." / "shared" / "calibration").resolve()
+DEFAULT_DATA_DIR = REPO / "validation" / "data"  # a copy of ../shared/calibration: works in a fresh clone
 MEGATRON_VOCAB = 51200  # what the Megatron runs used when a row leaves vocab empty
 
 # gpu_type prefix -> (catalog GPU id, cluster whose nodes and network the row ran on)

@@ -1,6 +1,6 @@
 """Run every calibration row through the planner: predicted vs measured speed and fit/OOM.
 
-    python validation/validate_calibration.py [--data-dir ../shared/calibration] [--calibrated] [--json]
+    python validation/validate_calibration.py [--data-dir validation/data] [--calibrated] [--json]
 
 Per row: predicted and measured tokens/s and iteration time, the error, fit vs outcome. Per
 source: MAPE of the speed (tokens/s) and fit agreement. `--calibrated` also fits one

@@ -21,7 +21,7 @@ def _cases():
     from validation.rows import DEFAULT_DATA_DIR, load_cases
 
     if not (Path(DEFAULT_DATA_DIR) / "published_dev.csv").exists():
-        pytest.skip(f"calibration data not found at {DEFAULT_DATA_DIR} (../shared/calibration)")
+        pytest.skip(f"calibration data not found at {DEFAULT_DATA_DIR} (validation/data)")
     cases, _ = load_cases(DEFAULT_DATA_DIR)
     return [c for c in cases if c.source.startswith("published") and c.scored]
 

@@ -8,7 +8,7 @@ from validation.rows import DEFAULT_DATA_DIR, load_cases
 
 def _need_data():
     if not (Path(DEFAULT_DATA_DIR) / "seed_runs.csv").exists():
-        pytest.skip(f"calibration data not found at {DEFAULT_DATA_DIR} (../shared/calibration)")
+        pytest.skip(f"calibration data not found at {DEFAULT_DATA_DIR} (validation/data)")
 
 
 def test_script_prints_rows_and_mape(capsys):
