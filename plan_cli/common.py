@@ -43,6 +43,8 @@ def handle_errors(fn: F) -> F:
             fail(f"{field}: {first['msg']}")
         except FileNotFoundError as e:
             fail(f"{e.filename}: file not found")
+        except ModuleNotFoundError as e:  # an optional part missing after the planner-only set-up
+            fail(f"{e.name or e}: not installed; this needs the full environment (scripts/setup.sh --full)")
 
     return wrapper  # type: ignore[return-value]
 
