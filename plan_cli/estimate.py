@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from plan_cli import options as opts
-from plan_cli.common import console, handle_errors, print_json
+from plan_cli.common import NOTHING_FITS_EXIT, console, handle_errors, print_json
 from planner.errors import PlanError
 
 Opt = typer.Option
@@ -118,6 +118,7 @@ def estimate(
 
     if len(reports) > 1:
         view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)
+        _exit_if_nothing_fits(reports)
         return
     report = reports[0]
     if explain:
@@ -133,6 +134,14 @@ def estimate(
 
         plot_breakdown(report.results[:top], plot)
         console.print(f"plot written to {plot}")
+    _exit_if_nothing_fits(reports)
+
+
+def _exit_if_nothing_fits(reports) -> None:
+    """A search that found no plan that fits is not a success: exit NOTHING_FITS_EXIT (3),
+    distinct from bad input (2), after the closest misses were shown."""
+    if not any(e.fits for r in reports for e in r.results):
+        raise typer.Exit(NOTHING_FITS_EXIT)
 
 
 def _settings(calibration, fragmentation_margin, runtime_overhead_gib):

@@ -68,6 +68,7 @@ def estimate(
     include_rejected: bool = False,
     system: System | None = None,
     catalog_dirs=None,
+    spec: ModelSpec | None = None,
 ) -> EstimateReport:
     """Search every plan of `scenario`, drop what does not fit, rank the rest.
 
@@ -81,7 +82,7 @@ def estimate(
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
     if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
         raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
-    spec = resolve_model(scenario, extra_dirs=catalog_dirs)
+    spec = spec or resolve_model(scenario, extra_dirs=catalog_dirs)  # `spec`: already resolved (HTTP)
     if catalog is None:
         from hardware.catalog import load_catalog
 
@@ -180,8 +181,16 @@ def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
         idx = np.arange(len(found.layout))
     over = np.maximum(found.mem["total_bytes"][idx] / found.mem["capacity_bytes"][idx],
                       found.mem["host_bytes_per_node"][idx] / found.mem["host_capacity_bytes_per_node"][idx])
-    order = np.argsort(over, kind="stable")[:k]
-    return [_estimate_at(found, int(idx[o]), None, 0) for o in order]
+    order = idx[np.argsort(over, kind="stable")]
+    # distinct misses: candidates that differ only in grad_accum repeat the same line
+    lay = found.layout
+    key = np.stack([found.reason[order]] + [getattr(lay, f)[order] for f in _MISS_KEY], axis=1)
+    first = np.sort(np.unique(key, axis=0, return_index=True)[1])[:k]
+    return [_estimate_at(found, int(order[o]), None, 0) for o in first]
+
+
+_MISS_KEY = ("tp", "pp", "vpp", "dp", "sequence_parallel", "sharding", "offload",
+             "activation_checkpointing", "micro_batch")
 
 
 def estimate_row(est: Estimate, report: EstimateReport | None = None) -> dict:

@@ -17,6 +17,7 @@ from planner import memory
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
+from planner.pinned import check_structure
 from planner.scenario import CHECKPOINTINGS, SHARDINGS, Scenario
 from planner.settings import Settings, stack_profiles
 from planner.stacks import default_stack, unsupported
@@ -90,6 +91,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     """The cartesian product of every searched knob, as one Layout of arrays."""
     gpus = system.gpus
     _check_pinned(spec, system, scenario, seq_len)
+    check_structure(spec, system, scenario, _global_batch(scenario, seq_len))
     tps = _values(scenario.tp, [d for d in _divisors(system.gpus_per_node) if gpus % d == 0])
     # pp need not divide n_layers (uneven stages); at most one block per stage
     pps = _values(scenario.pp, [d for d in _divisors(gpus, min(64, spec.n_layers))])

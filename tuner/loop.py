@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from planner.settings import Calibration
 from tuner import storage as st
+from tuner.worker_id import worker_id
 from tuner.budget import Budget, trial_duration_s, trial_timeout_s
 from tuner.calibrate import Observation, fit_calibration
 from tuner.residual import ResidualModel
@@ -193,7 +194,8 @@ class Tuner:
 
     # ---- one trial ------------------------------------------------------------------------
     def _objective(self, trial: Trial) -> float:
-        trial.set_user_attr("worker_host", st.HOST)
+        trial.set_user_attr("worker_id", worker_id())  # identity (tuner/worker_id.py)
+        trial.set_user_attr("worker_host", st.HOST)  # for people reading the trial
         trial.set_user_attr("worker_pid", os.getpid())
         params = {k: trial.suggest_categorical(k, d.choices) for k, d in self.distributions.items()}
         knobs = complete(params, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)

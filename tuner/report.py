@@ -19,7 +19,7 @@ from tuner.calibrate import relative_errors, summarize_errors
 from tuner.predict import Predictor
 from tuner.setup import META_KEY, current_calibration
 from tuner.space import TUNED_KNOBS, to_plan
-from tuner.storage import normalize_url, open_storage, study_exists
+from tuner.storage import masked_url, open_storage, study_exists
 
 COLUMNS = (
     "trial", "state", "status", "source", *TUNED_KNOBS,
@@ -49,11 +49,16 @@ class TuneReport(BaseModel):
     network: str | None = None
 
 
-def load(study_name: str, storage_url: str | None) -> optuna.Study:
+def load(study_name: str, storage_url: str | None, *, list_studies: bool = True) -> optuna.Study:
+    """A study of the storage; an unknown name is a PlanError that lists the storage's studies
+    only with `list_studies` (the HTTP service shows them to authenticated callers only)."""
     storage = open_storage(storage_url)
     if not study_exists(storage, study_name):
-        names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
-        raise PlanError("study", f"no study {study_name!r} in {normalize_url(storage_url)} (studies: {names})")
+        where = f"no study {study_name!r} in {masked_url(storage_url)}"
+        if list_studies:
+            names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
+            where += f" (studies: {names})"
+        raise PlanError("study", where)
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
@@ -98,9 +103,9 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     return max(done, key=lambda t: t.value) if done else None
 
 
-def best_plan(study_name: str, storage_url: str | None = None) -> ExecutionPlan:
+def best_plan(study_name: str, storage_url: str | None = None, *, list_studies: bool = True) -> ExecutionPlan:
     """The measured-fastest configuration of a study, as an ExecutionPlan."""
-    study = load(study_name, storage_url)
+    study = load(study_name, storage_url, list_studies=list_studies)
     best = best_trial(study)
     if best is None:
         raise PlanError("study", f"{study_name!r} has no completed trial yet")
@@ -158,7 +163,7 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
     before, after = prediction_errors(study, cal)
     best = best_trial(study)
     report = TuneReport(
-        study=study.study_name, storage=normalize_url(storage_url), model=meta["model"], ranks=meta["nproc"],
+        study=study.study_name, storage=masked_url(storage_url), model=meta["model"], ranks=meta["nproc"],
         device=System.model_validate(meta["system"]).gpu.name, trials=len(trials),
         launched=sum(1 for t in trials if ran(t)), by_status=by_status, duplicates=dups, best=None,
         calibration=cal.model_dump(mode="json"), error_before=before, error_after=after,

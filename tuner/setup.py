@@ -25,7 +25,7 @@ from tuner.config import TuneConfig
 from tuner.network import measure_busbw
 from tuner.predict import Predictor
 from tuner.space import Space, build_space
-from tuner.storage import open_storage, study_exists
+from tuner.storage import masked_url, open_storage, study_exists
 
 META_KEY = "plan_tune"
 
@@ -97,7 +97,7 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
             raise PlanError("study", f"{name!r} exists but was not created by plan tune")
         _check_same(cfg, meta, nproc)
     elif not create:
-        raise PlanError("study", f"no study {name!r} in {storage.url if hasattr(storage, 'url') else cfg.storage}")
+        raise PlanError("study", f"no study {name!r} in {masked_url(cfg.storage)}")
     else:
         meta = _new_meta(cfg, nproc, on_gpu)
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
