@@ -42,7 +42,7 @@ class TrainConfig(BaseModel):
     tp: int = Field(default=1, gt=0)
     pp: int = Field(default=1, gt=0)
     vpp: int = Field(default=1, gt=0)  # virtual pipeline stages per rank (interleaved 1F1B)
-    pp_schedule: PipelineSchedule | None = None  # None: 1f1b, or interleaved_1f1b when vpp > 1
+    pp_schedule: PipelineSchedule | None = None  # None: see `schedule`
     seq_len: int = Field(default=64, gt=0)
     deepspeed_config: str | None = None  # a DeepSpeed JSON file, used as is
     compile: bool = False
@@ -68,7 +68,14 @@ class TrainConfig(BaseModel):
 
     @property
     def schedule(self) -> str:
-        return self.pp_schedule or ("interleaved_1f1b" if self.vpp > 1 else "1f1b")
+        """The pipeline schedule run: the one asked for, else interleaved 1F1B with virtual stages,
+        else 1F1B, or GPipe with fewer micro batches than stages (torch's 1F1B needs m >= pp;
+        with m < pp both run all forwards, then all backwards)."""
+        if self.pp_schedule:
+            return self.pp_schedule
+        if self.vpp > 1:
+            return "interleaved_1f1b"
+        return "1f1b" if self.grad_accum >= self.pp else "gpipe"
 
     @property
     def backend_name(self) -> str:
