@@ -1,4 +1,5 @@
-"""Pipeline parallelism with `torch.distributed.pipelining`, composed with DP (DDP or FSDP2) and TP.
+"""Pipeline parallelism with `torch.distributed.pipelining`, composed with DP (FSDP2, or a gradient
+all-reduce after the schedule for sharding none) and TP.
 
 The GPT's blocks are split into pp x vpp stages by layer (uneven splits allowed: the earlier
 stages take one more block); the first stage also runs the embeddings, the last the final norm,
@@ -24,16 +25,18 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import loss_parallel
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
-from torch.nn.parallel import DistributedDataParallel
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from trainer.backends.base import DTYPES, Engine, make_optimizer
 from trainer.backends.fsdp import fully_shard_model
 from trainer.backends.mesh import ParallelMesh, gather_on_rank0, rank_memory
-from trainer.backends.tensor_parallel import apply_tensor_parallel, parallel_loss
+from trainer.backends.tensor_parallel import align_grad_placements, apply_tensor_parallel
 from trainer.checkpointing import apply_checkpointing
 from trainer.memory import live_saved_tensor_meter, local_tensor
-from trainer.model import GPT
+from trainer.model import GPT, loss_fn
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
 
@@ -66,7 +69,11 @@ class StageModule(nn.Module):
                 x = GPT.embed_tokens(self, x)  # the GPT's own input and output code, on these parts
             for block in self.blocks:
                 x = block(x)
-            return GPT.output_logits(self, x) if self.last else x
+            if not self.last:
+                return x
+            logits = GPT.output_logits(self, x)
+            # a stage hands plain tensors to the schedule: this rank's vocab shard under TP
+            return logits.to_local() if isinstance(logits, DTensor) else logits
 
 
 class PipelineEngine(Engine):
@@ -96,15 +103,13 @@ class PipelineEngine(Engine):
                 part.autocast_dtype = DTYPES[cfg.precision]
             if part.embed is not None and model.head is None and part.first != part.last:
                 self.tied_weight = part.embed.weight
-            if not self.fsdp and m.dp > 1:
-                part = DistributedDataParallel(part, process_group=m.dp_group)
             parts.append(part)
         self.tied_group = self._tied_group() if model.head is None else None
         self.module = nn.ModuleList(parts)
         self.stages = [PipelineStage(p, i, n_stages, device, group=m.pp_group) for p, i in zip(parts, self.stage_ids)]
         cls = SCHEDULES[self.schedule_name]
         self.schedule = cls(self.stages if cls is ScheduleInterleaved1F1B else self.stages[0],
-                            n_microbatches=cfg.grad_accum, loss_fn=parallel_loss)
+                            n_microbatches=cfg.grad_accum, loss_fn=self._loss)
         self.optimizer = make_optimizer(cfg, self.module.parameters())
         self.has_first = any(s.is_first for s in self.stages)
         self.has_last = any(s.is_last for s in self.stages)
@@ -112,6 +117,12 @@ class PipelineEngine(Engine):
         for stage in self.stages:
             for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
                 setattr(stage, name, self._timed(getattr(stage, name)))
+
+    def _loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.mesh.tp > 1:  # the local vocab shard back into a DTensor for loss_parallel
+            logits = DTensor.from_local(logits, self.mesh.tp_mesh, [Shard(-1)], run_check=False)
+            targets = DTensor.from_local(targets, self.mesh.tp_mesh, [Replicate()], run_check=False)
+        return loss_fn(logits, targets)  # under train_step's loss_parallel() when tp > 1
 
     def _tied_group(self):
         """The {first stage, last stage} group of this rank's (dp, tp) coordinates, or None."""
@@ -142,20 +153,39 @@ class PipelineEngine(Engine):
         meter = live_saved_tensor_meter() if measure else contextlib.nullcontext({"peak_bytes": 0})
         self._busy_now = 0.0
         t0 = time.perf_counter()
-        with meter as saved:
+        # the loss of vocab-sharded logits runs its backward inside the schedule: same context
+        loss_ctx = loss_parallel() if self.mesh.tp > 1 else contextlib.nullcontext()
+        with meter as saved, loss_ctx:
             self.schedule.step(*((x,) if self.has_first else ()), target=y if self.has_last else None,
                                losses=losses, return_outputs=False)
         self.schedule_s.append(time.perf_counter() - t0)
         self.busy_s.append(self._busy_now)
+        if self.mesh.tp > 1:
+            align_grad_placements(self.module.parameters())
         state = self.state_bytes() if measure else {}
         if self.tied_group is not None and self.tied_weight.grad is not None:
             dist.all_reduce(local_tensor(self.tied_weight.grad), group=self.tied_group)
+        if not self.fsdp and self.dp > 1:
+            self._average_dp_grads()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         loss = torch.stack([local_tensor(v).detach().float() for v in losses]).mean() if losses else torch.zeros(())
         loss = loss.to(device)
         dist.all_reduce(loss, group=self.mesh.pp_group)  # only the last stage has it: share with rank 0
         return float(loss), state, int(saved["peak_bytes"])
+
+    def _average_dp_grads(self) -> None:
+        """sharding none: average the gradients over the data-parallel replicas in one bucket
+        per dtype, after the schedule (torch's DDP reducer rejects the schedule's several
+        backwards per forward pass when it rebuilds its buckets)."""
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        for dtype in {g.dtype for g in grads}:
+            same = [g for g in grads if g.dtype == dtype]
+            flat = _flatten_dense_tensors(same)
+            dist.all_reduce(flat, group=self.mesh.dp_group)
+            flat /= self.dp
+            for g, reduced in zip(same, _unflatten_dense_tensors(flat, same)):
+                g.copy_(reduced)
 
     def gather_rank_stats(self, state, saved_bytes, warmup_steps):
         busy, sched = self.busy_s[warmup_steps:], self.schedule_s[warmup_steps:]

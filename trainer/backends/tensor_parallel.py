@@ -74,6 +74,18 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
         block.attn.kv_heads //= t
 
 
+def align_grad_placements(params) -> None:
+    """Give each DTensor gradient its parameter's placement (a local slice, no communication).
+
+    The row-parallel embedding's backward returns a replicated weight gradient: left so, every
+    rank would hold (and step on) the full table's gradient instead of its shard.
+    """
+    for p in params:
+        g = p.grad
+        if g is not None and hasattr(g, "placements") and g.placements != p.placements:
+            p.grad = g.redistribute(placements=p.placements)
+
+
 def parallel_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of vocab-sharded logits (a DTensor) or of plain logits."""
     ctx = loss_parallel() if hasattr(logits, "placements") else contextlib.nullcontext()
@@ -113,6 +125,8 @@ class TensorParallelEngine(Engine):
     def backward(self, loss, last):
         with loss_parallel():  # the loss's backward must run under the same context
             super().backward(loss, last)
+        if last:
+            align_grad_placements(self.module.parameters())
 
     def gather_rank_stats(self, state, saved_bytes, warmup_steps):
         return gather_on_rank0(rank_memory(state, saved_bytes) | self.mesh.coords())
