@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from planner.errors import PlanError
-from trainer.config import TrainConfig, validate_config
+from trainer.config import TrainConfig, validate_config, validate_layout
 from trainer.result import TrainResult
 from trainer.spec import resolve_spec
 from trainer.status import classify_text, clear_rank_errors, read_rank_errors
@@ -41,6 +41,7 @@ def launch(cfg: TrainConfig) -> TrainResult:
         validate_config(cfg)
         if cfg.spec is None:
             cfg = cfg.model_copy(update={"spec": resolve_spec(cfg.model)})
+        validate_layout(cfg, cfg.spec)
     except PlanError as e:
         return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
 
