@@ -71,6 +71,7 @@ def estimate(
     json_out: Annotated[bool, Opt("--json", help="Print JSON", rich_help_panel=OUT)] = False,
     csv_out: Annotated[bool, Opt("--csv", help="Print CSV", rich_help_panel=OUT)] = False,
     plot: Annotated[Optional[Path], Opt(help="PNG/SVG: days vs GPUs for a sweep, or breakdowns", rich_help_panel=OUT)] = None,
+    save: Annotated[Optional[Path], Opt(help="Write the scenario to this TOML file (plan.toml: `plan tune` in that folder tunes it)", rich_help_panel=OUT)] = None,
 ) -> None:
     """Rank every configuration that fits, with a per-GPU memory breakdown and speed."""
     from hardware.catalog import load_catalog
@@ -116,6 +117,12 @@ def estimate(
                                     top=max(top, rank), include_rejected=True, system=system,
                                     catalog_dirs=catalog))
 
+    if save is not None:
+        from plan_cli.scenario_file import save_scenario
+
+        if len(gpu_counts) > 1:
+            raise PlanError("save", "saves one scenario: give one GPU count, not a sweep")
+        save_scenario(Scenario(**base, gpus=gpu_counts[0]), save)
     if len(reports) > 1:
         view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)
         _exit_if_nothing_fits(reports)
@@ -129,6 +136,9 @@ def estimate(
         view.print_csv([api.estimate_row(e, report) for e in report.results[:top]])
     else:
         view.show_table(report, top, wide=wide)
+    if save is not None and not (json_out or csv_out):
+        console.print(f"scenario saved to {save}: run `plan tune --budget 2h` in {save.parent.resolve()} to tune it",
+                      highlight=False)
     if plot is not None:
         from plan_cli.plots import plot_breakdown
 

@@ -125,18 +125,11 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
 
 
 def _from_study(name: str, storage: str | None, catalog_dirs):
-    """The best trial of a `plan tune` study (tuner.best_plan), on the system it ran on."""
-    from planner.errors import PlanError
-    from planner.exports.bundle import Chosen
-    from planner.system import System
-    from tuner import best_plan, load
-    from tuner.setup import META_KEY
+    """The winner of a `plan tune` study, on the system it ran on; a DeepSpeed plan with the
+    exact JSON its trial ran."""
+    from tuner.report import chosen_from_study
 
-    meta = load(name, storage).user_attrs.get(META_KEY)
-    if meta is None:
-        raise PlanError("from_study", f"{name!r} was not created by plan tune")
-    return Chosen(plan=best_plan(name, storage), model_ref=meta["model"],
-                  system=System.model_validate(meta["system"]), source=f"study {name} best trial")
+    return chosen_from_study(name, storage)
 
 
 def _write(result, out: Path | None) -> list[str]:

@@ -216,9 +216,8 @@ def _report(study: str, storage: str) -> dict | None:
 
 
 def _chosen_from_study(study: str, storage: str):
-    from planner.exports.bundle import Chosen
-    from planner.system import System
-    from tuner import best_plan, load
+    from tuner import load
+    from tuner.report import chosen_from_study
     from tuner.setup import META_KEY
 
     try:
@@ -227,6 +226,4 @@ def _chosen_from_study(study: str, storage: str):
         raise HTTPException(404, str(e)) from None
     if meta is None:
         raise HTTPException(404, f"{study!r} was not created by plan tune")
-    plan = best_plan(study, storage, list_studies=False)  # PlanError (no completed trial) -> 422
-    return Chosen(plan=plan, model_ref=meta["model"], system=System.model_validate(meta["system"]),
-                  source=f"study {study} best trial")
+    return chosen_from_study(study, storage, list_studies=False)  # PlanError (no completed trial) -> 422

@@ -10,6 +10,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# rank 0 writes "[trainer] step I/N SECONDS s" to stderr after each step: a run killed
+# before the first such line was still starting up
+STEP_MARK = "[trainer] step"
+
 Status = Literal["ok", "oom", "timeout", "crash", "bad_config"]
 
 

@@ -38,11 +38,13 @@ class TrialOutcome(BaseModel):
     error: str | None = None
     tokens_per_s: float | None = None
     step_time_s: float | None = None
+    step_time_s_p90: float | None = None  # with the median: the spread of the timed steps
     wall_s: float
     startup_s: float | None = None  # wall time not spent in timed steps
     peak_memory_bytes: int | None = None
     exit_code: int | None = None
     log_tail: str = ""
+    notes: list[str] = []  # what the runner did besides the run (e.g. a stale build lock removed)
 
 
 def trainer_command(knobs: dict, *, model: str, nproc: int, steps: int, json_out: Path,
@@ -184,7 +186,7 @@ def _from_result(result: TrainResult, exit_code: int | None, wall_s: float, log_
     timed = (step_s or 0.0) * result.steps  # `steps` counts the warm-up steps too
     return TrialOutcome(
         status=result.status, error=result.error, tokens_per_s=result.tokens_per_s,
-        step_time_s=step_s, wall_s=wall_s, startup_s=max(0.0, wall_s - timed) if step_s else None,
+        step_time_s=step_s, step_time_s_p90=result.step_time_s_p90, wall_s=wall_s, startup_s=max(0.0, wall_s - timed) if step_s else None,
         peak_memory_bytes=peak, exit_code=exit_code, log_tail=log_tail[-1500:],
     )
 

@@ -60,13 +60,6 @@ class Space:
         return {k: CategoricalDistribution(list(v)) for k, v in self.choices.items()}
 
 
-def simplicity(knobs: dict) -> tuple:
-    """Tie-break between equally fast configurations: no offload, no recompute, less sharding."""
-    return (OFFLOADS.index(knobs.get("offload", "none")),
-            CHECKPOINTINGS.index(knobs.get("activation_checkpointing", "none")),
-            SHARDINGS.index(knobs.get("sharding", "none")))
-
-
 def config_key(params: dict) -> str:
     """Canonical, order-independent key of a configuration."""
     return ";".join(f"{k}={params[k]}" for k in sorted(params))

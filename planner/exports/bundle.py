@@ -11,7 +11,7 @@ from pydantic import Field
 from planner.errors import PlanError
 from planner.exports.accelerate import accelerate_config, to_yaml
 from planner.exports.common import Recipe, Target, is_deepspeed, steps_for_tokens, target_for
-from planner.exports.deepspeed_json import deepspeed_config
+from planner.exports.deepspeed_json import config_text, deepspeed_config
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
 from planner.exports.torchrun import render, torchrun_command, trainer_args
 from planner.model import ModelSpec
@@ -34,6 +34,8 @@ class Chosen(Frozen):
     tokens: float | None = None
     cpus_per_node: int | None = None
     source: str = ""  # "estimate rank 1", "study NAME trial 7", ...
+    # the exact DeepSpeed JSON a tuner trial ran: exported byte for byte instead of a rebuild
+    deepspeed_json: str | None = None
 
 
 class ExportOptions(Frozen):
@@ -112,15 +114,23 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     steps = options.steps or (steps_for_tokens(chosen.plan, chosen.tokens) if chosen.tokens else None)
     recipe = options.recipe.model_copy(update={"steps": steps}) if steps else options.recipe
     plan, notes = chosen.plan, [f"plan from {chosen.source}"] if chosen.source else []
-    ds = lambda: deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model)  # noqa: E731
+    if chosen.deepspeed_json is not None:
+        notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
+
+    def ds_text() -> str:
+        if chosen.deepspeed_json is not None:
+            return chosen.deepspeed_json
+        return config_text(deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model))
+
+    ds = lambda: json.loads(ds_text())  # noqa: E731
     if fmt == "deepspeed":
-        files = [ExportFile(name=options.deepspeed_file, content=json.dumps(ds(), indent=2) + "\n")]
+        files = [ExportFile(name=options.deepspeed_file, content=ds_text())]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "accelerate":
         files = [ExportFile(name="accelerate.yaml", content=to_yaml(accelerate_config(
             plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file)))]
         if is_deepspeed(plan):
-            files.append(ExportFile(name=options.deepspeed_file, content=json.dumps(ds(), indent=2) + "\n"))
+            files.append(ExportFile(name=options.deepspeed_file, content=ds_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "torchrun":
         ds_file = options.deepspeed_file if is_deepspeed(plan) else None
@@ -128,7 +138,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
                                 deepspeed_config_file=ds_file)
         files = [ExportFile(name="torchrun.sh", content="#!/bin/bash\nset -euo pipefail\n" + render(argv) + "\n")]
         if ds_file:
-            files.append(ExportFile(name=ds_file, content=json.dumps(ds(), indent=2) + "\n"))
+            files.append(ExportFile(name=ds_file, content=ds_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     limit = _time_limit(options.time, chosen.step_time_s, steps, notes)
     cpus = options.cpus_per_task or chosen.cpus_per_node
