@@ -27,6 +27,8 @@ def plan(*args: str) -> subprocess.CompletedProcess:
      "global_batch", "micro_batch x grad_accum = 2 x 2 = 4"),
     (("--gpus", "8", "--tp", "2", "--pp", "1", "--cp", "1", "--global-batch", "10"), "global_batch", "dp 4"),
     (("--gpus", "24", "--tp", "3"), "tp", "32 attention heads"),
+    # cp searched: no single pinned knob is at fault, every candidate fails on the batch
+    (("--gpus", "16", "--tp", "2", "--pp", "1", "--global-batch", "10"), "scenario", "global_batch not divisible"),
     (("--gpus", "64", "--pp", "8", "--vpp", "8"), "vpp", "n_layers (34)"),
 ])
 def test_structural_cause_is_one_line_exit_2(args, field, words):
