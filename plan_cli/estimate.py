@@ -128,6 +128,7 @@ def estimate(
         _exit_if_nothing_fits(reports)
         return
     report = reports[0]
+    _raise_if_only_structural(report)
     if explain:
         view.show_explain(report, rank, json_out=json_out)
     elif json_out:
@@ -145,6 +146,21 @@ def estimate(
         plot_breakdown(report.results[:top], plot)
         console.print(f"plot written to {plot}")
     _exit_if_nothing_fits(reports)
+
+
+def _raise_if_only_structural(report) -> None:
+    """Nothing fits and no candidate got as far as the memory check: the pinned knobs rule out
+    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3)."""
+    from planner.search import GPU_OOM, HOST_OOM, REASONS
+
+    memory = {REASONS[GPU_OOM], REASONS[HOST_OOM]}
+    if report.results and any(e.fits for e in report.results) or not report.rejected:
+        return
+    if memory & set(report.rejected):
+        return
+    reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
+    raise PlanError("scenario", f"no plan satisfies the pinned knobs: {reason} "
+                    f"({count:,} of {report.evaluated:,} candidates)")
 
 
 def _exit_if_nothing_fits(reports) -> None:

@@ -91,7 +91,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     """The cartesian product of every searched knob, as one Layout of arrays."""
     gpus = system.gpus
     _check_pinned(spec, system, scenario, seq_len)
-    check_structure(spec, system, scenario, _global_batch(scenario, seq_len))
+    check_structure(spec, system, scenario, global_batch if global_batch is not None else _global_batch(scenario, seq_len))
     tps = _values(scenario.tp, [d for d in _divisors(system.gpus_per_node) if gpus % d == 0])
     # pp need not divide n_layers (uneven stages); at most one block per stage
     pps = _values(scenario.pp, [d for d in _divisors(gpus, min(64, spec.n_layers))])

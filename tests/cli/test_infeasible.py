@@ -21,13 +21,15 @@ def plan(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, field, words", [
-    (("--gpus", "1024", "--pp", "512"), "pp", "34 layers"),
+    (("--gpus", "1024", "--pp", "512"), "pp", "34 layers"),  # the check of search._check_pinned
     (("--gpus", "8", "--micro-batch", "3", "--global-batch", "10"), "global_batch", "micro_batch 3"),
     (("--gpus", "8", "--micro-batch", "2", "--grad-accum", "2", "--global-batch", "10"),
      "global_batch", "micro_batch x grad_accum = 2 x 2 = 4"),
-    (("--gpus", "8", "--tp", "2", "--pp", "1", "--global-batch", "10"), "global_batch", "dp 4"),
+    (("--gpus", "8", "--tp", "2", "--pp", "1", "--cp", "1", "--global-batch", "10"), "global_batch", "dp 4"),
     (("--gpus", "24", "--tp", "3"), "tp", "32 attention heads"),
-    (("--gpus", "64", "--pp", "8", "--vpp", "8"), "vpp", "34 layers"),
+    # cp searched: no single pinned knob is at fault, every candidate fails on the batch
+    (("--gpus", "16", "--tp", "2", "--pp", "1", "--global-batch", "10"), "scenario", "global_batch not divisible"),
+    (("--gpus", "64", "--pp", "8", "--vpp", "8"), "vpp", "n_layers (34)"),
 ])
 def test_structural_cause_is_one_line_exit_2(args, field, words):
     r = plan("estimate", "--model", "7b", *args)

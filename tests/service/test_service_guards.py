@@ -62,7 +62,7 @@ def test_estimate_takes_an_inline_config_body(served):
         r = httpx.post(base + "/estimate", json={"hf_config": {**cfg, "num_hidden_layers": layers}, "gpus": 16}, timeout=60)
         assert r.status_code == 422 and "n_layers" in _detail(r)["loc"][-1] + _detail(r)["msg"], r.text
     r = httpx.post(base + "/estimate", json={"hf_config": {"model_type": "nope"}, "gpus": 16}, timeout=60)
-    assert r.status_code == 422 and "model_type" in _detail(r)["msg"]
+    assert r.status_code == 422 and "hf_config" in _detail(r)["msg"], r.text  # names the body, not a file
 
 
 def test_architecture_columns_and_sizes_still_work(served):
@@ -103,3 +103,16 @@ def test_default_rank_limit_is_the_local_device_count(tmp_path):
     with running_server(tmp_path, token=TOKEN) as base:
         r = httpx.post(base + "/tune", json={"model": "tiny", "budget_s": 60, "gpus": 1024}, headers=AUTH, timeout=30)
         assert r.status_code == 422 and "local devices" in _detail(r)["msg"], r.text
+
+
+def test_the_planning_page_follows_the_same_rules(served):
+    base, _ = served
+    r = httpx.post(base + "/ui/estimate", json={"model": "secret-model", "gpus": 8}, timeout=60)
+    assert r.status_code == 422 and _detail(r)["loc"][-1] == "model", r.text
+    r = httpx.post(base + "/ui/estimate", json={"model": "7b", "gpus": 8, "top": 2}, timeout=60)
+    assert r.status_code == 200, r.text
+    cfg = json.loads((FIXTURES / "llama-2-7b.json").read_text())
+    r = httpx.post(base + "/ui/estimate", json={"config": cfg, "gpus": 16, "top": 2}, timeout=60)
+    assert r.status_code == 200, r.text
+    r = httpx.get(base + "/ui/tune/unknown/trials", timeout=30)
+    assert r.status_code == 404 and "hidden-study" not in r.text, r.text
