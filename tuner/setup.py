@@ -24,7 +24,7 @@ from tuner import device
 from tuner.config import TuneConfig
 from tuner.network import measure_busbw
 from tuner.predict import Predictor
-from tuner.space import Space, build_space
+from tuner.space import Space, build_space, ranked_parallel_choices
 from tuner.storage import open_storage, study_exists
 
 META_KEY = "plan_tune"
@@ -112,9 +112,11 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
 def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
     spec = resolve_model(Scenario(model=cfg.model))
     seq_len = cfg.seq_len or min(seq_len_of(Scenario(model=cfg.model), spec), 2048)
-    space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,
-                        global_batch=cfg.global_batch, dp=nproc)
     system, note = _system_for(cfg, nproc, on_gpu)
+    parallel = ranked_parallel_choices(Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len), system,
+                                       _settings_for(on_gpu))
+    space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,
+                        global_batch=cfg.global_batch, dp=nproc, parallel=parallel)
     calibration = _initial_calibration(cfg)
     return {
         "model": cfg.model, "nproc": nproc, "on_gpu": on_gpu, "backend": cfg.backend,
