@@ -70,9 +70,12 @@ def estimate(
     system: System | None = None,
     catalog_dirs=None,
     spec: ModelSpec | None = None,
+    batch_rule: bool = True,
 ) -> EstimateReport:
     """Search every plan of `scenario`, drop what does not fit, rank the rest.
 
+    `batch_rule`: without a pinned global batch or grad_accum, every plan gets the planner's one
+    global batch (False: the batch follows micro_batch x grad_accum x dp, as the tuner searches).
     `top` limits the results (None: all that fit). With `include_rejected`, when nothing fits
     the closest misses are returned (fits=False) so the caller can show why.
     """
@@ -92,7 +95,7 @@ def estimate(
         settings = settings.model_copy(update={"stacks": catalog.stacks})
     system = system or resolve_system(scenario, catalog)
     seq_len = seq_len_of(scenario, spec)
-    global_batch, rule = _global_batch(scenario, spec, system, seq_len)
+    global_batch, rule = _global_batch(scenario, spec, system, seq_len, batch_rule)
     found = search_mod.search(spec, system, scenario, settings, seq_len, global_batch)
 
     idx = np.flatnonzero(found.fits)
@@ -115,14 +118,15 @@ def estimate(
     )
 
 
-def _global_batch(scenario: Scenario, spec: ModelSpec, system: System, seq_len: int) -> tuple[int | None, str]:
+def _global_batch(scenario: Scenario, spec: ModelSpec, system: System, seq_len: int,
+                  batch_rule: bool = True) -> tuple[int | None, str]:
     """The scenario's global batch, or the planner's one for every plan (a training
     hyper-parameter, not a speed knob); None when micro batch x grad accum are pinned instead."""
     pinned = search_mod._global_batch(scenario, seq_len)
     if pinned is not None:
         return pinned, f"global batch {pinned} sequences (given)"
-    if scenario.grad_accum is not None:
-        return None, "global batch = micro_batch x grad_accum x dp (grad_accum given)"
+    if scenario.grad_accum is not None or not batch_rule:
+        return None, "global batch = micro_batch x grad_accum x dp (searched)"
     return search_mod.default_global_batch(spec, system.gpus, seq_len)
 
 

@@ -78,7 +78,7 @@ class Predictor:
         why_not = trainer_runs(knobs)
         if why_not:
             return Prediction(False, why_not, float("inf"), 0.0, 0.0, None, None)
-        scenario = self.base.model_copy(update={"tp": 1, "pp": 1, "vpp": 1, **knobs,
+        scenario = self.base.model_copy(update={"tp": 1, "pp": 1, "vpp": 1, "stack": "bundled", **knobs,
                                                 "sequence_parallel": knobs.get("tp", 1) > 1})
         settings = self.settings.model_copy(update={"calibration": cal})
         try:

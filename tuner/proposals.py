@@ -38,9 +38,10 @@ def planner_top_k(base: Scenario, system: System, settings: Settings, choices: d
         pins["precision"] = fastest_precision(system, choices["precision"])
     if global_batch is not None:
         pins.pop("grad_accum", None)
+    pins["stack"] = "bundled"  # trials run on the bundled trainer: its profile, its features
     scenario = base.model_copy(update=pins)
     try:
-        report = estimate(scenario, system=system, settings=settings, top=None)
+        report = estimate(scenario, system=system, settings=settings, top=None, batch_rule=False)
     except PlanError:
         return []
     out: list[dict] = []

@@ -125,7 +125,8 @@ def ranked_parallel_choices(scenario, system, settings=None, top: int = 1) -> di
     """
     from planner.api import estimate
 
-    plans = [r.plan for r in estimate(scenario, system=system, settings=settings, top=top).results]
+    scenario = scenario.model_copy(update={"stack": "bundled"})
+    plans = [r.plan for r in estimate(scenario, system=system, settings=settings, top=top, batch_rule=False).results]
     tps = sorted({1, *(p.tp for p in plans)})
     pps = sorted({1, *(p.pp for p in plans)})
     return {"tp": tuple(tps), "pp": tuple(pps)} if len(tps) + len(pps) > 2 else {}
@@ -176,5 +177,5 @@ def to_plan(knobs: dict, *, dp: int, seq_len: int) -> ExecutionPlan:
     """`dp`: the ranks of the run; tp x pp of them form one model replica."""
     fields = {k: knobs[k] for k in TUNED_KNOBS if k in knobs}
     model_ranks = fields.get("tp", 1) * fields.get("pp", 1)
-    return ExecutionPlan(dp=max(1, dp // model_ranks), seq_len=seq_len,
+    return ExecutionPlan(stack="bundled", dp=max(1, dp // model_ranks), seq_len=seq_len,
                          sequence_parallel=fields.get("tp", 1) > 1, **fields)
