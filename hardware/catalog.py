@@ -4,7 +4,7 @@ Directories, later ones overriding earlier ones entry by entry (same id = same f
   1. the built-in `catalog` package folder,
   2. the folders in the env var PLAN_CATALOG (os.pathsep-separated),
   3. the folders passed as `extra_dirs` (the CLI's --catalog).
-Each may hold gpus/, clusters/ and models/ subfolders. A malformed file raises CatalogError
+Each may hold gpus/, clusters/, models/ and stacks/ subfolders. A malformed file raises CatalogError
 naming the file and the field. Results are cached per (dirs, file mtimes).
 """
 
@@ -21,9 +21,10 @@ from pydantic import BaseModel, ValidationError
 
 from hardware.errors import CatalogError, unknown_id
 from hardware.models import GPU, Catalog, Cluster, ModelTable
+from hardware.stacks import StackProfile
 
 ENV_VAR = "PLAN_CATALOG"
-KINDS = ("gpus", "clusters", "models")
+KINDS = ("gpus", "clusters", "models", "stacks")
 
 
 def builtin_dir() -> Path:
@@ -70,8 +71,9 @@ def _load(stamp: tuple[tuple[str, str, int], ...]) -> Catalog:
             err = unknown_id("gpu", cluster.gpu, gpus)
             raise CatalogError(tables["clusters"][cid][0], "gpu", err.message)
     models = {i: ModelTable(path=str(p), data=t) for i, (p, t) in tables["models"].items()}
+    stacks = {i: _validate(StackProfile, p, i, t) for i, (p, t) in tables["stacks"].items()}
     paths = {f"{k}/{i}": str(p) for k in KINDS for i, (p, _) in tables[k].items()}
-    return Catalog(gpus=gpus, clusters=clusters, models=models, paths=paths)
+    return Catalog(gpus=gpus, clusters=clusters, models=models, stacks=stacks, paths=paths)
 
 
 def read_table(path: Path) -> dict[str, Any]:
@@ -106,5 +108,5 @@ def validation_error(path: Path | str, exc: ValidationError, cls: type[BaseModel
         allowed = ", ".join(f for f in cls.model_fields if f != "id")
         msg = f"unknown field (allowed: {allowed})"
     else:
-        msg = f"{first['msg']} (got {first.get('input')!r})"
+        msg = f"{first['msg'].removeprefix('Value error, ')} (got {first.get('input')!r})"
     return CatalogError(path, field, msg)

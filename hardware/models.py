@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from hardware.errors import unknown_id
+from hardware.stacks import StackProfile
 
 
 class _Entry(BaseModel):
@@ -24,6 +25,15 @@ class EfficiencyPoint(_Entry):
     """
 
     gemm_gflop: float = Field(gt=0)
+    fraction: float = Field(gt=0, le=1)
+
+
+class AttentionPoint(_Entry):
+    """Achieved share of the 16-bit dense peak of the fused attention kernel (forward +
+    backward, causal, head dim 128, FLOPs counted as the kernel does: causal halves them) at a
+    sequence length; interpolated in log(seq_len)."""
+
+    seq_len: int = Field(gt=0)
     fraction: float = Field(gt=0, le=1)
 
 
@@ -43,6 +53,8 @@ class GPU(_Entry):
     devices_per_package: int = Field(default=1, gt=0)
     # Achievable matmul efficiency by GEMM size (data, calibrated by measurement).
     matmul_efficiency: list[EfficiencyPoint] = Field(default_factory=list)
+    # Fused attention (FlashAttention-2 class) efficiency by sequence length (kernel benchmarks).
+    attention_efficiency: list[AttentionPoint] = Field(default_factory=list)
     source: str
 
     def peak_tflops(self, precision: str) -> float:
@@ -63,6 +75,11 @@ class GPU(_Entry):
             return self.fp8_tflops
         raise ValueError(f"unknown precision {precision!r}")
 
+    @property
+    def supports_fp8(self) -> bool:
+        """True iff the GPU has fp8 tensor cores (the catalog gives an fp8 peak)."""
+        return self.fp8_tflops is not None
+
 
 class Cluster(_Entry):
     """A node type and the network between nodes (a DGX box, or a named machine's partition)."""
@@ -75,10 +92,28 @@ class Cluster(_Entry):
     host_to_gpu_gbps: float = Field(gt=0, description="per GPU, one direction (PCIe or C2C)")
     internode_gbps: float = Field(gt=0, description="per node, injection bandwidth")
     intranode_gbps: float | None = Field(default=None, gt=0, description="override of the GPU's")
+    # GPUs that share the fast GPU fabric (NVLink/NVSwitch, xGMI) at `intranode_gbps`. Unset: one
+    # node (gpus_per_node). A GB200 NVL72 rack is 18 nodes of 4 GPUs (a node = a compute tray:
+    # its host RAM, CPUs and NICs) in one 72-GPU NVLink domain.
+    nvlink_domain_gpus: int | None = Field(
+        default=None, gt=0, description="GPUs sharing the fast GPU fabric (default: gpus_per_node)")
     cpu_cores_per_node: int | None = Field(default=None, gt=0)
     nodes: int | None = Field(default=None, gt=0, description="nodes available, if known")
     price_per_gpu_hour: float | None = Field(default=None, ge=0)
     source: str
+
+    @field_validator("nvlink_domain_gpus")
+    @classmethod
+    def _whole_nodes(cls, value: int | None, info: ValidationInfo) -> int | None:
+        per_node = info.data.get("gpus_per_node")
+        if value is not None and per_node and value % per_node:
+            raise ValueError(f"must be a multiple of gpus_per_node ({per_node}): whole nodes share the fabric")
+        return value
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs that share the fast GPU fabric: nvlink_domain_gpus, else one node."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
 
 class ModelTable(_Entry):
@@ -93,6 +128,7 @@ class Catalog(_Entry):
     gpus: dict[str, GPU]
     clusters: dict[str, Cluster]
     models: dict[str, ModelTable] = Field(default_factory=dict)
+    stacks: dict[str, StackProfile] = Field(default_factory=dict)
     # "gpus/<id>" -> the file the entry came from (after user overrides)
     paths: dict[str, str] = Field(default_factory=dict)
 

@@ -116,10 +116,12 @@ def _gpu_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def _cluster_table(rows: list[dict[str, Any]]) -> Table:
-    t = _table("Clusters", "id", "name", "gpu", "GPUs/node", "host RAM GiB", "host-GPU Gbps", "internode Gbps", "cores")
+    t = _table("Clusters", "id", "name", "gpu", "GPUs/node", "NVLink domain", "host RAM GiB", "host-GPU Gbps",
+               "internode Gbps", "cores")
     for c in rows:
-        t.add_row(c["id"], c["name"], c["gpu"], str(c["gpus_per_node"]), _n(c["host_ram_gib"]),
-                  _n(c["host_to_gpu_gbps"]), _n(c["internode_gbps"]), _n(c["cpu_cores_per_node"]))
+        t.add_row(c["id"], c["name"], c["gpu"], str(c["gpus_per_node"]), str(c["nvlink_domain_gpus"] or c["gpus_per_node"]),
+                  _n(c["host_ram_gib"]), _n(c["host_to_gpu_gbps"]), _n(c["internode_gbps"]), _n(c["cpu_cores_per_node"]))
+    t.caption = "NVLink domain: GPUs sharing the fast GPU fabric (one node unless the entry says more)"
     return t
 
 

@@ -24,6 +24,9 @@ err_console = Console(stderr=True, width=_WIDTH)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Exit codes: 2 = bad input (one line naming the field); 3 = valid input, but no plan fits.
+NOTHING_FITS_EXIT = 3
+
 
 def handle_errors(fn: F) -> F:
     """The error boundary: a user error becomes one line on stderr and exit code 2."""
@@ -40,6 +43,8 @@ def handle_errors(fn: F) -> F:
             fail(f"{field}: {first['msg']}")
         except FileNotFoundError as e:
             fail(f"{e.filename}: file not found")
+        except ModuleNotFoundError as e:  # an optional part missing after the planner-only set-up
+            fail(f"{e.name or e}: not installed; this needs the full environment (scripts/setup.sh --full)")
 
     return wrapper  # type: ignore[return-value]
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from plan_cli import options as opts
-from plan_cli.common import console, handle_errors, print_json
+from plan_cli.common import NOTHING_FITS_EXIT, console, handle_errors, print_json
 from planner.errors import PlanError
 
 Opt = typer.Option
@@ -35,16 +35,21 @@ def estimate(
     n_kv_heads: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     ffn_hidden: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
     vocab: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    stack: opts.Stack = None,
     tp: opts.Tp = None,
     pp: opts.Pp = None,
     vpp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
+    cp: opts.Cp = None,
     sequence_parallel: Annotated[Optional[bool], Opt("--sequence-parallel/--no-sequence-parallel", rich_help_panel=SCEN)] = None,
     sharding: opts.Sharding = None,
     offload: opts.Offload = None,
     activation_checkpointing: opts.Checkpointing = None,
+    checkpoint_fraction: opts.CheckpointFraction = None,
     precision: opts.Precision = None,
     optimizer: opts.Optimizer = None,
     attention: opts.Attention = None,
+    compile: opts.Compile = None,
+    async_tp: opts.AsyncTp = None,
     micro_batch: opts.MicroBatch = None,
     grad_accum: opts.GradAccum = None,
     global_batch: opts.GlobalBatch = None,
@@ -66,6 +71,7 @@ def estimate(
     json_out: Annotated[bool, Opt("--json", help="Print JSON", rich_help_panel=OUT)] = False,
     csv_out: Annotated[bool, Opt("--csv", help="Print CSV", rich_help_panel=OUT)] = False,
     plot: Annotated[Optional[Path], Opt(help="PNG/SVG: days vs GPUs for a sweep, or breakdowns", rich_help_panel=OUT)] = None,
+    save: Annotated[Optional[Path], Opt(help="Write the scenario to this TOML file (plan.toml: `plan tune` in that folder tunes it)", rich_help_panel=OUT)] = None,
 ) -> None:
     """Rank every configuration that fits, with a per-GPU memory breakdown and speed."""
     from hardware.catalog import load_catalog
@@ -89,10 +95,11 @@ def estimate(
     base = dict(
         model=model, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
         internode_gbps=internode_gbps, seq_len=seq_len, n_layers=n_layers, hidden=hidden,
-        n_heads=n_heads, n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden, vocab=vocab, tp=tp, pp=pp,
-        vpp=vpp, sequence_parallel=sequence_parallel, sharding=sharding, offload=offload,
-        activation_checkpointing=activation_checkpointing, precision=precision,
-        optimizer=optimizer, attention=attention, micro_batch=micro_batch, grad_accum=grad_accum,
+        n_heads=n_heads, n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden, vocab=vocab, stack=stack, tp=tp, pp=pp,
+        vpp=vpp, cp=cp, sequence_parallel=sequence_parallel, sharding=sharding, offload=offload,
+        activation_checkpointing=activation_checkpointing, checkpoint_fraction=checkpoint_fraction,
+        precision=precision, optimizer=optimizer, attention=attention, compile=compile, async_tp=async_tp,
+        micro_batch=micro_batch, grad_accum=grad_accum,
         global_batch=global_batch,
         global_batch_tokens=int(parse_count("global_batch_tokens", global_batch_tokens)) if global_batch_tokens else None,
         tokens=parse_count("tokens", tokens) if tokens else None,
@@ -110,10 +117,18 @@ def estimate(
                                     top=max(top, rank), include_rejected=True, system=system,
                                     catalog_dirs=catalog))
 
+    if save is not None:
+        from plan_cli.scenario_file import save_scenario
+
+        if len(gpu_counts) > 1:
+            raise PlanError("save", "saves one scenario: give one GPU count, not a sweep")
+        save_scenario(Scenario(**base, gpus=gpu_counts[0]), save)
     if len(reports) > 1:
         view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)
+        _exit_if_nothing_fits(reports)
         return
     report = reports[0]
+    _raise_if_only_structural(report)
     if explain:
         view.show_explain(report, rank, json_out=json_out)
     elif json_out:
@@ -122,11 +137,37 @@ def estimate(
         view.print_csv([api.estimate_row(e, report) for e in report.results[:top]])
     else:
         view.show_table(report, top, wide=wide)
+    if save is not None and not (json_out or csv_out):
+        console.print(f"scenario saved to {save}: run `plan tune --budget 2h` in {save.parent.resolve()} to tune it",
+                      highlight=False)
     if plot is not None:
         from plan_cli.plots import plot_breakdown
 
         plot_breakdown(report.results[:top], plot)
         console.print(f"plot written to {plot}")
+    _exit_if_nothing_fits(reports)
+
+
+def _raise_if_only_structural(report) -> None:
+    """Nothing fits and no candidate got as far as the memory check: the pinned knobs rule out
+    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3)."""
+    from planner.search import GPU_OOM, HOST_OOM, REASONS
+
+    memory = {REASONS[GPU_OOM], REASONS[HOST_OOM]}
+    if report.results and any(e.fits for e in report.results) or not report.rejected:
+        return
+    if memory & set(report.rejected):
+        return
+    reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
+    raise PlanError("scenario", f"no plan satisfies the pinned knobs: {reason} "
+                    f"({count:,} of {report.evaluated:,} candidates)")
+
+
+def _exit_if_nothing_fits(reports) -> None:
+    """A search that found no plan that fits is not a success: exit NOTHING_FITS_EXIT (3),
+    distinct from bad input (2), after the closest misses were shown."""
+    if not any(e.fits for r in reports for e in r.results):
+        raise typer.Exit(NOTHING_FITS_EXIT)
 
 
 def _settings(calibration, fragmentation_margin, runtime_overhead_gib):

@@ -22,7 +22,10 @@ def _gib(x: float) -> str:
 
 
 def _knobs(p) -> str:
-    parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else ""), f"dp{p.dp}"]
+    parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "")]
+    if p.cp > 1:
+        parts.append(f"cp{p.cp}")
+    parts.append(f"dp{p.dp}")
     if p.sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
@@ -31,8 +34,9 @@ def _knobs(p) -> str:
 def _header(report: EstimateReport) -> str:
     s = report.system
     where = s.cluster_id or s.gpu.id
+    rule = f"\n{report.global_batch_rule}" if report.global_batch_rule else ""
     return (f"{report.model.describe()}\n{s.gpus} x {s.gpu.name} ({where}, {s.gpus_per_node}/node, "
-            f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}")
+            f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}{rule}")
 
 
 def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
@@ -87,7 +91,16 @@ def _table(title: str, columns: list[str], rows: list[list[str]], wide: bool) ->
 
 def _compact_layout(p) -> str:
     parts = ([f"tp{p.tp}"] if p.tp > 1 else []) + ([f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "")] if p.pp > 1 else [])
+    parts += [f"cp{p.cp}"] if p.cp > 1 else []
     return " ".join(parts + [f"dp{p.dp}"] + (["sp"] if p.sequence_parallel else []))
+
+
+def _speed(perf) -> str:
+    """tokens/s with the stack profile's cross-validated error (catalog/stacks)."""
+    if perf is None:
+        return ""
+    band = f" +-{perf.expected_error_pct:.0f}%" if perf.expected_error_pct is not None else ""
+    return f"{perf.tokens_per_s:,.0f}{band}"
 
 
 def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
@@ -99,7 +112,7 @@ def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
         strategy = "/".join(_SHORT.get(x, x) for x in (p.sharding, p.offload, p.activation_checkpointing))
         row = [str(i), _compact_layout(p), strategy, f"{p.micro_batch} x {p.grad_accum}",
                f"{_gib(m.total_bytes)}/{m.capacity_bytes / GIB:.0f}",
-               f"{perf.tokens_per_s:,.0f}" if perf else "", f"{perf.mfu:.0%}" if perf else ""]
+               _speed(perf), f"{perf.mfu:.0%}" if perf else ""]
         if has_days:
             row.append(f"{perf.days:.1f}" if perf and perf.days else "")
         rows.append(row)
@@ -109,19 +122,20 @@ def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
 def _wide_rows(fitting) -> tuple[list[str], list[list[str]]]:
     has_perf = any(e.performance for e in fitting)
     has_days = any(e.performance and e.performance.days for e in fitting)
-    columns = ["#", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "w/g/opt/act", "host GiB/node"]
+    columns = ["#", "stack", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "w/g/opt/act",
+               "host GiB/node"]
     if has_perf:
         columns += ["tokens/s", "TFLOPs/GPU", "MFU", "step s", "bottleneck"] + (["days", "cost"] if has_days else [])
     rows = []
     for i, e in enumerate(fitting, 1):
         p, m = e.plan, e.memory
-        row = [str(i), _knobs(p), p.sharding, p.offload, p.activation_checkpointing, str(p.micro_batch),
+        row = [str(i), p.stack, _knobs(p), p.sharding, p.offload, p.activation_checkpointing, str(p.micro_batch),
                str(p.grad_accum), str(p.global_batch), f"{_gib(m.total_bytes)}/{_gib(m.capacity_bytes)}",
                "/".join(_gib(x) for x in (m.weights_bytes, m.grads_bytes, m.optimizer_bytes, m.activations_bytes)),
                f"{m.host_bytes_per_node / GIB:.0f}"]
         if has_perf:
             perf, t = e.performance, e.time
-            row += [f"{perf.tokens_per_s:,.0f}", f"{perf.model_tflops_per_gpu:.0f}", f"{perf.mfu:.0%}",
+            row += [_speed(perf), f"{perf.model_tflops_per_gpu:.0f}", f"{perf.mfu:.0%}",
                     f"{t.step_time_s:.2f}", t.bottleneck] if perf and t else [""] * 5
             if has_days:
                 row += [f"{perf.days:.1f}" if perf and perf.days else "",

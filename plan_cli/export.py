@@ -35,11 +35,14 @@ def export(
     gpus_per_node: opts.GpusPerNode = None,
     internode_gbps: opts.InternodeGbps = None,
     seq_len: opts.SeqLen = None,
+    stack: opts.Stack = None,
     tp: opts.Tp = None,
     pp: opts.Pp = None,
+    cp: opts.Cp = None,
     sharding: opts.Sharding = None,
     offload: opts.Offload = None,
     activation_checkpointing: opts.Checkpointing = None,
+    checkpoint_fraction: opts.CheckpointFraction = None,
     precision: opts.Precision = None,
     optimizer: opts.Optimizer = None,
     attention: opts.Attention = None,
@@ -84,8 +87,9 @@ def export(
     else:
         scenario_fields = dict(
             model=model or "7b", gpus=gpus, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
-            internode_gbps=internode_gbps, seq_len=seq_len, tp=tp, pp=pp, sharding=sharding,
-            offload=offload, activation_checkpointing=activation_checkpointing, precision=precision,
+            internode_gbps=internode_gbps, seq_len=seq_len, stack=stack, tp=tp, pp=pp, cp=cp, sharding=sharding,
+            offload=offload, activation_checkpointing=activation_checkpointing,
+            checkpoint_fraction=checkpoint_fraction, precision=precision,
             optimizer=optimizer, attention=attention, micro_batch=micro_batch, grad_accum=grad_accum,
             global_batch=global_batch, tokens=tokens)
         chosen = _from_scenario(scenario_fields, objective, catalog, format)
@@ -121,18 +125,11 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
 
 
 def _from_study(name: str, storage: str | None, catalog_dirs):
-    """The best trial of a `plan tune` study (tuner.best_plan), on the system it ran on."""
-    from planner.errors import PlanError
-    from planner.exports.bundle import Chosen
-    from planner.system import System
-    from tuner import best_plan, load
-    from tuner.setup import META_KEY
+    """The winner of a `plan tune` study, on the system it ran on; a DeepSpeed plan with the
+    exact JSON its trial ran."""
+    from tuner.report import chosen_from_study
 
-    meta = load(name, storage).user_attrs.get(META_KEY)
-    if meta is None:
-        raise PlanError("from_study", f"{name!r} was not created by plan tune")
-    return Chosen(plan=best_plan(name, storage), model_ref=meta["model"],
-                  system=System.model_validate(meta["system"]), source=f"study {name} best trial")
+    return chosen_from_study(name, storage)
 
 
 def _write(result, out: Path | None) -> list[str]:

@@ -23,7 +23,42 @@ COMMANDS = {
     "tune": "tune",
     "export": "export",
     "serve": "serve",
+    "validate": "validate",
+    "calibrate": "validate",
 }
+
+
+# Commands that need the full environment (`scripts/setup.sh --full`), and what they import.
+FULL_ENV = {
+    "train": ("torch",),
+    "allreduce-bench": ("torch",),
+    "probe": ("torch",),
+    "tune": ("torch", "optuna", "sqlalchemy", "pandas"),
+    "serve": ("fastapi", "uvicorn"),
+}
+
+
+def missing_modules(names) -> list[str]:
+    """The modules of `names` that cannot be imported here (found without importing them)."""
+    import importlib.util
+
+    missing = []
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
+            missing.append(name)
+    return missing
+
+
+def _check_environment(command: str | None) -> None:
+    """After the planner-only set-up, a full-environment command says so in one line (exit 2)."""
+    missing = missing_modules(FULL_ENV.get(command or "", ()))
+    if missing and not {"--help", "-h"} & set(sys.argv[2:]):
+        sys.stderr.write(f"error: `plan {command}` needs the full environment (missing: {', '.join(missing)}); "
+                         "install it with scripts/setup.sh --full\n")
+        raise SystemExit(2)
 
 
 def _root() -> None:
@@ -55,6 +90,7 @@ def __getattr__(name: str) -> typer.Typer:
 
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else None
+    _check_environment(command)
     build_app(only=command)()
 
 

@@ -28,17 +28,37 @@ def read_rows(path: Path) -> list[dict]:
     except OSError as e:
         raise PlanError("scenarios", f"cannot read {path}: {e.strerror}") from None
     if suffix == ".csv":
-        return [dict(r) for r in csv.DictReader(text.splitlines())]
-    if suffix in (".jsonl", ".ndjson"):
+        reader = csv.DictReader(text.splitlines())
+        _check_header(path, reader.fieldnames)
+        rows = [dict(r) for r in reader]
+    elif suffix in (".jsonl", ".ndjson"):
         rows = []
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    rows.append({"__error__": f"line {n}: invalid JSON ({e.msg})"})
-        return rows
-    raise PlanError("scenarios", f"{path}: use a .csv or .jsonl file")
+                    row = {"__error__": f"line {n}: invalid JSON ({e.msg})"}
+                if not isinstance(row, dict):
+                    row = {"__error__": f"line {n}: a scenario is a JSON object of columns"}
+                rows.append(row)
+    else:
+        raise PlanError("scenarios", f"{path}: use a .csv or .jsonl file")
+    if not rows:
+        raise PlanError("scenarios", f"{path} has no scenario rows")
+    return rows
+
+
+def _check_header(path: Path, header: list[str] | None) -> None:
+    """The first CSV line names the columns; a headerless file would lose its first row and
+    read the others under the wrong names."""
+    allowed = [*Scenario.model_fields, *PASSTHROUGH]
+    names = [h.strip() for h in header or [] if h is not None]
+    unknown = [h for h in names if h not in allowed]
+    if not names or unknown:
+        got = f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown else "no columns"
+        raise PlanError("scenarios", f"{path}: the first line must be a header of column names "
+                        f"({got}; allowed: {', '.join(allowed)})")
 
 
 def _scenario(row: dict) -> Scenario:

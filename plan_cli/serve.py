@@ -28,18 +28,26 @@ def serve(
     catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s)")] = None,
     dashboard_url: Annotated[str, Opt(help="Where optuna-dashboard serves --storage (the page links studies there)")]
     = "http://127.0.0.1:8080",
+    max_tune_ranks: Annotated[Optional[int], Opt(min=1, help="POST /tune: most ranks (default: this machine's devices)")] = None,
+    max_tune_budget: Annotated[str, Opt(help="POST /tune: longest budget (e.g. 24h)")] = "24h",
+    max_tune_jobs: Annotated[int, Opt(min=1, help="POST /tune: studies running at once")] = 2,
 ) -> None:
     """Serve the planner over HTTP: the planning page at /, POST /estimate, GET /catalog, POST /tune, GET /export/..."""
     import uvicorn
 
     from plan_service import ServiceConfig, create_app
+    from plan_service.guards import TuneLimits
+    from planner.units import parse_duration_s
 
     token = os.environ.get("PLAN_API_TOKEN") or None
     if token is None and not insecure:
         err_console.print("note: PLAN_API_TOKEN is not set: POST /tune answers 503 (use --insecure to allow it)",
                           highlight=False)
+    limits = TuneLimits(max_ranks=max_tune_ranks, max_budget_s=parse_duration_s("max_tune_budget", max_tune_budget),
+                        max_jobs=max_tune_jobs)
     config = ServiceConfig(storage=storage, workdir=workdir, api_token=token, insecure=insecure,
-                           max_body_bytes=max_body_kib * 1024, catalog_dirs=list(catalog or []))
+                           max_body_bytes=max_body_kib * 1024, catalog_dirs=list(catalog or []),
+                           tune_limits=limits)
     app = create_app(config)
     app.state.dashboard_url = dashboard_url
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -32,7 +32,10 @@ def train(
     attention: Annotated[str, typer.Option(help="flash (SDPA) or eager")] = "flash",
     micro_batch: Annotated[int, typer.Option(min=1)] = 1,
     grad_accum: Annotated[int, typer.Option(min=1)] = 1,
-    tp: Annotated[int, typer.Option(min=1, help="Only 1: the bundled trainer has no tensor parallelism.")] = 1,
+    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel ranks (DTensor; sequence-parallel norms).")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages (torch.distributed.pipelining).")] = 1,
+    vpp: Annotated[int, typer.Option(min=1, help="Virtual pipeline stages per rank (interleaved 1F1B).")] = 1,
+    pp_schedule: Annotated[Optional[str], typer.Option(help="gpipe, 1f1b, interleaved_1f1b (default: 1f1b; gpipe when grad_accum < pp; interleaved with vpp > 1).")] = None,
     seq_len: Annotated[int, typer.Option(min=1)] = 64,
     deepspeed_config: Annotated[Optional[Path], typer.Option(help="A DeepSpeed JSON config, run as is.")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile each block.")] = False,
@@ -53,7 +56,7 @@ def train(
         model=model, nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
         sharding=sharding, offload=offload, activation_checkpointing=activation_checkpointing,
         precision=precision, optimizer=optimizer, attention=attention, micro_batch=micro_batch,
-        grad_accum=grad_accum, tp=tp, seq_len=seq_len,
+        grad_accum=grad_accum, tp=tp, pp=pp, vpp=vpp, pp_schedule=pp_schedule, seq_len=seq_len,
         deepspeed_config=str(deepspeed_config) if deepspeed_config else None, compile=compile,
         low_precision_norm=low_precision_norm, steps=steps, warmup_steps=warmup_steps, lr=lr,
         seed=seed, data=data, timeout_s=timeout_s, json_out=str(json_out) if json_out else None)
@@ -67,6 +70,14 @@ def train(
         console.print(f"rank 0 holds: params {m.params_bytes:,} B, grads {m.grads_bytes:,} B, "
                       f"optimizer {m.optimizer_bytes:,} B; saved activations {m.saved_activations_bytes:,} B",
                       highlight=False)
+    if result.status == "ok" and result.parallel is not None:
+        par = result.parallel
+        line = f"layout: tp {par.tp} x pp {par.pp} (vpp {par.vpp}) x dp {par.dp}"
+        if par.pp > 1:
+            line += f", {par.schedule}, {par.micro_batches} micro batches, layers per stage {par.stage_layers}"
+            if par.bubble_ratio is not None:
+                line += f", measured bubble {par.bubble_ratio:.2f} (planner (p-1)/(m*v) = {(par.pp - 1) / (par.micro_batches * par.vpp):.2f})"
+        console.print(line, highlight=False, soft_wrap=True)
     if result.status != "ok":
         raise typer.Exit(EXIT_CODES[result.status])
 

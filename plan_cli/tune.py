@@ -62,13 +62,26 @@ def tune(
     workdir: Annotated[Optional[Path], Opt(help="Trial logs and result files (default: a temp dir)", rich_help_panel=OUT)] = None,
     json_out: Annotated[bool, Opt("--json", help="Print the report as JSON", rich_help_panel=OUT)] = False,
     no_progress: Annotated[bool, Opt("--no-progress", help="No progress bar", rich_help_panel=OUT)] = False,
+    scenario: Annotated[Path, Opt(help="Scenario TOML from `plan estimate --save` (used when --model is not given)", rich_help_panel=RUN)] = Path("plan.toml"),
 ) -> None:
     """Run (or resume) a study: planner proposals first, then an Optuna sampler; each trial a
     real trainer run. Open the study in optuna-dashboard: `optuna-dashboard sqlite:///plan-tune.db`."""
     if ctx.invoked_subcommand is not None:
         return
     if model is None:
-        raise PlanError("model", "give the model to tune, e.g. --model tiny (or `plan tune report --study NAME`)")
+        if not scenario.is_file():
+            raise PlanError("model", f"nothing to tune: no {scenario} here; pass --model (e.g. --model tiny --gpus 2), "
+                            f"or run `plan estimate --model ... --save {scenario}` in this folder first")
+        from plan_cli.scenario_file import load_scenario
+        from tuner.space import TUNED_KNOBS
+
+        saved = load_scenario(scenario)
+        if saved.model is None:
+            raise PlanError("model", f"{scenario} names no model (save it again with `plan estimate --model ... --save`)")
+        model, gpus, seq_len = saved.model, gpus or saved.gpus, seq_len or saved.seq_len
+        global_batch, gpu, cluster = global_batch or saved.global_batch, gpu or saved.gpu, cluster or saved.cluster
+        pinned = [f"{k}={getattr(saved, k)}" for k in TUNED_KNOBS if getattr(saved, k) is not None]
+        choices = pinned + list(choices or [])  # flags given now win (parsed later, last one kept)
     if budget is None:
         raise PlanError("budget", "give a wall-clock budget, e.g. --budget 2h")
     from tuner.budget import parse_duration_s
@@ -149,6 +162,22 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
         console.print(f"[bold green]best[/] trial {b['trial']}: {b['tokens_per_s']:,.0f} tokens/s measured  {knobs}")
     else:
         console.print("[yellow]no completed trial yet[/]")
+    if rep.winner:
+        console.print(rep.winner, highlight=False)
+    fr = rep.final_ranking
+    if fr:
+        rows = "; ".join(f"#{r['trial']} {r['median_tokens_per_s']:,.0f} tok/s ±{r['spread_pct']:.0f}% "
+                         f"({len(r['samples_tokens_per_s'])} runs)" for r in fr["rows"])
+        console.print(f"re-measured top candidates (interleaved, median ± half-range): {rows}; "
+                      f"noise {fr['noise_pct']:.1f}%, tie window {fr['tie_window_pct']:.1f}%", highlight=False)
+    if rep.by_backend:
+        console.print("trials per backend: " + "; ".join(
+            f"{b}: " + ", ".join(f"{n} {s}" for s, n in sorted(c.items())) for b, c in sorted(rep.by_backend.items())),
+            highlight=False)
+    for b in rep.no_result:
+        console.print(f"[yellow]no result for backend {b}[/] (no trial of it completed: see the table's notes)")
+    if rep.network:
+        console.print(f"network: {rep.network}" + (f"; {rep.network_effect}" if rep.network_effect else ""), highlight=False)
     e0, e1 = rep.error_before, rep.error_after
     if e0["n"]:
         console.print(f"prediction error of tokens/s over {e0['n']} trials: mean {e0['mean_abs_pct']:.0f}% "

@@ -2,8 +2,11 @@
 
 Errors: a PlanError or catalog error is a 422 naming the field (FastAPI's own validation
 errors have the same shape); an unknown catalog id or study is a 404. Mutating endpoints
-(POST /tune) need `Authorization: Bearer $PLAN_API_TOKEN`; with no token configured they
-answer 503 unless the server was started with --insecure. Bodies over `max_body_bytes` get 413.
+(POST /tune) and the list of studies (GET /tune) need `Authorization: Bearer $PLAN_API_TOKEN`;
+with no token configured they answer 503 unless the server was started with --insecure. Bodies
+over `max_body_bytes` get 413. Models are never read from the server's disk (guards.py); /tune
+has limits (ranks, budget, concurrent jobs) whose 4xx answers name the limit. Storage URLs are
+only ever shown with the password masked.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from pydantic import ValidationError
 
 from hardware.errors import CatalogError
 from hardware.models import GPU, Cluster
+from plan_service.guards import LimitError, TuneLimits, check_model_ref, check_scenario, check_tune, service_model
 from plan_service.limits import BodySizeLimit
 from plan_service.models import (
-    NAME_PATTERN, CatalogSummary, ErrorBody, TuneRequest, TuneStarted, TuneStatus,
+    NAME_PATTERN, CatalogSummary, ErrorBody, EstimateRequest, StudyList, TuneRequest, TuneStarted, TuneStatus,
 )
 from plan_service.tune_jobs import TuneJobs, log_tail
 from plan_service.web import web_router
@@ -45,6 +49,7 @@ class ServiceConfig:
     insecure: bool = False  # allow POST /tune without a token
     max_body_bytes: int = 64 * 1024
     catalog_dirs: list[Path] = field(default_factory=list)
+    tune_limits: TuneLimits = field(default_factory=TuneLimits)
 
 
 def create_app(config: ServiceConfig | None = None) -> FastAPI:
@@ -74,16 +79,20 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
     @app.post("/estimate", response_model=EstimateReport, responses=ERRORS)
-    def estimate(scenario: Scenario, objective: Objective = "tokens_per_s",
+    def estimate(req: EstimateRequest, objective: Objective = "tokens_per_s",
                  top: Annotated[int, Query(ge=1, le=100)] = 10) -> EstimateReport:
         """Rank the plans of a scenario (blank knobs = the planner chooses), best first.
 
-        `model` is a preset id or a size (no paths); sizes are bounded (422 past a bound)."""
+        `model` is a preset id or a size, or give the architecture columns, or the config.json
+        body as `hf_config` (no paths); sizes are bounded (422 past a bound)."""
         from planner import api
 
-        _check_scenario(scenario)
-        return api.estimate(scenario, catalog=_catalog(config), objective=objective, top=top,
-                            include_rejected=True)
+        scenario = Scenario(**req.model_dump(exclude={"hf_config"}, exclude_unset=True))
+        check_scenario(scenario)
+        cat = _catalog(config)
+        spec = service_model(scenario, req.hf_config, cat, config.catalog_dirs)
+        return api.estimate(scenario, catalog=cat, objective=objective, top=top,
+                            include_rejected=True, spec=spec)
 
     @app.get("/catalog", response_model=CatalogSummary)
     def catalog() -> CatalogSummary:
@@ -99,12 +108,18 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         return _entry(_catalog(config).clusters, "cluster", cluster_id)
 
     @app.post("/tune", status_code=202, response_model=TuneStarted, dependencies=[Depends(require_token)],
-              responses={**ERRORS, 401: {"model": ErrorBody}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}})
+              responses={**ERRORS, 401: {"model": ErrorBody}, 409: {"model": ErrorBody},
+                         429: {"model": ErrorBody}, 503: {"model": ErrorBody}})
     def tune(req: TuneRequest) -> TuneStarted:
-        """Start a tuning study in a background worker; returns its name at once."""
+        """Start a tuning study in a background worker; returns its name at once.
+
+        Limits (422/429 naming the limit): ranks <= the server's devices (max_tune_ranks),
+        budget_s <= max_tune_budget_s, at most max_tune_jobs studies running at once."""
         from planner.resolve import resolve_model
 
+        check_model_ref(req.model, _catalog(config))  # a preset or a size, never a path
         resolve_model(Scenario(model=req.model))  # a bad model is a 422 now, not a dead worker
+        check_tune(req.gpus, req.budget_s, app.state.jobs.running(), config.tune_limits)
         try:
             name = app.state.jobs.start(req)
         except PlanError as e:
@@ -112,6 +127,16 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                 raise HTTPException(409, str(e)) from None
             raise
         return TuneStarted(study=name, status_url=f"/tune/{name}", export_url=f"/export/{name}/deepspeed")
+
+    @app.get("/tune", response_model=StudyList, dependencies=[Depends(require_token)],
+             responses={401: {"model": ErrorBody}, 503: {"model": ErrorBody}})
+    def tune_list() -> StudyList:
+        """The studies of the server's storage (authenticated callers only)."""
+        from tuner.storage import masked_url, open_storage
+
+        storage = open_storage(config.storage)
+        return StudyList(storage=masked_url(config.storage),
+                         studies=sorted(s.study_name for s in storage.get_all_studies()))
 
     @app.get("/tune/{study}", response_model=TuneStatus, responses={404: {"model": ErrorBody}})
     def tune_status(study: Name) -> TuneStatus:
@@ -122,10 +147,12 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             raise HTTPException(404, f"no study {study!r} on this server or in its storage")
         if job is None:
             return TuneStatus(study=study, status="stored", report=report)
+        from tuner.storage import scrub
+
         code = job.proc.poll()
         status = "running" if code is None else ("finished" if code == 0 else "failed")
         return TuneStatus(study=study, status=status, exit_code=code, report=report,
-                          log_tail=log_tail(job.log_path) if code not in (None, 0) else None)
+                          log_tail=scrub(log_tail(job.log_path), config.storage) if code not in (None, 0) else None)
 
     @app.get("/export/{study}/deepspeed", responses={**ERRORS, 404: {"model": ErrorBody}})
     def export_deepspeed(study: Name, target: Literal["gpu", "cpu"] | None = None) -> dict:
@@ -145,6 +172,8 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(PlanError)
     async def plan_error(request: Request, e: PlanError):
+        if isinstance(e, LimitError):
+            return JSONResponse(body(["body", e.field], e.message, "limit_error"), status_code=e.status)
         return JSONResponse(body(["body", e.field], e.message, "plan_error"), status_code=422)
 
     @app.exception_handler(CatalogError)
@@ -177,53 +206,24 @@ def _entry(table: dict, kind: str, entry_id: str):
     return table[entry_id]
 
 
-# Upper bounds the HTTP API puts on a scenario (the search's work grows with some of them;
-# a public endpoint must not be made to run out of memory).
-SCENARIO_LIMITS = {
-    "n_layers": 4096, "hidden": 1 << 18, "n_heads": 4096, "n_kv_heads": 4096, "ffn_hidden": 1 << 20,
-    "vocab": 1 << 23, "seq_len": 1 << 22, "gpus": 1 << 22, "gpus_per_node": 1024, "tp": 4096,
-    "pp": 4096, "vpp": 1024, "micro_batch": 1 << 16, "grad_accum": 1 << 20, "global_batch": 1 << 30,
-    "global_batch_tokens": 1 << 42, "internode_gbps": 1e7, "tokens": 1e18, "price_per_gpu_hour": 1e6,
-}
-
-
-def _check_scenario(scenario: Scenario) -> None:
-    """The server's files stay its own: a model is a preset id or a size, never a path; and
-    sizes stay within SCENARIO_LIMITS."""
-    import re
-
-    for name, limit in SCENARIO_LIMITS.items():
-        value = getattr(scenario, name)
-        if value is not None and value > limit:
-            raise PlanError(name, f"must be <= {limit:g} over HTTP (got {value:g})")
-
-    if scenario.model is not None and not re.match(NAME_PATTERN, scenario.model):
-        raise PlanError("model", "a preset id or a size such as 7b (paths are not accepted over HTTP)")
-    if scenario.model is not None and scenario.model.lower().endswith(".json"):
-        raise PlanError("model", "a preset id or a size such as 7b (config files are not accepted over HTTP)")
-
-
 def _report(study: str, storage: str) -> dict | None:
     from tuner import build_report, load
 
     try:
-        return build_report(load(study, storage), storage).model_dump(mode="json")
+        return build_report(load(study, storage, list_studies=False), storage).model_dump(mode="json")
     except PlanError:
         return None
 
 
 def _chosen_from_study(study: str, storage: str):
-    from planner.exports.bundle import Chosen
-    from planner.system import System
-    from tuner import best_plan, load
+    from tuner import load
+    from tuner.report import chosen_from_study
     from tuner.setup import META_KEY
 
     try:
-        meta = load(study, storage).user_attrs.get(META_KEY)
+        meta = load(study, storage, list_studies=False).user_attrs.get(META_KEY)
     except PlanError as e:
         raise HTTPException(404, str(e)) from None
     if meta is None:
         raise HTTPException(404, f"{study!r} was not created by plan tune")
-    plan = best_plan(study, storage)  # PlanError (no completed trial) -> 422
-    return Chosen(plan=plan, model_ref=meta["model"], system=System.model_validate(meta["system"]),
-                  source=f"study {study} best trial")
+    return chosen_from_study(study, storage, list_studies=False)  # PlanError (no completed trial) -> 422

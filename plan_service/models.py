@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hardware.models import GPU, Cluster
+from planner.scenario import Scenario
 
 # catalog ids, model presets/sizes and study names: no paths (the server's files stay its own)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
@@ -17,6 +18,17 @@ class CatalogSummary(BaseModel):
     gpus: dict[str, GPU]
     clusters: dict[str, Cluster]
     models: list[str]
+
+
+class EstimateRequest(Scenario):
+    """A Scenario; the model may also come as the body of a Hugging Face config.json."""
+
+    hf_config: dict | None = Field(default=None, description="config.json body (instead of model)")
+
+
+class StudyList(BaseModel):
+    storage: str = Field(description="the storage URL, password masked")
+    studies: list[str]
 
 
 class TuneRequest(BaseModel):

@@ -17,6 +17,8 @@ import plan_service
 from plan_service.models import TuneRequest
 from planner.errors import PlanError
 
+STORAGE_ENV = "PLAN_TUNE_STORAGE"  # the worker's storage URL
+
 
 @dataclass
 class Job:
@@ -37,7 +39,9 @@ class TuneJobs:
 
         name = req.study or f"api-{req.model}-{uuid.uuid4().hex[:8]}"
         fields = req.model_dump(exclude={"study"}, exclude_none=True)
-        config = TuneConfig(**fields, study=name, storage=self.storage, progress=False,
+        # the storage URL (it may hold a password) goes to the worker in its environment,
+        # not into the config file
+        config = TuneConfig(**fields, study=name, storage=None, progress=False,
                             workdir=str(self.workdir / name / "trials"))
         with self.lock:
             job = self.jobs.get(name)
@@ -49,7 +53,7 @@ class TuneJobs:
             cfg_path.write_text(config.model_dump_json(indent=2))
             log_path = folder / "worker.log"
             package_root = str(Path(plan_service.__file__).resolve().parent.parent)
-            env = os.environ | {"PYTHONPATH": os.pathsep.join(
+            env = os.environ | {STORAGE_ENV: self.storage, "PYTHONPATH": os.pathsep.join(
                 p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
@@ -58,6 +62,11 @@ class TuneJobs:
                     start_new_session=True)
             self.jobs[name] = Job(study=name, proc=proc, log_path=log_path)
         return name
+
+    def running(self) -> int:
+        """Workers of this server still running."""
+        with self.lock:
+            return sum(1 for job in self.jobs.values() if job.proc.poll() is None)
 
     def get(self, name: str) -> Job | None:
         with self.lock:

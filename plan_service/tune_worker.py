@@ -9,7 +9,13 @@ def main(argv: list[str]) -> int:
     from planner.errors import PlanError
     from tuner import TuneConfig, start_study
 
+    import os
+
+    from plan_service.tune_jobs import STORAGE_ENV
+
     config = TuneConfig.model_validate_json(open(argv[0]).read())
+    if os.environ.get(STORAGE_ENV):
+        config = config.model_copy(update={"storage": os.environ[STORAGE_ENV]})
     try:
         report = start_study(config)
     except PlanError as e:

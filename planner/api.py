@@ -18,12 +18,13 @@ from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.resolve import resolve_model, resolve_system, seq_len_of
 from planner.scenario import (
+    STACKS,
     Estimate,
     Frozen,
     MemoryBreakdown,
     Scenario,
 )
-from planner.settings import Settings
+from planner.settings import Settings, stack_profiles
 from planner.system import System
 
 Objective = Literal["tokens_per_s", "days", "cost", "memory-headroom"]
@@ -40,6 +41,7 @@ class EstimateReport(Frozen):
     evaluated: int = Field(description="candidate plans considered")
     fitting: int = Field(description="candidates that fit")
     rejected: dict[str, int] = Field(description="rejected candidates by reason")
+    global_batch_rule: str = Field(default="", description="how the global batch was chosen")
     results: list[Estimate] = Field(description="best first")
 
     @property
@@ -67,6 +69,7 @@ def estimate(
     include_rejected: bool = False,
     system: System | None = None,
     catalog_dirs=None,
+    spec: ModelSpec | None = None,
 ) -> EstimateReport:
     """Search every plan of `scenario`, drop what does not fit, rank the rest.
 
@@ -80,23 +83,27 @@ def estimate(
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
     if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
         raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
-    spec = resolve_model(scenario, extra_dirs=catalog_dirs)
+    spec = spec or resolve_model(scenario, extra_dirs=catalog_dirs)  # `spec`: already resolved (HTTP)
     if catalog is None:
         from hardware.catalog import load_catalog
 
         catalog = load_catalog(catalog_dirs)
+    if settings.stacks is None:  # the stack profiles of the same catalog (--catalog DIR overrides)
+        settings = settings.model_copy(update={"stacks": catalog.stacks})
     system = system or resolve_system(scenario, catalog)
     seq_len = seq_len_of(scenario, spec)
-    found = search_mod.search(spec, system, scenario, settings, seq_len)
+    global_batch, rule = _global_batch(scenario, spec, system, seq_len)
+    found = search_mod.search(spec, system, scenario, settings, seq_len, global_batch)
 
     idx = np.flatnonzero(found.fits)
     lay = found.layout.take(idx)
     perf = throughput.performance(spec, lay, system, settings) if idx.size else None
-    order = _rank(lay, found, idx, perf, objective)
+    order = _rank(lay, found, idx, perf, objective, stack_profiles(settings))
     chosen = idx[order] if top is None else idx[order[:top]]
     chosen_perf_pos = order if top is None else order[:top]
+    errors = {k: v.cv_mape_pct for k, v in stack_profiles(settings).items()}
     results = [
-        _estimate_at(found, int(i), perf, int(j))
+        _estimate_at(found, int(i), perf, int(j), errors)
         for i, j in zip(chosen, chosen_perf_pos)
     ]
     if not results and include_rejected:
@@ -104,8 +111,19 @@ def estimate(
     return EstimateReport(
         scenario=scenario, model=spec, system=system, seq_len=seq_len, objective=objective,
         evaluated=len(found.layout), fitting=int(idx.size),
-        rejected=found.rejected_counts(), results=results,
+        rejected=found.rejected_counts(), global_batch_rule=rule, results=results,
     )
+
+
+def _global_batch(scenario: Scenario, spec: ModelSpec, system: System, seq_len: int) -> tuple[int | None, str]:
+    """The scenario's global batch, or the planner's one for every plan (a training
+    hyper-parameter, not a speed knob); None when micro batch x grad accum are pinned instead."""
+    pinned = search_mod._global_batch(scenario, seq_len)
+    if pinned is not None:
+        return pinned, f"global batch {pinned} sequences (given)"
+    if scenario.grad_accum is not None:
+        return None, "global batch = micro_batch x grad_accum x dp (grad_accum given)"
+    return search_mod.default_global_batch(spec, system.gpus, seq_len)
 
 
 def evaluate(scenario: Scenario, **kwargs) -> Estimate:
@@ -122,10 +140,16 @@ def evaluate(scenario: Scenario, **kwargs) -> Estimate:
 TIE_FRACTION = 0.02
 
 
-def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarray:
+# An offload plan's speed counts as if it were this much slower, unless its stack profile states
+# its own cross-validated error: offload outranks a plan without offload only when faster
+# beyond the model's error (offload speed depends on host links and CPU Adam, seldom measured).
+DEFAULT_OFFLOAD_ERROR_PCT = 25.0
+
+
+def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str, profiles=None) -> np.ndarray:
     """Best first. Plans within 2% of each other (in steps of 2% from the best) are ordered by
     simplicity: less sharding, no offload, no recompute, smaller tp/pp, bigger micro batch,
-    smaller gradient accumulation."""
+    smaller gradient accumulation. Offload plans are discounted by the model's error."""
     simple = search_mod.simplicity(lay)
     headroom = found.mem["capacity_bytes"][idx] - found.mem["total_bytes"][idx]
     if objective == "memory-headroom" or perf is None:
@@ -135,13 +159,20 @@ def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarr
     else:  # days or cost: lower is better
         score = 1.0 / perf[objective]
     score = np.maximum(np.nan_to_num(score, nan=0.0), 1e-300)
+    if perf is not None and objective != "memory-headroom":
+        err = np.array([((profiles or {}).get(name).cv_mape_pct if (profiles or {}).get(name) else None)
+                        or DEFAULT_OFFLOAD_ERROR_PCT for name in STACKS])[np.asarray(lay.stack)]
+        score = np.where(np.asarray(lay.offload) > 0, score / (1.0 + err / 100.0), score)
     tier = np.floor(np.log(score.max() / score) / np.log1p(TIE_FRACTION)) if score.size else score
     return np.lexsort((-score, simple, tier))
 
 
-def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:
+def _estimate_at(found, i: int, perf: dict | None, j: int, errors: dict | None = None) -> Estimate:
     mem = MemoryBreakdown(**{k: float(v[i]) for k, v in found.mem.items()})
     time, speed = throughput.at(perf, j) if perf is not None else (None, None)
+    plan = found.layout.plan(i)
+    if speed is not None and errors:
+        speed = speed.model_copy(update={"expected_error_pct": errors.get(plan.stack)})
     reason_i = int(found.reason[i])
     reason = "" if reason_i < 0 else search_mod.REASONS[reason_i]
     if reason_i == search_mod.GPU_OOM:
@@ -149,7 +180,7 @@ def _estimate_at(found, i: int, perf: dict | None, j: int) -> Estimate:
     elif reason_i == search_mod.HOST_OOM:
         reason = (f"needs {mem.host_bytes_per_node / GIB:.0f} GiB host RAM per node > "
                   f"{mem.host_capacity_bytes_per_node / GIB:.0f} GiB")
-    return Estimate(plan=found.layout.plan(i), memory=mem, time=time, performance=speed,
+    return Estimate(plan=plan, memory=mem, time=time, performance=speed,
                     fits=reason_i < 0, reason=reason)
 
 
@@ -161,8 +192,16 @@ def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
         idx = np.arange(len(found.layout))
     over = np.maximum(found.mem["total_bytes"][idx] / found.mem["capacity_bytes"][idx],
                       found.mem["host_bytes_per_node"][idx] / found.mem["host_capacity_bytes_per_node"][idx])
-    order = np.argsort(over, kind="stable")[:k]
-    return [_estimate_at(found, int(idx[o]), None, 0) for o in order]
+    order = idx[np.argsort(over, kind="stable")]
+    # distinct misses: candidates that differ only in grad_accum repeat the same line
+    lay = found.layout
+    key = np.stack([found.reason[order]] + [getattr(lay, f)[order] for f in _MISS_KEY], axis=1)
+    first = np.sort(np.unique(key, axis=0, return_index=True)[1])[:k]
+    return [_estimate_at(found, int(order[o]), None, 0) for o in first]
+
+
+_MISS_KEY = ("stack", "tp", "pp", "vpp", "cp", "dp", "sequence_parallel", "sharding", "offload",
+             "activation_checkpointing", "checkpoint_fraction", "precision", "micro_batch")
 
 
 def estimate_row(est: Estimate, report: EstimateReport | None = None) -> dict:

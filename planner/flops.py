@@ -22,8 +22,8 @@ from planner.model import ModelSpec
 DEFAULT_EFFICIENCY: tuple[tuple[float, float], ...] = (
     (0.01, 0.05), (0.1, 0.18), (1.0, 0.40), (8.0, 0.58), (64.0, 0.68), (512.0, 0.72),
 )
-# FlashAttention reaches a smaller share of peak than a dense GEMM of the same size
-# (Dao 2023, FlashAttention-2: 50-73% forward, less backward, vs ~80% for cuBLAS GEMMs).
+# Without a measured curve for the GPU, fused attention reaches this share of the efficiency of a
+# dense GEMM of the same size (Dao 2023, FlashAttention-2: 50-73% forward, less backward).
 ATTENTION_CORE_FACTOR = 0.75
 
 
@@ -58,20 +58,32 @@ def model_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
     return 3.0 * (fwd + logits_forward_flops_per_token(spec))
 
 
-def recompute_flops_per_token(spec: ModelSpec, seq_len, checkpointing) -> np.ndarray:
-    """Extra forward FLOPs per token that activation checkpointing recomputes.
+def recompute_share(checkpointing, fraction=1.0):
+    """(block-forward share, attention-core share, linear-GEMM share) recomputed per block.
 
-    full: every block's forward again (x4/3 on the blocks, Chen et al. 2016; Megatron's factor 4);
-    selective: only the attention core (Korthikanti et al. 2022 sec. 5).
+    full: every block's forward again (Chen et al. 2016; Megatron's factor 4); blocks: a
+    fraction of whole blocks (torchtitan `selective_ac_option=k`, fms-fsdp); selective: only the
+    attention core (Korthikanti et al. 2022 sec. 5); op: per-op selective AC saves every other
+    matmul output and recomputes the rest (torchtitan `_save_list` policy).
     """
     ckpt = np.asarray(checkpointing)
-    full = spec.n_layers * layer_forward_flops_per_token(spec, seq_len)
-    sel = spec.n_layers * attention_core_forward_flops_per_token(spec, seq_len)
-    return (ckpt == CKPT["full"]) * full + (ckpt == CKPT["selective"]) * sel
+    frac = np.asarray(fraction, dtype=np.float64)
+    block = (ckpt == CKPT["full"]) * 1.0 + (ckpt == CKPT["blocks"]) * frac
+    attn = (ckpt == CKPT["selective"]) * 1.0
+    linear = (ckpt == CKPT["op"]) * 0.5
+    return block, attn, linear
 
 
-def hardware_flops_per_token(spec: ModelSpec, seq_len, checkpointing) -> np.ndarray:
-    return model_flops_per_token(spec, seq_len) + recompute_flops_per_token(spec, seq_len, checkpointing)
+def recompute_flops_per_token(spec: ModelSpec, seq_len, checkpointing, fraction=1.0) -> np.ndarray:
+    """Extra forward FLOPs per token that activation checkpointing recomputes."""
+    block, attn, linear = recompute_share(checkpointing, fraction)
+    core = attention_core_forward_flops_per_token(spec, seq_len)
+    full = layer_forward_flops_per_token(spec, seq_len)
+    return spec.n_layers * (block * full + attn * core + linear * (full - core))
+
+
+def hardware_flops_per_token(spec: ModelSpec, seq_len, checkpointing, fraction=1.0) -> np.ndarray:
+    return model_flops_per_token(spec, seq_len) + recompute_flops_per_token(spec, seq_len, checkpointing, fraction)
 
 
 def seed002_tflops_per_gpu(params, seq_len, global_batch, iter_time_s, gpus, checkpointing: bool):
@@ -109,6 +121,15 @@ def block_gemms(spec: ModelSpec, tokens, tp) -> list[tuple[np.ndarray, np.ndarra
 def logits_gemm(spec: ModelSpec, tokens, tp) -> tuple[np.ndarray, np.ndarray]:
     per_token = logits_forward_flops_per_token(spec) / np.asarray(tp, dtype=np.float64)
     return per_token, np.asarray(tokens, dtype=np.float64) * per_token / 1e9
+
+
+def attention_efficiency(points, seq_len, head_dim: int) -> np.ndarray:
+    """Fused attention's share of the 16-bit peak at `seq_len` (GPU curve, log interpolation);
+    head dim 64 runs ~15% below 128 (Dao 2023, FlashAttention-2, Fig. 4 vs 5)."""
+    pts = sorted((float(p[0]), float(p[1])) for p in points)
+    xs, ys = np.log([p[0] for p in pts]), np.array([p[1] for p in pts])
+    eff = np.interp(np.log(np.maximum(np.asarray(seq_len, dtype=np.float64), 1.0)), xs, ys)
+    return eff * float(np.clip(0.7 + 0.3 * head_dim / 128.0, 0.7, 1.0))
 
 
 def attention_core_gemm(spec: ModelSpec, tokens, seq_len, tp) -> tuple[np.ndarray, np.ndarray]:

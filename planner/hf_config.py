@@ -83,8 +83,11 @@ def load_hf_config(path: str | Path, name: str | None = None, source: str | None
     return spec_from_config(cfg, path, name=name, source=source)
 
 
-def spec_from_config(cfg: Config, path: Path, name: str | None = None, source: str | None = None) -> ModelSpec:
-    """A config.json's content -> `ModelSpec`; errors name `path` and the key."""
+def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | None = None,
+                     source: str | None = None) -> ModelSpec:
+    """The `ModelSpec` of a config.json body already read (a file's, or one sent inline);
+    errors name `path` and the key."""
+    path = Path(path)
     r = _Reader(path, cfg)
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not model_type:

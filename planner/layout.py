@@ -20,6 +20,7 @@ from planner.scenario import (
     OPTIMIZERS,
     PRECISIONS,
     SHARDINGS,
+    STACKS,
     ExecutionPlan,
 )
 
@@ -29,6 +30,7 @@ CKPT = {name: i for i, name in enumerate(CHECKPOINTINGS)}
 PREC = {name: i for i, name in enumerate(PRECISIONS)}
 OPTIM = {name: i for i, name in enumerate(OPTIMIZERS)}
 ATTN = {name: i for i, name in enumerate(ATTENTIONS)}
+STACK = {name: i for i, name in enumerate(STACKS)}
 
 _CATEGORICAL = {
     "sharding": SHARDINGS,
@@ -37,24 +39,32 @@ _CATEGORICAL = {
     "precision": PRECISIONS,
     "optimizer": OPTIMIZERS,
     "attention": ATTENTIONS,
+    "stack": STACKS,
 }
+_BOOLEAN = ("sequence_parallel", "compile", "async_tp")
+_FLOAT = ("checkpoint_fraction",)
 
 
 @dataclass(frozen=True)
 class Layout:
     """Struct of arrays with the fields of `ExecutionPlan` (categoricals as int codes)."""
 
+    stack: np.ndarray
     tp: np.ndarray
     pp: np.ndarray
     vpp: np.ndarray
+    cp: np.ndarray
     dp: np.ndarray
     sequence_parallel: np.ndarray  # 0/1
     sharding: np.ndarray
     offload: np.ndarray
     activation_checkpointing: np.ndarray
+    checkpoint_fraction: np.ndarray  # float, share of blocks recomputed under "blocks"
     precision: np.ndarray
     optimizer: np.ndarray
     attention: np.ndarray
+    compile: np.ndarray  # 0/1
+    async_tp: np.ndarray  # 0/1
     micro_batch: np.ndarray
     grad_accum: np.ndarray
     seq_len: np.ndarray
@@ -72,8 +82,8 @@ class Layout:
                 value = getattr(p, name)
                 if name in _CATEGORICAL:
                     value = _CATEGORICAL[name].index(value)
-                cols[name].append(int(value))
-        return cls(**{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
+                cols[name].append(value)
+        return cls(**{k: np.asarray(v, dtype=np.float64 if k in _FLOAT else np.int64) for k, v in cols.items()})
 
     @classmethod
     def from_plan(cls, plan: ExecutionPlan) -> "Layout":
@@ -88,10 +98,14 @@ class Layout:
     def plan(self, i: int) -> ExecutionPlan:
         values = {}
         for f in fields(self):
-            v = int(np.asarray(getattr(self, f.name)).reshape(-1)[i])
+            raw = np.asarray(getattr(self, f.name)).reshape(-1)[i]
+            if f.name in _FLOAT:
+                values[f.name] = float(raw)
+                continue
+            v = int(raw)
             if f.name in _CATEGORICAL:
                 values[f.name] = _CATEGORICAL[f.name][v]
-            elif f.name == "sequence_parallel":
+            elif f.name in _BOOLEAN:
                 values[f.name] = bool(v)
             else:
                 values[f.name] = v
@@ -100,7 +114,7 @@ class Layout:
     # ---- derived quantities used by several formulas ---------------------------------
     @property
     def gpus(self) -> np.ndarray:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.cp * self.dp
 
     @property
     def global_batch(self) -> np.ndarray:

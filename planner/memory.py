@@ -31,8 +31,19 @@ def compute_dtype_bytes(layout: Layout) -> np.ndarray:
 
 
 def _is_mixed(layout: Layout) -> np.ndarray:
-    """fp16/bf16 mixed precision: 16-bit compute, fp32 master weights (Micikevicius et al. 2018)."""
-    return (layout.precision == PREC["fp16"]) | (layout.precision == PREC["bf16"])
+    """fp16/bf16 mixed precision: 16-bit compute, fp32 master weights (Micikevicius et al. 2018);
+    fp8 training keeps the same states (fp8 copies are transient casts of the 16-bit ones)."""
+    p = layout.precision
+    return (p == PREC["fp16"]) | (p == PREC["bf16"]) | (p == PREC["fp8"])
+
+
+def stage_layers(spec: ModelSpec, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(heaviest, lightest) number of blocks on a pipeline stage: pp need not divide n_layers;
+    L = q*pp + r puts q+1 blocks on r stages and q on the others (the first and last stages,
+    which also hold the embedding and the output layer, get q)."""
+    L = float(spec.n_layers)
+    pp = np.asarray(layout.pp, dtype=np.float64)
+    return np.ceil(L / pp), np.floor(L / pp)
 
 
 # ---------------------------------------------------------------------------------------
@@ -44,23 +55,26 @@ def params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
     matrix, embedding included (vocab-parallel, Shoeybi et al. 2019); the replicated norms are
     small and counted as split too.
     """
-    layers = spec.n_layers / layout.pp * spec.params_per_layer
+    heavy, light = stage_layers(spec, layout)
     first_stage_extra = spec.vocab_padded * spec.hidden
     if spec.position == "learned":
         first_stage_extra += spec.max_positions * spec.hidden
-    other = np.where(layout.pp == 1, spec.embedding_params, first_stage_extra)
-    return (layers + other) / layout.tp
+    staged = np.maximum(heavy * spec.params_per_layer, light * spec.params_per_layer + first_stage_extra)
+    single = spec.n_layers * spec.params_per_layer + spec.embedding_params
+    return np.where(layout.pp == 1, single, staged) / layout.tp
 
 
 def shard_degree(layout: Layout, system: System) -> np.ndarray:
     """Ranks that share one copy of the sharded model states.
 
-    ZeRO and FSDP shard over the whole data-parallel group; FSDP hybrid shards inside a node and
-    replicates across nodes (PyTorch HYBRID_SHARD / 2-D device mesh).
+    ZeRO and FSDP shard over the whole data-parallel group, context-parallel ranks included
+    (torchtitan's dp_shard x cp mesh); FSDP hybrid shards inside a node and replicates across
+    nodes (PyTorch HYBRID_SHARD / 2-D device mesh).
     """
-    per_node = np.maximum(1, system.gpus_per_node // (layout.tp * layout.pp))
-    hybrid = np.gcd(layout.dp, per_node)
-    sharded = np.where(layout.sharding == SHARD["fsdp_hybrid"], hybrid, layout.dp)
+    dp = (layout.dp * layout.cp).astype(np.int64)
+    per_node = np.maximum(1, system.gpus_per_node // (layout.tp * layout.pp)).astype(np.int64)
+    hybrid = np.gcd(dp, per_node)
+    sharded = np.where(layout.sharding == SHARD["fsdp_hybrid"], hybrid, dp)
     return np.where(layout.sharding == SHARD["none"], 1, sharded)
 
 
@@ -247,9 +261,10 @@ def layer_activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     the softmax probabilities (a s^2 b per head), SDPA/flash keeps the output and the
     log-sum-exp instead (Dao et al. 2022); GELU MLP 2 sbf, SwiGLU 4 sbf. Tensor parallelism
     splits everything inside attention and MLP by t; sequence parallelism also splits the
-    norm/residual tensors (Korthikanti eq. 4-5). Norms also keep fp32 mean/rstd per token.
+    norm/residual tensors (Korthikanti eq. 4-5); context parallelism splits the sequence by cp
+    (ring attention, Liu et al. 2023). Norms also keep fp32 mean/rstd per token.
     """
-    s, b, h, t = layout.seq_len, layout.micro_batch, spec.hidden, layout.tp
+    s, b, h, t = layout.seq_len / layout.cp, layout.micro_batch, spec.hidden, layout.tp
     a = compute_dtype_bytes(layout)
     sb = (s * b).astype(np.float64)
     sp_div = np.where(layout.sequence_parallel == 1, t, 1)
@@ -259,11 +274,15 @@ def layer_activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     replicated = 4 * sb * h * a / sp_div + norm_stats  # 2 norm inputs + 2 norm outputs
     qkv = sb * (h + 2 * spec.kv_dim) * a / t
     attn_out = sb * h * a / t
-    eager_core = heads * b * s.astype(np.float64) ** 2 * a  # softmax probabilities
-    flash_core = heads * sb * 4  # fp32 log-sum-exp per head and token
-    core = np.where(layout.attention == ATTN["eager"], eager_core, flash_core)
+    core = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout), heads * sb * 4)
     mlp = sb * spec.ffn * a / t * (4 if spec.mlp == "swiglu" else 2)
     return replicated + qkv + attn_out + core + mlp
+
+
+def _eager_core_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Softmax probabilities of eager attention: local queries x all keys, per head."""
+    s = layout.seq_len.astype(np.float64)
+    return (spec.n_heads / layout.tp) * layout.micro_batch * (s / layout.cp) * s * compute_dtype_bytes(layout)
 
 
 def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
@@ -271,37 +290,54 @@ def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
 
     - full recompute keeps each block's input (sbh, /t with sequence parallelism) and
       rebuilds one block at a time in backward (Chen et al. 2016; Korthikanti sec. 5);
+      "blocks" does so for a fraction of the blocks and keeps everything of the others;
     - selective recompute drops the attention core (softmax probabilities, Korthikanti
       sec. 5: the 5as/h term); with flash attention there is little left to drop;
+    - per-op selective AC ("op") keeps every other matmul output: about half of what a block
+      saves beyond its input;
     - pipeline parallelism: with 1F1B the first stage holds `pp` micro batches in flight
       (Narayanan et al. 2021), interleaving multiplies by (1 + (p-1)/(p*v)) (Korthikanti eq. 6);
+      with uneven stages the second stage (one more block, pp-1 in flight) may be the busiest;
     - the output layer: the fp32 log-softmax (s*b*V/t) kept by the cross-entropy loss, on the
       last stage (the first when pp = 1).
     """
-    s, b, h, t = layout.seq_len, layout.micro_batch, spec.hidden, layout.tp
+    s, b, h, t = layout.seq_len / layout.cp, layout.micro_batch, spec.hidden, layout.tp
     a = compute_dtype_bytes(layout)
     sb = (s * b).astype(np.float64)
     sp_div = np.where(layout.sequence_parallel == 1, t, 1)
     per_layer = layer_activation_bytes(spec, layout)
-    eager_core = (spec.n_heads / t) * b * s.astype(np.float64) ** 2 * a
-    selective = per_layer - np.where(layout.attention == ATTN["eager"], eager_core, 0.0)
+    eager = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout), 0.0)
     layer_input = sb * h * a / sp_div
-    layers_per_stage = spec.n_layers / layout.pp
     ck = layout.activation_checkpointing
-    stored = np.select(
-        [ck == CKPT["none"], ck == CKPT["selective"]],
-        [layers_per_stage * per_layer, layers_per_stage * selective],
-        default=layers_per_stage * layer_input,
+    frac = np.where(ck == CKPT["blocks"], layout.checkpoint_fraction, 1.0)
+    per_block = np.select(
+        [ck == CKPT["none"], ck == CKPT["selective"], ck == CKPT["op"], ck == CKPT["blocks"]],
+        [per_layer, per_layer - eager, layer_input + 0.5 * (per_layer - layer_input),
+         (1.0 - frac) * per_layer + frac * layer_input],
+        default=layer_input,
     )
-    # full recompute rebuilds one block of one micro batch at a time during backward
-    working = np.where(ck == CKPT["full"], per_layer, 0.0)
+    # recomputing a block rebuilds one block of one micro batch at a time during backward
+    working = np.where((ck == CKPT["full"]) | (ck == CKPT["blocks"]), per_layer, 0.0)
+    heavy, light = stage_layers(spec, layout)
     in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
     interleave = np.where(layout.vpp > 1, 1 + (layout.pp - 1) / (layout.pp * layout.vpp), 1.0)
-    first_stage = stored * in_flight * interleave + working
+    uneven = heavy != light
+    held = np.where(uneven, np.maximum(light * in_flight, heavy * np.maximum(in_flight - 1, 1)),
+                    heavy * in_flight)
+    first_stage = per_block * held * interleave + working
     logits = sb * spec.vocab_padded / t * 4
     final = sb * h * a * 2 / sp_div  # final norm input + output
-    last_stage = stored + working + logits + final
+    last_stage = per_block * light + working + logits + final
     return np.where(layout.pp == 1, first_stage + logits + final, np.maximum(first_stage, last_stage))
+
+
+def transient_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """The largest short-lived buffers of a step that the caching allocator keeps reserved:
+    the fp32 gradient of the logits (s*b*V/t, next to the log-softmax) and the 16-bit working
+    copy of the largest gathered or recomputed module."""
+    sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
+    logits_grad = 4.0 * sb * spec.vocab_padded / layout.tp
+    return logits_grad + compute_dtype_bytes(layout) * _unit_params(spec, layout)
 
 
 # ---------------------------------------------------------------------------------------
@@ -332,6 +368,14 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     """Every memory term for every plan in `layout` (bytes), plus totals and capacities."""
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
+    if settings.fragmentation_margin is not None:
+        reserve = np.full(shape, settings.fragmentation_margin * capacity)
+    else:  # the stack's caching-allocator model
+        from planner.settings import stack_profiles
+        from planner.stacks import per_candidate
+
+        prof = per_candidate(stack_profiles(settings), layout)
+        reserve = prof["allocator_fraction"] * capacity + prof["allocator_transient_factor"] * transient_bytes(spec, layout)
     out = {
         "weights_bytes": weights_bytes(spec, layout, system),
         "grads_bytes": grads_bytes(spec, layout, system),
@@ -339,7 +383,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "activations_bytes": activation_bytes(spec, layout),
         "comm_buffers_bytes": comm_buffer_bytes(spec, layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
-        "fragmentation_bytes": np.full(shape, settings.fragmentation_margin * capacity),
+        "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
     }
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     out["capacity_bytes"] = np.full(shape, capacity)

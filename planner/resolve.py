@@ -17,10 +17,14 @@ DEFAULT_CLUSTER = "dgx-a100"
 _ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab")
 
 
-def resolve_model(scenario: Scenario, extra_dirs=None) -> ModelSpec:
-    """The model of a scenario: `model` (preset, size or config.json), then architecture columns."""
+def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = None) -> ModelSpec:
+    """The model of a scenario: `model` (preset, size or config.json), then architecture columns.
+
+    `base`: a model already built (an inline config.json body) that the columns override."""
     overrides = {k: getattr(scenario, k) for k in _ARCH_COLUMNS if getattr(scenario, k) is not None}
-    if scenario.model:
+    if base is not None:
+        spec = _rebuild(base, overrides) if overrides else base
+    elif scenario.model:
         from planner.presets import resolve_model as from_ref
 
         spec = from_ref(scenario.model, extra_dirs=extra_dirs)

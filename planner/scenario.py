@@ -15,10 +15,18 @@ Sharding = Literal[
     "none", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid"
 ]
 Offload = Literal["none", "optimizer", "optimizer+params"]
-Checkpointing = Literal["none", "selective", "full"]
-Precision = Literal["fp32", "fp16", "bf16", "bf16_pure"]
+# selective: Megatron's (recompute the attention core, Korthikanti et al. 2022 sec. 5);
+# op: per-op selective AC (torchtitan `selective_ac_option="op"`: every other matmul output saved);
+# blocks: a fraction `checkpoint_fraction` of whole blocks fully recomputed (torchtitan's
+# `selective_ac_option=k`, fms-fsdp's `selective_checkpointing`); full: every block.
+Checkpointing = Literal["none", "selective", "op", "blocks", "full"]
+# fp8: the block GEMMs in fp8 with bf16 everywhere else (Transformer Engine, torchao float8;
+# Micikevicius et al. 2022 "FP8 formats for deep learning").
+Precision = Literal["fp32", "fp16", "bf16", "bf16_pure", "fp8"]
 Optimizer = Literal["adamw", "adafactor", "sgd"]
 Attention = Literal["flash", "eager"]
+# The software stack that runs the plan: its efficiency profile lives in catalog/stacks/<id>.toml.
+Stack = Literal["megatron", "megatron_deepspeed", "hf", "fsdp", "torchtitan", "bundled"]
 
 SHARDINGS: tuple[str, ...] = Sharding.__args__  # type: ignore[attr-defined]
 OFFLOADS: tuple[str, ...] = Offload.__args__  # type: ignore[attr-defined]
@@ -26,12 +34,13 @@ CHECKPOINTINGS: tuple[str, ...] = Checkpointing.__args__  # type: ignore[attr-de
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
 ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
+STACKS: tuple[str, ...] = Stack.__args__  # type: ignore[attr-defined]
 
 # The knobs of an execution plan, in the order the output shows them.
 PLAN_KNOBS: tuple[str, ...] = (
-    "tp", "pp", "vpp", "dp", "sequence_parallel", "sharding", "offload",
-    "activation_checkpointing", "precision", "optimizer", "attention",
-    "micro_batch", "grad_accum", "global_batch",
+    "stack", "tp", "pp", "vpp", "cp", "dp", "sequence_parallel", "sharding", "offload",
+    "activation_checkpointing", "checkpoint_fraction", "precision", "optimizer", "attention",
+    "compile", "async_tp", "micro_batch", "grad_accum", "global_batch",
 )
 
 
@@ -42,17 +51,22 @@ class Frozen(BaseModel):
 class ExecutionPlan(Frozen):
     """Every knob resolved: how one training step is laid out on the GPUs."""
 
+    stack: Stack = "megatron"
     tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)  # need not divide n_layers: the heaviest stage sets the pace
     vpp: int = Field(default=1, gt=0)  # virtual pipeline stages per GPU (interleaved 1F1B)
+    cp: int = Field(default=1, gt=0)  # context parallelism: the sequence split over cp GPUs (ring attention)
     dp: int = Field(default=1, gt=0)
     sequence_parallel: bool = False
     sharding: Sharding = "none"
     offload: Offload = "none"
     activation_checkpointing: Checkpointing = "none"
+    checkpoint_fraction: float = Field(default=1.0, gt=0, le=1)  # share of blocks recomputed ("blocks")
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     attention: Attention = "flash"
+    compile: bool = False  # torch.compile: fused element-wise kernels
+    async_tp: bool = False  # TP collectives overlapped with the GEMMs (async TP / tp-comm-overlap)
     micro_batch: int = Field(default=1, gt=0)
     grad_accum: int = Field(default=1, gt=0)
     seq_len: int = Field(default=2048, gt=0)
@@ -64,7 +78,7 @@ class ExecutionPlan(Frozen):
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.cp * self.dp
 
     @property
     def global_batch(self) -> int:
@@ -114,6 +128,8 @@ class Performance(Frozen):
     mfu: float
     hfu: float
     network_gbps_needed: float
+    # the stack profile's cross-validated error of tokens/s (catalog/stacks/<stack>.toml)
+    expected_error_pct: float | None = None
     days: float | None = None
     gpu_hours: float | None = None
     cost: float | None = None
@@ -154,16 +170,21 @@ class Scenario(Frozen):
     cluster: str | None = None
     internode_gbps: float | None = Field(default=None, gt=0)
     # execution-plan knobs
+    stack: Stack | None = None
     tp: int | None = Field(default=None, gt=0, le=1024)
     pp: int | None = Field(default=None, gt=0, le=10_000)
     vpp: int | None = Field(default=None, gt=0, le=1000)
+    cp: int | None = Field(default=None, gt=0, le=1024)
     sequence_parallel: bool | None = None
     sharding: Sharding | None = None
     offload: Offload | None = None
     activation_checkpointing: Checkpointing | None = None
+    checkpoint_fraction: float | None = Field(default=None, gt=0, le=1)
     precision: Precision | None = None
     optimizer: Optimizer | None = None
     attention: Attention | None = None
+    compile: bool | None = None
+    async_tp: bool | None = None
     micro_batch: int | None = Field(default=None, gt=0, le=1_000_000)
     grad_accum: int | None = Field(default=None, gt=0, le=1_000_000)
     global_batch: int | None = Field(default=None, gt=0, le=1_000_000_000)  # sequences per optimizer step

@@ -15,10 +15,12 @@ import numpy as np
 
 from planner import memory
 from planner.errors import PlanError
-from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
+from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
-from planner.scenario import SHARDINGS, Scenario
-from planner.settings import Settings
+from planner.pinned import check_structure
+from planner.scenario import CHECKPOINTINGS, SHARDINGS, Scenario
+from planner.settings import Settings, stack_profiles
+from planner.stacks import default_stack, unsupported
 from planner.system import System
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -27,10 +29,17 @@ GRAD_ACCUMS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # with 4M-token batches, Touvron et al. 2023); pin --global-batch to plan a given one.
 MAX_DEFAULT_BATCH_TOKENS = 4 * 2**20
 
+# Context-parallel degrees the search tries (ring attention pays off on long sequences only:
+# each GPU keeps at least this many tokens of the sequence).
+CONTEXT_PARALLEL = (1, 2, 4, 8)
+MIN_TOKENS_PER_CP_RANK = 4096
+# "blocks" checkpointing: the share of blocks recomputed when the scenario does not pin it.
+DEFAULT_CHECKPOINT_FRACTION = 0.5
+
 # Rejection reasons, in the order they are checked (the first that applies is counted).
 REASONS = (
     "tp does not divide n_heads",
-    "pp x vpp does not divide n_layers",
+    "interleaved pipeline: pp x vpp does not divide n_layers",
     "vpp > 1 needs pp > 1",
     "sequence_parallel needs tp > 1",
     "offload needs ZeRO or FSDP sharding",
@@ -39,7 +48,7 @@ REASONS = (
     "DeepSpeed pipeline parallelism supports ZeRO-1 only",
     "global_batch not divisible by micro_batch x dp",
     "batch above 4M tokens (pin --global-batch to plan a larger one)",
-    "pipeline needs grad_accum >= pp micro batches",
+    "the stack cannot run this plan (see catalog/stacks)",
     "does not fit in GPU memory",
     "does not fit in host RAM",
 )
@@ -77,34 +86,39 @@ def _values(pinned, default: list) -> list:
     return [pinned] if pinned is not None else default
 
 
-def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int) -> Layout:
+def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int,
+               global_batch: int | None = None) -> Layout:
     """The cartesian product of every searched knob, as one Layout of arrays."""
     gpus = system.gpus
-    _check_pinned(spec, system, scenario)
+    _check_pinned(spec, system, scenario, seq_len)
+    check_structure(spec, system, scenario, global_batch if global_batch is not None else _global_batch(scenario, seq_len))
     tps = _values(scenario.tp, [d for d in _divisors(system.gpus_per_node) if gpus % d == 0])
-    pps = _values(scenario.pp, [d for d in _divisors(spec.n_layers, 64) if gpus % d == 0])
+    # pp need not divide n_layers (uneven stages); at most one block per stage
+    pps = _values(scenario.pp, [d for d in _divisors(gpus, min(64, spec.n_layers))])
     vpps = _values(scenario.vpp, [1, 2])
+    cps = _values(scenario.cp, [c for c in CONTEXT_PARALLEL
+                                if c == 1 or (seq_len % (2 * c) == 0 and seq_len // c >= MIN_TOKENS_PER_CP_RANK)])
     sps = _values(scenario.sequence_parallel, [False, True])
     shape_rows = []
-    for tp, pp, vpp, sp in itertools.product(tps, pps, vpps, sps):
-        if gpus % (tp * pp):
+    for tp, pp, vpp, cp, sp in itertools.product(tps, pps, vpps, cps, sps):
+        if gpus % (tp * pp * cp):
             continue
         # knob values that only repeat another candidate are skipped unless pinned
         if vpp > 1 and scenario.vpp is None and (pp == 1 or spec.n_layers % (pp * vpp)):
             continue
         if sp and tp == 1 and scenario.sequence_parallel is None:
             continue
-        shape_rows.append((tp, pp, vpp, int(sp), gpus // (tp * pp)))
+        shape_rows.append((tp, pp, vpp, cp, int(sp), gpus // (tp * pp * cp)))
     if not shape_rows:
-        raise PlanError("gpus", f"no tp x pp layout divides {gpus} GPUs")
+        raise PlanError("gpus", f"no tp x pp x cp layout divides {gpus} GPUs")
 
     precision = scenario.precision or default_precision(system)
-    global_batch = _global_batch(scenario, seq_len)
+    global_batch = global_batch if global_batch is not None else _global_batch(scenario, seq_len)
     derive_ga = global_batch is not None and scenario.grad_accum is None
     grid = {
         "sharding": [SHARD[v] for v in _values(scenario.sharding, list(SHARDINGS))],
         "offload": [OFFLOAD[v] for v in _values(scenario.offload, list(OFFLOAD))],
-        "activation_checkpointing": [CKPT[v] for v in _values(scenario.activation_checkpointing, list(CKPT))],
+        "activation_checkpointing": [CKPT[v] for v in _values(scenario.activation_checkpointing, list(CHECKPOINTINGS))],
         "micro_batch": _values(scenario.micro_batch, list(MICRO_BATCHES)),
         "grad_accum": [1] if derive_ga else _values(scenario.grad_accum, list(GRAD_ACCUMS)),
     }
@@ -113,21 +127,30 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     flat = [m.reshape(-1) for m in mesh]
     idx, cols = flat[0], dict(zip(grid, flat[1:]))
     n = idx.size
-    tp, pp, vpp, sp, dp = (shapes[idx, j] for j in range(5))
+    tp, pp, vpp, cp, sp, dp = (shapes[idx, j] for j in range(6))
     micro = cols["micro_batch"]
     if derive_ga:
         ga = np.maximum(global_batch // (micro * dp), 1)
     else:
         ga = cols["grad_accum"]
+    if scenario.stack is not None:
+        stack = np.full(n, STACK[scenario.stack])
+    else:
+        stack = default_stack(cols["sharding"], tp, pp)
     # DeepSpeed-style bucket sizes as Hugging Face's "auto" sets them: hidden^2 elements.
     h2 = spec.hidden * spec.hidden
+    fraction = scenario.checkpoint_fraction or DEFAULT_CHECKPOINT_FRACTION
+    ckpt = cols["activation_checkpointing"]
     return Layout(
-        tp=tp, pp=pp, vpp=vpp, dp=dp, sequence_parallel=sp,
+        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
         sharding=cols["sharding"], offload=cols["offload"],
-        activation_checkpointing=cols["activation_checkpointing"],
+        activation_checkpointing=ckpt,
+        checkpoint_fraction=np.where(ckpt == CKPT["blocks"], fraction, 1.0),
         precision=np.full(n, PREC[precision]),
         optimizer=np.full(n, OPTIM[scenario.optimizer or "adamw"]),
         attention=np.full(n, ATTN[scenario.attention or "flash"]),
+        compile=np.full(n, int(bool(scenario.compile))),
+        async_tp=np.full(n, int(bool(scenario.async_tp))),
         micro_batch=micro, grad_accum=ga, seq_len=np.full(n, seq_len),
         reduce_bucket_elems=np.full(n, h2), allgather_bucket_elems=np.full(n, h2),
         stage3_prefetch_elems=np.full(n, int(0.9 * h2)),
@@ -148,11 +171,23 @@ def _global_batch(scenario: Scenario, seq_len: int) -> int | None:
     return scenario.global_batch
 
 
-def _check_pinned(spec: ModelSpec, system: System, scenario: Scenario) -> None:
+def _check_pinned(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int) -> None:
     """Pinned knobs that can never work are an error, not a row of rejections."""
-    tp, pp = scenario.tp or 1, scenario.pp or 1
-    if system.gpus % (tp * pp):
-        raise PlanError("gpus", f"{system.gpus} is not divisible by tp x pp = {tp} x {pp} = {tp * pp}")
+    tp, pp, cp = scenario.tp or 1, scenario.pp or 1, scenario.cp or 1
+    if system.gpus % (tp * pp * cp):
+        raise PlanError("gpus", f"{system.gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp}")
+    if pp > spec.n_layers:
+        raise PlanError("pp", f"{pp} pipeline stages for {spec.n_layers} layers: every stage needs at least "
+                        f"one layer (allowed: pp <= {spec.n_layers})")
+    if scenario.vpp and scenario.vpp > 1 and spec.n_layers % (pp * scenario.vpp):
+        raise PlanError("vpp", f"interleaving needs pp x vpp = {pp * scenario.vpp} to divide n_layers ({spec.n_layers})")
+    if cp > 1 and seq_len % cp:
+        raise PlanError("cp", f"{cp} does not divide seq_len ({seq_len})")
+    if cp > 1 and spec.n_heads % cp:
+        raise PlanError("cp", f"{cp} does not divide n_heads ({spec.n_heads})")
+    if scenario.precision == "fp8" and not system.gpu.fp8_tflops:
+        raise PlanError("precision", f"{system.gpu.id} has no fp8 tensor cores (fp8 needs H100/H200/B200/MI300X "
+                        "class GPUs; allowed here: bf16, fp16, fp32)")
     if scenario.tp and scenario.tp > system.gpus_per_node:
         raise PlanError("tp", f"{scenario.tp} exceeds gpus_per_node ({system.gpus_per_node}); "
                         "tensor parallelism stays inside a node")
@@ -160,16 +195,17 @@ def _check_pinned(spec: ModelSpec, system: System, scenario: Scenario) -> None:
         raise PlanError("precision", f"{system.gpu.id} has no bf16 support (allowed: fp16, fp32)")
     gb, mb, ga = scenario.global_batch, scenario.micro_batch, scenario.grad_accum
     if scenario.tp and scenario.pp and gb and mb and ga:
-        dp = system.gpus // (tp * pp)
+        dp = system.gpus // (tp * pp * cp)
         if mb * ga * dp != gb:
             raise PlanError("global_batch", f"{gb} != micro_batch x grad_accum x dp = "
                             f"{mb} x {ga} x {dp} = {mb * ga * dp}")
 
 
-def reject_reasons(spec: ModelSpec, lay: Layout, scenario: Scenario, seq_len: int) -> np.ndarray:
+def reject_reasons(spec: ModelSpec, lay: Layout, scenario: Scenario, seq_len: int,
+                   global_batch: int | None = None, profiles=None) -> np.ndarray:
     """Index of the first structural reason that rules each candidate out (FITS if none)."""
     s, off = lay.sharding, lay.offload
-    global_batch = _global_batch(scenario, seq_len)
+    global_batch = global_batch if global_batch is not None else _global_batch(scenario, seq_len)
     batch = lay.micro_batch * lay.grad_accum * lay.dp
     if global_batch is not None:
         batch_bad = batch != global_batch
@@ -179,7 +215,7 @@ def reject_reasons(spec: ModelSpec, lay: Layout, scenario: Scenario, seq_len: in
         too_big = (batch * seq_len > MAX_DEFAULT_BATCH_TOKENS) & (lay.grad_accum > 1)
     checks = [
         spec.n_heads % lay.tp != 0,
-        spec.n_layers % (lay.pp * lay.vpp) != 0,
+        (lay.vpp > 1) & (spec.n_layers % (lay.pp * lay.vpp) != 0),
         (lay.vpp > 1) & (lay.pp == 1),
         (lay.sequence_parallel == 1) & (lay.tp == 1),
         (off != OFFLOAD["none"]) & (s == SHARD["none"]),
@@ -188,7 +224,7 @@ def reject_reasons(spec: ModelSpec, lay: Layout, scenario: Scenario, seq_len: in
         (lay.pp > 1) & ((s == SHARD["zero2"]) | (s == SHARD["zero3"])),
         batch_bad,
         too_big,
-        (lay.pp > 1) & (lay.grad_accum < lay.pp),
+        unsupported(profiles, lay) if profiles is not None else np.zeros(len(lay), dtype=bool),
     ]
     reason = np.full(len(lay), FITS, dtype=np.int64)
     for i, bad in reversed(list(enumerate(checks))):
@@ -196,9 +232,10 @@ def reject_reasons(spec: ModelSpec, lay: Layout, scenario: Scenario, seq_len: in
     return reason
 
 
-def search(spec: ModelSpec, system: System, scenario: Scenario, settings: Settings, seq_len: int) -> SearchResult:
-    lay = candidates(spec, system, scenario, seq_len)
-    reason = reject_reasons(spec, lay, scenario, seq_len)
+def search(spec: ModelSpec, system: System, scenario: Scenario, settings: Settings, seq_len: int,
+           global_batch: int | None = None) -> SearchResult:
+    lay = candidates(spec, system, scenario, seq_len, global_batch)
+    reason = reject_reasons(spec, lay, scenario, seq_len, global_batch, stack_profiles(settings))
     mem = memory.memory_arrays(spec, lay, system, settings)
     structural_ok = reason == FITS
     reason = np.where(structural_ok & (mem["total_bytes"] > mem["capacity_bytes"]), GPU_OOM, reason)
@@ -212,9 +249,34 @@ def simplicity(lay: Layout) -> np.ndarray:
     return (
         lay.sharding * 1000
         + lay.offload * 300
-        + lay.activation_checkpointing * 100
-        + (lay.tp * lay.pp * lay.vpp) * 10
+        + np.minimum(lay.activation_checkpointing, 1) * 100 + lay.activation_checkpointing * 10
+        + (lay.tp * lay.pp * lay.vpp * lay.cp) * 10
         + lay.sequence_parallel * 5
         - np.log2(lay.micro_batch)
         + 0.5 * np.log2(lay.grad_accum)
     )
+
+
+# Tokens per optimizer step by model size (Brown et al. 2020, GPT-3 Table 2.1), capped at the
+# 4M tokens of Llama 2 (Touvron et al. 2023): interpolated in log(parameters).
+GPT3_BATCH_TOKENS = ((125e6, 0.5e6), (760e6, 0.5e6), (1.3e9, 1e6), (2.7e9, 1e6), (6.7e9, 2e6),
+                     (13e9, 2e6), (175e9, 3.2e6), (1e12, 4e6))
+
+
+def default_global_batch(spec: ModelSpec, gpus: int, seq_len: int) -> tuple[int, str]:
+    """One global batch (sequences) for every plan of a scenario that does not pin one, and the
+    rule that chose it: the GPT-3 batch for the model's size, rounded (in log) to the GPU
+    count's odd part times a power of two, so that every data-parallel degree divides it."""
+    xs = np.log([p for p, _ in GPT3_BATCH_TOKENS])
+    ys = np.log([t for _, t in GPT3_BATCH_TOKENS])
+    target_tokens = float(np.exp(np.interp(np.log(spec.n_params), xs, ys)))
+    target = max(target_tokens / seq_len, 1.0)
+    odd = gpus
+    while odd % 2 == 0:
+        odd //= 2
+    k = max(round(np.log2(target / odd)), 0)
+    batch = odd * 2**k
+    rule = (f"global batch {batch} sequences ({batch * seq_len / 1e6:.2g}M tokens): GPT-3's "
+            f"{target_tokens / 1e6:.2g}M tokens for {spec.n_params / 1e9:.3g}B parameters, rounded to "
+            f"{odd} x 2^k sequences; pin --global-batch to plan another")
+    return batch, rule

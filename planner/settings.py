@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from hardware.stacks import StackProfile
 from planner.scenario import Frozen
 
 
@@ -19,13 +20,25 @@ class Calibration(Frozen):
 
 
 class Settings(Frozen):
-    # Memory: a fraction of HBM the caching allocator loses to fragmentation, and the fixed
-    # per-GPU cost of the CUDA context, cuBLAS/NCCL workspaces and the framework.
-    fragmentation_margin: float = Field(default=0.10, ge=0, lt=1)
+    # Memory: a fraction of HBM the caching allocator loses to fragmentation (None: the stack
+    # profile's allocator model), and the fixed per-GPU cost of the CUDA context, cuBLAS/NCCL
+    # workspaces and the framework.
+    fragmentation_margin: float | None = Field(default=None, ge=0, lt=1)
     runtime_overhead_gib: float = Field(default=1.5, ge=0)
     # Host RAM per node taken by the OS, the data loader and the Python processes per rank.
     host_overhead_gib_per_rank: float = Field(default=4.0, ge=0)
     calibration: Calibration = Calibration()
+    # Stack profiles by id (None: the catalog's, catalog/stacks/*.toml).
+    stacks: dict[str, StackProfile] | None = None
     # What to train and what it costs (for days / GPU-hours / cost columns).
     tokens: float | None = Field(default=None, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)
+
+
+def stack_profiles(settings: Settings) -> dict[str, StackProfile]:
+    """The settings' stack profiles, or the built-in catalog's."""
+    if settings.stacks is not None:
+        return settings.stacks
+    from hardware.catalog import load_catalog
+
+    return load_catalog().stacks

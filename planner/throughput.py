@@ -1,16 +1,22 @@
 """Step time, throughput and time-to-train of execution plans (vectorised, pure).
 
 `performance(spec, layout, system, settings)` returns one numpy array per output key, one entry
-per candidate in `layout`. The step is
+per candidate in `layout`. The step of the busiest pipeline stage is
 
-    step = compute + pipeline bubble + exposed communication + exposed offload
+    step = compute + pipeline bubble + exposed communication + exposed offload + overhead
 
-compute   matmuls at the GPU's peak x a GEMM-size efficiency (catalog curve, see flops.py),
-          element-wise (memory-bound) kernels at HBM speed, the optimizer step;
+compute   block GEMMs at the GPU's peak x a GEMM-size efficiency (catalog curve; fp8 GEMMs at
+          the fp8 peak), fused attention at the GPU's attention-kernel efficiency by sequence
+          length, element-wise kernels at HBM speed, per-block framework overhead, the
+          logits and loss, the optimizer step; each part scaled by the stack's profile;
 bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2);
-comm      TP all-reduces (not overlapped), PP sends, DP/ZeRO/FSDP collectives minus the part
-          hidden behind compute (bucketed overlap for DDP/ZeRO-1/2, prefetch for ZeRO-3/FSDP);
+comm      TP collectives (hidden by async TP where the stack does it), ring-attention KV
+          exchange (context parallelism), PP sends, DP/ZeRO/FSDP collectives minus the part
+          hidden behind compute (the stack's overlap fractions);
 offload   host link transfers and CPU Adam of ZeRO-Offload / ZeRO-Infinity.
+
+The raw parts (before the stack's time factors) are returned too (`raw_*`): the profile fit
+(planner/profile_fit.py) is linear in those factors.
 """
 
 from __future__ import annotations
@@ -20,33 +26,43 @@ from dataclasses import replace
 import numpy as np
 
 from planner import comm, flops
-from planner.memory import compute_dtype_bytes
-from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
+from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
+from planner.memory import compute_dtype_bytes, stage_layers
 from planner.model import ModelSpec
 from planner.scenario import PRECISIONS, Performance, StepTimeBreakdown
-from planner.settings import Settings
+from planner.settings import Settings, stack_profiles
+from planner.stacks import per_candidate
 from planner.system import System
 
-# Share of a collective that can hide behind the compute it overlaps with.
-# DDP buckets all-reduces during backward (Li et al. VLDB 2020, PyTorch DDP); DeepSpeed ZeRO-1/2
-# overlap_comm; ZeRO-3 and FSDP prefetch the next module's parameters (Rajbhandari et al. SC20,
-# Zhao et al. VLDB 2023); ZeRO-3's prefetch hides less than FSDP's in practice.
-OVERLAP = {"ddp": 0.90, "zero12": 0.80, "zero3": 0.60, "fsdp": 0.85}
 # Element-wise kernels (norms, dropout, residuals, activations) touch the activation bytes of
 # Korthikanti et al. 2022 eq. 2/4 (34*h per token and layer at 16 bit) about once in forward
 # and twice in backward; attention softmax/mask/dropout add 5*a*s without FlashAttention.
 ELEMENTWISE_PASSES = 3.0
+# Share of the datasheet HBM bandwidth that streaming kernels reach (STREAM-like copies on
+# A100/H100 reach 80-90%: Jia et al. 2018 "Dissecting the Volta GPU" methodology; NVIDIA
+# bandwidthTest).
 HBM_EFFICIENCY = 0.80
+# The loss: the fp32 logits are written, soft-maxed, read back for the gradient: ~4 passes of
+# 4 bytes over s*b*V/t (Megatron's vocab-parallel cross entropy).
+LOSS_PASSES = 4.0
 # Optimizer step, bytes touched per parameter of the shard (fp32 master, grads and states read
 # and written; Rajbhandari et al. 2020 sec. 3): AdamW, Adafactor, SGD with momentum.
 OPTIMIZER_BYTES_PER_PARAM = {OPTIM["adamw"]: 36.0, OPTIM["adafactor"]: 20.0, OPTIM["sgd"]: 16.0}
+_OPTIMIZER_BYTES = np.array([OPTIMIZER_BYTES_PER_PARAM[i] for i in range(len(OPTIM))])
 # CPU Adam is bound by host memory bandwidth shared by a node's ranks (Ren et al. ATC'21,
 # ZeRO-Offload sec. 4.1); a two-socket server streams ~150 GB/s.
-_OPTIMIZER_BYTES = np.array([OPTIMIZER_BYTES_PER_PARAM[i] for i in range(len(OPTIM))])
 HOST_MEMORY_GBYTES_PER_S_PER_NODE = 150.0
-HOST_TRANSFER_OVERLAP = 0.5
 
 BOTTLENECKS = np.array(["compute", "network", "bubble", "offload"])
+# The parts a stack profile scales, and the profile field that scales each.
+FACTORS = {
+    "gemm": "gemm_time_factor",
+    "attention": "attention_time_factor",
+    "elementwise": "elementwise_time_factor",
+    "overhead": "layer_overhead_us",
+    "dp_comm": "comm_time_factor",
+    "optimizer": "optimizer_time_factor",
+}
 
 
 def _peak_flops(system: System, precision) -> np.ndarray:
@@ -60,48 +76,101 @@ def _peak_flops(system: System, precision) -> np.ndarray:
     return np.asarray(table)[np.asarray(precision)] * 1e12
 
 
+def _peak16(system: System, precision) -> np.ndarray:
+    """The peak MFU is quoted against and attention/logits run at: fp8 plans use the 16-bit one."""
+    p = np.asarray(precision)
+    return _peak_flops(system, np.where(p == PREC["fp8"], PREC["bf16"], p))
+
+
 def _efficiency_points(system: System):
     pts = [(p.gemm_gflop, p.fraction) for p in system.gpu.matmul_efficiency]
     return pts or list(flops.DEFAULT_EFFICIENCY)
 
 
-def _per_token_times(spec: ModelSpec, layout: Layout, system: System, settings: Settings):
-    """Forward seconds per token on one GPU: block GEMMs, attention core, element-wise, logits."""
-    peak = _peak_flops(system, layout.precision) * settings.calibration.compute
+def _hbm_Bps(system: System, settings: Settings) -> float:
+    return system.gpu.hbm_gbytes_per_s * 1e9 * HBM_EFFICIENCY * settings.calibration.compute
+
+
+def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Settings, prof):
+    """Seconds per token of one block on one GPU, forward only: GEMMs, attention, element-wise.
+
+    Tokens per GPU are micro_batch * seq_len / cp (context parallelism splits the sequence)."""
+    k = settings.calibration.compute
+    peak = _peak_flops(system, layout.precision) * k
+    peak16 = _peak16(system, layout.precision) * k
+    fp8 = layout.precision == PREC["fp8"]
+    gemm_peak = np.where(fp8, peak * prof["fp8_gemm_efficiency"], peak)
     pts = _efficiency_points(system)
-    tokens = layout.micro_batch * layout.seq_len
+    tokens = layout.micro_batch * layout.seq_len / layout.cp
     gemm = 0.0
     for per_token, size in flops.block_gemms(spec, tokens, layout.tp):
-        gemm = gemm + per_token / (peak * flops.efficiency(pts, size))
+        gemm = gemm + per_token / (gemm_peak * flops.efficiency(pts, size))
+    # Attention core: queries of this GPU against the whole sequence (ring attention with cp).
     attn_ft, attn_size = flops.attention_core_gemm(spec, tokens, layout.seq_len, layout.tp)
-    attn = attn_ft / (peak * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
-    log_ft, log_size = flops.logits_gemm(spec, tokens, layout.tp)
-    logits = log_ft / (peak * flops.efficiency(pts, log_size))
+    eager = layout.attention == ATTN["eager"]
+    if system.gpu.attention_efficiency:
+        curve = [(p.seq_len, p.fraction) for p in system.gpu.attention_efficiency]
+        # the fused kernel skips the masked half of a causal score matrix
+        fused = 0.5 * attn_ft / (peak16 * flops.attention_efficiency(curve, layout.seq_len, spec.head_dim))
+    else:
+        fused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
+    unfused = attn_ft / (peak16 * flops.efficiency(pts, attn_size))
+    attn = np.where(eager, unfused, fused)
 
     act_bytes = compute_dtype_bytes(layout)
-    hbm = system.gpu.hbm_gbytes_per_s * 1e9 * HBM_EFFICIENCY * settings.calibration.compute
+    hbm = _hbm_Bps(system, settings)
     tp = layout.tp.astype(np.float64)
     # Korthikanti et al. 2022: sbh(10 + 24/t) bytes, or 34/t with sequence parallelism.
     sp = layout.sequence_parallel > 0
     act = (10.0 * ~sp + (24.0 + 10.0 * sp) / tp) * (spec.hidden / 2)
-    eager = (layout.attention == ATTN["eager"]) * (5.0 * spec.n_heads) * layout.seq_len / tp
     elem = act * act_bytes / hbm
-    elem_attn = eager * act_bytes / 2 / hbm
-    return gemm, attn, elem, elem_attn, logits
+    elem = elem * np.where(layout.compile == 1, prof["compile_elementwise_factor"], 1.0)
+    elem = elem + eager * (5.0 * spec.n_heads) * layout.seq_len / tp * act_bytes / 2 / hbm
+    # fp8: each GEMM input is scaled, cast and its amax taken (read 2 B, write 1 B)
+    gemm_inputs = (3.0 * spec.hidden + spec.ffn) / tp
+    elem = elem + fp8 * prof["fp8_cast_passes"] * gemm_inputs * 3.0 / hbm
+    return gemm, attn, elem
 
 
-def _compute(spec: ModelSpec, layout: Layout, system: System, settings: Settings):
-    """Per-micro-batch forward and total seconds of one pipeline stage (the last, with logits)."""
-    gemm, attn, elem, elem_attn, logits = _per_token_times(spec, layout, system, settings)
-    layers = spec.n_layers / layout.pp
-    ckpt = layout.activation_checkpointing
-    fwd_layer = gemm + attn + elem + elem_attn
-    train_layer = 3.0 * (gemm + attn) + ELEMENTWISE_PASSES * (elem + elem_attn)
-    recompute = (ckpt == CKPT["full"]) * fwd_layer + (ckpt == CKPT["selective"]) * (attn + elem_attn)
-    tokens = layout.micro_batch * layout.seq_len
-    fwd_micro = tokens * (layers * fwd_layer + logits)
-    micro = tokens * (layers * (train_layer + recompute) + 3.0 * logits)
-    return fwd_micro, micro
+def _logits_s(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> np.ndarray:
+    """Seconds per token of the output layer and the loss, forward + backward."""
+    peak16 = _peak16(system, layout.precision) * settings.calibration.compute
+    tokens = layout.micro_batch * layout.seq_len / layout.cp
+    log_ft, log_size = flops.logits_gemm(spec, tokens, layout.tp)
+    gemm = 3.0 * log_ft / (peak16 * flops.efficiency(_efficiency_points(system), log_size))
+    loss = LOSS_PASSES * 4.0 * spec.vocab_padded / layout.tp / _hbm_Bps(system, settings)
+    return gemm + loss
+
+
+def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray]:
+    """Per-micro-batch seconds of the busiest stage, by part (raw: before the stack's factors).
+
+    The busiest stage holds ceil(L/pp) blocks, or floor(L/pp) blocks and the output layer
+    (uneven stages put the extra blocks away from the last stage)."""
+    gemm, attn, elem = _layer_parts(spec, layout, system, settings, prof)
+    tokens = layout.micro_batch * layout.seq_len / layout.cp
+    block, attn_share, linear_share = flops.recompute_share(layout.activation_checkpointing,
+                                                            layout.checkpoint_fraction)
+    # forward + backward (2x forward), plus what checkpointing recomputes
+    gemm_t = gemm * (3.0 + block + linear_share)
+    attn_t = attn * (3.0 + block + attn_share)
+    elem_t = elem * (ELEMENTWISE_PASSES + block + 0.5 * linear_share)
+    heavy, light = stage_layers(spec, layout)
+    logits = tokens * _logits_s(spec, layout, system, settings)
+    per_layer = tokens * (gemm_t + attn_t + elem_t)
+    # which stage is the busiest, with the default factors (the fit keeps that choice)
+    last_is_busiest = light * per_layer + logits > heavy * per_layer
+    layers = np.where(last_is_busiest, light, heavy)
+    with_logits = last_is_busiest | (layout.pp == 1)
+    fwd_share = 1.0 / 3.0
+    return {
+        "gemm": layers * tokens * gemm_t + with_logits * logits * 0.75,
+        "attention": layers * tokens * attn_t,
+        "elementwise": layers * tokens * elem_t + with_logits * logits * 0.25,
+        "overhead": layers * 1e-6,  # x layer_overhead_us
+        "fwd_share": np.full(np.shape(layers), fwd_share),
+        "layers": layers,
+    }
 
 
 def _params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
@@ -109,16 +178,15 @@ def _params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
 
 
 def _optimizer_shard(spec: ModelSpec, layout: Layout) -> np.ndarray:
-    """Parameters whose optimizer state one GPU updates (ZeRO-1+ shard it over dp)."""
-    dp = 1.0 + layout.shards_optimizer * (layout.dp - 1.0)
+    """Parameters whose optimizer state one GPU updates (ZeRO-1+ shard it over dp x cp)."""
+    dp = 1.0 + layout.shards_optimizer * (layout.dp * layout.cp - 1.0)
     return _params_per_gpu(spec, layout) / dp
 
 
 def _optimizer_step_s(spec, layout, system, settings) -> np.ndarray:
     shard = _optimizer_shard(spec, layout)
     per_param = _OPTIMIZER_BYTES[np.asarray(layout.optimizer)]
-    hbm = system.gpu.hbm_gbytes_per_s * 1e9 * HBM_EFFICIENCY * settings.calibration.compute
-    return (layout.offload == OFFLOAD["none"]) * shard * per_param / hbm
+    return (layout.offload == OFFLOAD["none"]) * shard * per_param / _hbm_Bps(system, settings)
 
 
 def _grad_bytes(layout: Layout) -> np.ndarray:
@@ -129,23 +197,35 @@ def _grad_bytes(layout: Layout) -> np.ndarray:
     return 2.0 + 2.0 * fp32_grads
 
 
-def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
-    """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node."""
-    dp, ga, s = layout.dp, layout.grad_accum, layout.sharding
+def _gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
+    """Bytes per parameter all-gathered by ZeRO-3/FSDP: the compute dtype, or 1 for the block
+    linears under fp8 where the stack all-gathers float8 weights (torchao)."""
+    c = compute_dtype_bytes(layout).astype(np.float64)
+    f8 = (layout.precision == PREC["fp8"]) & (prof["fp8_allgather"] > 0)
+    linear_share = spec.n_layers * spec.params_per_layer / spec.n_params
+    return np.where(f8, c - linear_share * (c - 1.0), c)
+
+
+def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
+    """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node.
+
+    The data-parallel group is dp x cp: context-parallel ranks hold the same parameters."""
+    dp = layout.dp * layout.cp
+    ga, s = layout.grad_accum, layout.sharding
     m = comm.members_per_node(dp, layout.tp, links.gpus_per_node)
     g = comm.Group.of(links, dp, m)
     P = _params_per_gpu(spec, layout)
     gbytes = P * _grad_bytes(layout)
-    pbytes = P * compute_dtype_bytes(layout)
+    pbytes = P * _gather_bytes(spec, layout, prof)
     nb_r = np.ceil(P / layout.reduce_bucket_elems)
     nb_g = np.ceil(P / layout.allgather_bucket_elems)
-    L = float(spec.n_layers) / layout.pp
+    L = np.maximum(np.ceil(spec.n_layers / layout.pp), 1.0)
     is_ = {name: s == code for name, code in SHARD.items()}
 
     # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
     # (Li et al. VLDB 2020).
     ar = g.allreduce_s(gbytes, nb_r)
-    ddp = np.maximum(ar - OVERLAP["ddp"] * bwd_micro, ar / nb_r)
+    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar / nb_r)
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
@@ -153,7 +233,7 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
     # et al. SC20).
     z12 = is_["zero1"] | is_["zero2"]
     rs = g.allgather_s(gbytes, nb_r)
-    rs_hidden = np.maximum(rs - OVERLAP["zero12"] * bwd_micro, rs / nb_r)
+    rs_hidden = np.maximum(rs - prof["overlap_zero12"] * bwd_micro, rs / nb_r)
     times = 1.0 + is_["zero2"] * (ga - 1.0)
     exposed = exposed + z12 * (times * rs_hidden + g.allgather_s(pbytes, nb_g))
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
@@ -162,7 +242,7 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
     # SHARD_GRAD_OP), reduce-scatter grads, every micro batch, module by module behind the
     # prefetch (Rajbhandari et al. SC20; Zhao et al. VLDB 2023).
     full = is_["zero3"] | is_["fsdp_full_shard"] | is_["fsdp_shard_grad_op"]
-    ov = OVERLAP["fsdp"] + is_["zero3"] * (OVERLAP["zero3"] - OVERLAP["fsdp"])
+    ov = np.where(is_["zero3"], prof["overlap_zero3"], prof["overlap_fsdp"])
     ag = g.allgather_s(pbytes, L)
     ag_bwd = ~is_["fsdp_shard_grad_op"] * ag
     rs_l = g.allgather_s(gbytes, L)
@@ -179,31 +259,47 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro):
         gx = comm.Group.of(links, replicas, 1)
         ag_h, rs_h = gi.allgather_s(pbytes, L), gi.allgather_s(gbytes, L)
         ar_h = gx.allreduce_s(gbytes / m, L)
-        hybrid = ga * (np.maximum(ag_h - OVERLAP["fsdp"] * fwd_micro, ag_h / L)
-                       + np.maximum(ag_h + rs_h + ar_h - OVERLAP["fsdp"] * bwd_micro, rs_h / L))
+        ovf = prof["overlap_fsdp"]
+        hybrid = ga * (np.maximum(ag_h - ovf * fwd_micro, ag_h / L)
+                       + np.maximum(ag_h + rs_h + ar_h - ovf * bwd_micro, rs_h / L))
         exposed = exposed + hy * hybrid
         per_node = per_node + hy * ga * gx.node_bytes(gbytes / m, 2.0)
     return exposed, per_node
 
 
-def _tp_pp_comm(spec, layout, links: comm.Links, system: System):
-    """TP all-reduces (2 forward + 2 backward per block, 2 more when recomputing; Shoeybi et al.
-    2019) and PP activation sends (2 per micro batch and virtual stage), seconds per step."""
-    tokens = layout.micro_batch * layout.seq_len
-    act = compute_dtype_bytes(layout) * tokens * spec.hidden
-    layers = spec.n_layers / layout.pp
-    per_layer = 4.0 + 2.0 * (layout.activation_checkpointing == CKPT["full"])
-    calls = layers * per_layer
+def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof):
+    """Exposed seconds per step of TP collectives (2 forward + 2 backward per block, 2 more when
+    recomputing; Shoeybi et al. 2019), the ring-attention KV exchange of context parallelism
+    (Liu et al. 2023, each GPU receives the other cp-1 K/V chunks, in forward and again with
+    their gradients in backward) and PP activation sends (2 per micro batch and virtual stage)."""
+    tokens = layout.micro_batch * layout.seq_len / layout.cp
+    c = compute_dtype_bytes(layout)
+    act = c * tokens * spec.hidden
+    layers = parts["layers"]
+    block, _, _ = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
+    calls = layers * (4.0 + 2.0 * block)
     m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
-    tp_s = layout.grad_accum * comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
+    tp_raw = comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
+    ov_tp = np.where(layout.async_tp == 1, prof["overlap_async_tp"], prof["overlap_tp"])
+    gemm_micro = parts["gemm"] * prof["gemm_time_factor"]
+    tp_s = layout.grad_accum * np.maximum(tp_raw - ov_tp * gemm_micro, tp_raw * (1 - ov_tp) * 0.25)
+
+    kv = c * tokens * 2.0 * spec.kv_dim / layout.tp
+    cp_bytes = layers * 3.0 * (layout.cp - 1.0) * kv  # forward K/V, backward K/V + dK/dV
+    m_cp = comm.members_per_node(layout.cp, layout.tp, links.gpus_per_node)
+    cp_bw = comm.group_busbw_Bps(links, layout.cp, m_cp)
+    cp_raw = (layout.cp > 1) * (cp_bytes / cp_bw + layers * 3.0 * (layout.cp - 1.0) * comm.INTRANODE_LATENCY_S)
+    attn_micro = parts["attention"] * prof["attention_time_factor"]
+    cp_s = layout.grad_accum * np.maximum(cp_raw - prof["overlap_cp"] * attn_micro, 0.0)
+
     # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor.
     p2p_bytes = act / layout.tp
     inter = layout.gpus > system.gpus_per_node
     pp_s = (layout.pp > 1) * layout.grad_accum * 2.0 * layout.vpp * comm.p2p_s(links, p2p_bytes, inter)
-    return tp_s, pp_s
+    return tp_s, cp_s, pp_s
 
 
-def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro):
+def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro, prof):
     """ZeRO-Offload: grads to host (overlapped with backward), CPU Adam, params back; ZeRO-
     Infinity/FSDP param offload also fetches the parameter shard twice per micro batch."""
     ga = layout.grad_accum
@@ -212,18 +308,18 @@ def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro):
     pb = compute_dtype_bytes(layout)
     per_micro_grads = layout.shards_grads
     d2h = shard * gb / links.host_Bps * (1.0 + per_micro_grads * (ga - 1.0))
-    d2h_exposed = np.maximum(d2h - HOST_TRANSFER_OVERLAP * ga * bwd_micro, 0.0)
+    d2h_exposed = np.maximum(d2h - prof["overlap_host"] * ga * bwd_micro, 0.0)
     host_Bps = HOST_MEMORY_GBYTES_PER_S_PER_NODE * 1e9 / system.gpus_per_node
     cpu_adam = shard * OPTIMIZER_BYTES_PER_PARAM[OPTIM["adamw"]] / host_Bps
     h2d = shard * pb / links.host_Bps
     opt = d2h_exposed + cpu_adam + h2d
     fetch = 2.0 * shard * pb / links.host_Bps
-    params = ga * np.maximum(fetch - OVERLAP["zero3"] * micro, 0.0)
+    params = ga * np.maximum(fetch - prof["overlap_zero3"] * micro, 0.0)
     off = layout.offload
     return (off != OFFLOAD["none"]) * (opt + (off == OFFLOAD["optimizer+params"]) * params)
 
 
-_NUMERIC = ("tp", "pp", "vpp", "dp", "micro_batch", "grad_accum", "seq_len", "reduce_bucket_elems",
+_NUMERIC = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "grad_accum", "seq_len", "reduce_bucket_elems",
             "allgather_bucket_elems", "stage3_prefetch_elems", "stage3_max_live_params")
 
 
@@ -235,28 +331,36 @@ def _as_float(layout: Layout) -> Layout:
 def performance(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
     """Step-time breakdown, throughput, FLOPs utilisation and time-to-train of each plan."""
     layout = _as_float(layout)
+    prof = per_candidate(stack_profiles(settings), layout)
     links = comm.Links.of(system, settings)
-    fwd_micro, micro = _compute(spec, layout, system, settings)
+    parts = _compute_parts(spec, layout, system, settings, prof)
+    scaled = {k: parts[k] * prof[f] for k, f in FACTORS.items() if k in parts}
+    micro = sum(scaled.values())
+    fwd_micro = micro * parts["fwd_share"]
     bwd_micro = micro - fwd_micro
     ga = layout.grad_accum
-    compute_s = ga * micro + _optimizer_step_s(spec, layout, system, settings)
+    optimizer_raw = _optimizer_step_s(spec, layout, system, settings)
+    compute_s = ga * micro + optimizer_raw * prof["optimizer_time_factor"] + prof["step_overhead_s"]
 
-    tp_s, pp_s = _tp_pp_comm(spec, layout, links, system)
-    dp_s, node_bytes = _dp_comm(spec, layout, links, fwd_micro, bwd_micro)
-    comm_s = tp_s + pp_s + dp_s
+    tp_s, cp_s, pp_s = _tp_cp_pp_comm(spec, layout, links, system, parts, prof)
+    dp_raw, node_bytes = _dp_comm(spec, layout, links, fwd_micro, bwd_micro, prof)
+    dp_s = dp_raw * prof["comm_time_factor"]
+    comm_s = tp_s + cp_s + pp_s + dp_s
     # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21).
-    busy = ga * micro + tp_s + pp_s
-    bubble_s = (layout.pp - 1) / (ga * layout.vpp) * busy
-    offload_s = _offload(spec, layout, links, system, micro, bwd_micro)
+    bubble_frac = (layout.pp - 1) / (ga * layout.vpp)
+    busy = ga * micro + tp_s + cp_s + pp_s
+    bubble_s = bubble_frac * busy
+    offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
     step = compute_s + comm_s + bubble_s + offload_s
 
     tokens_step = (layout.global_batch * layout.seq_len).astype(np.float64)
     gpus = layout.gpus.astype(np.float64)
     tps = tokens_step / step
-    peak = _peak_flops(system, layout.precision)
+    peak = _peak16(system, layout.precision)
     model_tf = flops.model_flops_per_token(spec, layout.seq_len) * tps / gpus / 1e12
-    hw_tf = flops.hardware_flops_per_token(spec, layout.seq_len, layout.activation_checkpointing) * tps / gpus / 1e12
-    parts = np.stack(np.broadcast_arrays(compute_s, comm_s, bubble_s, offload_s))
+    hw_tf = flops.hardware_flops_per_token(spec, layout.seq_len, layout.activation_checkpointing,
+                                           layout.checkpoint_fraction) * tps / gpus / 1e12
+    parts_stack = np.stack(np.broadcast_arrays(compute_s, comm_s, bubble_s, offload_s))
     # Seed 001: the NICs must carry the DP traffic within the compute time to stay hidden.
     needed = node_bytes * 8 / 1e9 / compute_s / settings.calibration.network / comm.INTERNODE_LINK_EFFICIENCY
 
@@ -266,7 +370,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "comm_exposed_s": comm_s,
         "bubble_s": bubble_s,
         "offload_s": offload_s,
-        "bottleneck": BOTTLENECKS[np.argmax(parts, axis=0)],
+        "bottleneck": BOTTLENECKS[np.argmax(parts_stack, axis=0)],
         "tokens_per_s": tps,
         "tokens_per_s_per_gpu": tps / gpus,
         "samples_per_s": layout.global_batch / step,
@@ -276,6 +380,19 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "hfu": hw_tf * 1e12 / peak,
         "network_gbps_needed": needed,
         "internode_gbps_available": np.broadcast_to(system.internode_gbps, np.shape(step)),
+        # raw parts per step (before the stack's factors), for the profile fit and --explain
+        "raw_gemm_s": ga * parts["gemm"],
+        "raw_attention_s": ga * parts["attention"],
+        "raw_elementwise_s": ga * parts["elementwise"],
+        "raw_overhead_s": ga * parts["overhead"],
+        "raw_dp_comm_s": dp_raw,
+        "raw_optimizer_s": optimizer_raw,
+        "bubble_fraction": bubble_frac,
+        "optimizer_s": optimizer_raw * prof["optimizer_time_factor"],
+        "dp_comm_s": dp_s,
+        "tp_comm_s": tp_s,
+        "cp_comm_s": cp_s,
+        "pp_comm_s": pp_s,
     }
     nan = np.full(np.shape(step), np.nan)
     if settings.tokens is not None:

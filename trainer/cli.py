@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from planner.scenario import ATTENTIONS, CHECKPOINTINGS, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS
+from trainer.config import PP_SCHEDULES
 
 EXIT_CODES = {"ok": 0, "bad_config": 2, "oom": 3, "timeout": 4, "crash": 1}
 
@@ -29,7 +30,10 @@ def parser() -> argparse.ArgumentParser:
     a("--attention", choices=ATTENTIONS, default="flash")
     a("--micro-batch", type=int, default=1)
     a("--grad-accum", type=int, default=1)
-    a("--tp", type=int, default=1)
+    a("--tp", type=int, default=1, help="tensor-parallel ranks (DTensor, sequence-parallel norms)")
+    a("--pp", type=int, default=1, help="pipeline stages (torch.distributed.pipelining)")
+    a("--vpp", type=int, default=1, help="virtual pipeline stages per rank (interleaved 1F1B)")
+    a("--pp-schedule", choices=PP_SCHEDULES, default=None, help="default: 1f1b (gpipe when grad_accum < pp; interleaved_1f1b when vpp > 1)")
     a("--seq-len", type=int, default=64)
     a("--deepspeed-config", default=None, help="a DeepSpeed JSON config, used as is")
     a("--compile", action="store_true")

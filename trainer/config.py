@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import Attention, Checkpointing, Offload, Optimizer, Precision, Sharding
+
+PipelineSchedule = Literal["1f1b", "gpipe", "interleaved_1f1b"]
+PP_SCHEDULES: tuple[str, ...] = PipelineSchedule.__args__  # type: ignore[attr-defined]
 
 
 class TrainConfig(BaseModel):
@@ -36,6 +40,9 @@ class TrainConfig(BaseModel):
     micro_batch: int = Field(default=1, gt=0)
     grad_accum: int = Field(default=1, gt=0)
     tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0)  # virtual pipeline stages per rank (interleaved 1F1B)
+    pp_schedule: PipelineSchedule | None = None  # None: see `schedule`
     seq_len: int = Field(default=64, gt=0)
     deepspeed_config: str | None = None  # a DeepSpeed JSON file, used as is
     compile: bool = False
@@ -55,7 +62,27 @@ class TrainConfig(BaseModel):
         return self.nproc * self.nnodes
 
     @property
+    def dp(self) -> int:
+        """Data-parallel replicas: the ranks left after tensor and pipeline parallelism."""
+        return max(1, self.world_size // (self.tp * self.pp))
+
+    @property
+    def schedule(self) -> str:
+        """The pipeline schedule run: the one asked for, else interleaved 1F1B with virtual stages,
+        else 1F1B, or GPipe with fewer micro batches than stages (torch's 1F1B needs m >= pp;
+        with m < pp both run all forwards, then all backwards)."""
+        if self.pp_schedule:
+            return self.pp_schedule
+        if self.vpp > 1:
+            return "interleaved_1f1b"
+        return "1f1b" if self.grad_accum >= self.pp else "gpipe"
+
+    @property
     def backend_name(self) -> str:
+        if self.pp > 1:
+            return "pipeline"
+        if self.tp > 1:
+            return "tensor_parallel"
         if self.deepspeed_config or self.sharding.startswith("zero"):
             return "deepspeed"
         if self.sharding.startswith("fsdp"):
@@ -65,17 +92,16 @@ class TrainConfig(BaseModel):
     def knobs(self) -> dict:
         return {k: getattr(self, k) for k in (
             "sharding", "offload", "activation_checkpointing", "precision", "optimizer",
-            "attention", "micro_batch", "grad_accum", "tp", "seq_len")} | {
-            "pp": 1, "dp": self.world_size, "compile": self.compile,
-            "global_batch": self.micro_batch * self.grad_accum * self.world_size}
+            "attention", "micro_batch", "grad_accum", "tp", "pp", "vpp", "seq_len")} | {
+            "dp": self.dp, "compile": self.compile, "sequence_parallel": self.tp > 1,
+            "global_batch": self.micro_batch * self.grad_accum * self.dp}
 
 
 def validate_config(cfg: TrainConfig) -> None:
     """Reject what the bundled trainer cannot run, with a one-line reason."""
-    if cfg.tp != 1:
-        raise PlanError("tp", "tensor parallelism is not implemented by the bundled trainer (allowed: 1)")
     if cfg.warmup_steps >= cfg.steps:
         raise PlanError("warmup_steps", f"must be < steps ({cfg.steps}) so that some steps are timed")
+    validate_parallel(cfg)
     if cfg.deepspeed_config:
         if not Path(cfg.deepspeed_config).is_file():
             raise PlanError("deepspeed_config", f"{cfg.deepspeed_config}: file not found")
@@ -98,5 +124,56 @@ def validate_config(cfg: TrainConfig) -> None:
         raise PlanError("optimizer", "DeepSpeed offload runs DeepSpeedCPUAdam: use adamw")
     if b == "fsdp2" and cfg.optimizer == "adafactor":
         raise PlanError("optimizer", "torch's Adafactor cannot step FSDP2's DTensor shards: use adamw or sgd")
-    if cfg.sharding == "fsdp_hybrid" and (cfg.world_size < 2 or cfg.world_size % 2):
-        raise PlanError("sharding", f"fsdp_hybrid needs an even world size >= 2 (got {cfg.world_size})")
+    if cfg.sharding == "fsdp_hybrid" and (cfg.dp < 2 or cfg.dp % 2):
+        raise PlanError("sharding", f"fsdp_hybrid needs an even data-parallel size >= 2 (got {cfg.dp})")
+
+
+def validate_parallel(cfg: TrainConfig) -> None:
+    """tp/pp/vpp combinations the tensor- and pipeline-parallel backends run (model-free checks)."""
+    if cfg.world_size % (cfg.tp * cfg.pp):
+        raise PlanError("tp" if cfg.tp > 1 else "pp",
+                        f"tp x pp ({cfg.tp} x {cfg.pp}) must divide the world size ({cfg.world_size})")
+    if cfg.vpp > 1 and cfg.pp == 1:
+        raise PlanError("vpp", f"{cfg.vpp} virtual stages need pp > 1")
+    if cfg.pp_schedule and cfg.pp == 1:
+        raise PlanError("pp_schedule", "needs pp > 1")
+    if cfg.pp_schedule in ("1f1b", "gpipe") and cfg.vpp > 1:
+        raise PlanError("pp_schedule", f"{cfg.pp_schedule} runs one stage per rank: use interleaved_1f1b with vpp > 1")
+    if cfg.pp_schedule == "interleaved_1f1b" and cfg.vpp == 1:
+        raise PlanError("pp_schedule", "interleaved_1f1b needs vpp > 1 virtual stages per rank")
+    if cfg.pp_schedule == "1f1b" and cfg.grad_accum < cfg.pp:
+        raise PlanError("grad_accum", f"1f1b needs at least pp ({cfg.pp}) micro batches per step (got {cfg.grad_accum})")
+    if cfg.tp == 1 and cfg.pp == 1:
+        return
+    what = f"tp={cfg.tp}, pp={cfg.pp}"
+    if cfg.deepspeed_config or cfg.sharding.startswith("zero"):
+        raise PlanError("sharding", f"{what} composes with FSDP2 or none, not DeepSpeed ZeRO (use fsdp_* or none)")
+    if cfg.tp > 1 and cfg.sharding == "none" and cfg.dp > 1:
+        raise PlanError("sharding", f"{what} with dp={cfg.dp} needs fsdp_* (DDP cannot replicate tensor-parallel DTensors)")
+    if cfg.offload != "none":
+        raise PlanError("offload", f"not supported with {what} (allowed: none)")
+    if cfg.precision == "fp16":
+        raise PlanError("precision", f"fp16 loss scaling is not wired through {what}: use bf16, bf16_pure or fp32")
+    if cfg.optimizer == "adafactor":
+        raise PlanError("optimizer", "torch's Adafactor cannot step DTensor shards: use adamw or sgd")
+    if cfg.compile:
+        raise PlanError("compile", f"not supported with {what}")
+
+
+def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
+    """tp/pp/vpp against the model's shapes: tp must split heads and matrices, pp the layers."""
+    t = cfg.tp
+    if t > 1:
+        sizes = {"n_heads": spec.n_heads, "kv_heads": spec.kv_heads, "hidden": spec.hidden, "ffn": spec.ffn,
+                 "vocab_padded": spec.vocab_padded, "seq_len": cfg.seq_len}
+        if spec.position == "learned":
+            sizes["max_positions"] = spec.max_positions
+        for name, n in sizes.items():
+            if n % t:
+                raise PlanError("tp", f"{t} does not divide the model's {name} ({n})")
+    layers = spec.n_layers
+    if cfg.pp > layers:
+        raise PlanError("pp", f"{cfg.pp} stages exceed the model's {layers} layers (allowed: 1..{layers})")
+    if cfg.vpp > 1 and (layers % cfg.pp or (layers // cfg.pp) % cfg.vpp):
+        raise PlanError("vpp", f"{cfg.vpp} does not divide the layers of each pipeline stage "
+                               f"({layers} layers / pp {cfg.pp}); allowed: vpp with n_layers % (pp x vpp) == 0")

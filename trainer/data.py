@@ -2,6 +2,10 @@
 
 Byte-level tokenization: token = byte value (vocab 256), so any model with vocab >= 256 can
 read any text file. Every rank draws its own batches from a seeded generator.
+
+Synthetic tokens follow a Zipf law (p(k) ~ 1/(k+1), as word frequencies do) rather than a
+uniform one: a uniform stream has nothing to learn (its loss stays at ln(vocab)), a skewed
+one lets the loss fall within a few steps, so a short run shows that training works.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Batches:
     def __init__(self, source: str, vocab: int, micro_batch: int, seq_len: int, seed: int):
         self.micro_batch, self.seq_len, self.vocab = micro_batch, seq_len, vocab
         self.gen = torch.Generator().manual_seed(seed)
+        self.zipf = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
         self.tokens: torch.Tensor | None = None
         if source != "synthetic":
             if vocab < BYTE_VOCAB:
@@ -43,7 +48,7 @@ class Batches:
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         b, s = self.micro_batch, self.seq_len
         if self.tokens is None:
-            seq = torch.randint(0, self.vocab, (b, s + 1), generator=self.gen)
+            seq = torch.multinomial(self.zipf, b * (s + 1), replacement=True, generator=self.gen).view(b, s + 1)
         else:
             starts = torch.randint(0, len(self.tokens) - s - 1, (b,), generator=self.gen)
             seq = torch.stack([self.tokens[i : i + s + 1] for i in starts.tolist()])

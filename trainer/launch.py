@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from planner.errors import PlanError
-from trainer.config import TrainConfig, validate_config
+from trainer.config import TrainConfig, validate_config, validate_layout
 from trainer.result import TrainResult
 from trainer.spec import resolve_spec
 from trainer.status import classify_text, clear_rank_errors, read_rank_errors
@@ -41,6 +41,7 @@ def launch(cfg: TrainConfig) -> TrainResult:
         validate_config(cfg)
         if cfg.spec is None:
             cfg = cfg.model_copy(update={"spec": resolve_spec(cfg.model)})
+        validate_layout(cfg, cfg.spec)
     except PlanError as e:
         return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
 
@@ -70,22 +71,26 @@ def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from trainer.bind import bound_stores, local_addr, loopback_comm_env
     from trainer.dist import free_port
 
     if not torch.cuda.is_available():
         os.environ["OMP_NUM_THREADS"] = str(threads_per_rank(cfg.nproc))
     endpoint = cfg.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+    loopback_comm_env(cfg.nnodes)
     lc = LaunchConfig(
         min_nodes=cfg.nnodes, max_nodes=cfg.nnodes, nproc_per_node=cfg.nproc,
         run_id=f"plan-train-{uuid.uuid4().hex[:8]}" if cfg.nnodes == 1 else "plan-train",
         rdzv_backend="c10d", rdzv_endpoint=endpoint,
         rdzv_configs={"is_host": cfg.node_rank == 0} if cfg.nnodes > 1 else {},
-        max_restarts=0, monitor_interval=0.1, start_method="spawn")
+        max_restarts=0, monitor_interval=0.1, start_method="spawn",
+        local_addr=local_addr(endpoint.rpartition(":")[0].strip("[]"), cfg.nnodes))
     backstop = threading.Timer(cfg.timeout_s + LAUNCH_GRACE_S, lambda: os.kill(os.getpid(), signal.SIGTERM))
     backstop.daemon = True
     backstop.start()
     try:
-        elastic_launch(lc, run_rank)(cfg.model_dump_json(), result_path)
+        with bound_stores():  # the rendezvous store listens on local_addr only (trainer/bind.py)
+            elastic_launch(lc, run_rank)(cfg.model_dump_json(), result_path)
         return {str(r): 0 for r in range(cfg.world_size)}, ""
     except ChildFailedError as e:
         codes = {str(r): f.exitcode for r, f in e.failures.items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -10,13 +11,12 @@ import torch.distributed as dist
 from planner.errors import PlanError
 from trainer import dist as tdist
 from trainer.backends import build_engine
-from trainer.config import TrainConfig, validate_config
+from trainer.config import TrainConfig, validate_config, validate_layout
 from trainer.data import Batches
-from trainer.memory import saved_tensor_meter
 from trainer.metrics import (catalog_peak_tflops, host_peak_rss_bytes, hw_flops_per_token,
                              measured_matmul_tflops, model_flops_per_token, step_stats)
 from trainer.model import GPT
-from trainer.result import MemoryStats, TrainResult
+from trainer.result import STEP_MARK, MemoryStats, TrainResult
 from trainer.spec import resolve_spec
 
 
@@ -36,6 +36,7 @@ def device_name(device: torch.device) -> str:
 
 def build(cfg: TrainConfig, device: torch.device):
     spec = cfg.spec or resolve_spec(cfg.model)
+    validate_layout(cfg, spec)
     if spec.position == "learned" and cfg.seq_len > spec.max_positions:
         raise PlanError("seq_len", f"{cfg.seq_len} exceeds the model's max_positions ({spec.max_positions})")
     torch.manual_seed(cfg.seed)
@@ -53,7 +54,8 @@ def train(cfg: TrainConfig) -> TrainResult | None:
     device = tdist.init(cfg.timeout_s)
     rank, world = dist.get_rank(), dist.get_world_size()
     spec, model, engine = build(cfg, device)
-    batches = Batches(cfg.data, spec.vocab, engine.micro_batch, cfg.seq_len, seed=cfg.seed * 1000 + rank)
+    # ranks of one tensor/pipeline-parallel group read the same batches: seed by data-parallel rank
+    batches = Batches(cfg.data, spec.vocab, engine.micro_batch, cfg.seq_len, seed=cfg.seed * 1000 + engine.dp_rank)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -62,31 +64,21 @@ def train(cfg: TrainConfig) -> TrainResult | None:
     for step in range(cfg.steps):
         _sync(device)
         t0 = time.perf_counter()
-        step_loss = 0.0
-        for micro in range(engine.grad_accum):
-            x, y = (t.to(device, non_blocking=True) for t in batches.next())
-            last = micro == engine.grad_accum - 1
-            if step == measure_at and last and hasattr(engine, "sample_grads_before_reduce"):
-                engine.sample_grads_before_reduce()
-            if step == measure_at and micro == 0:
-                with saved_tensor_meter() as saved:
-                    loss = engine.forward_loss(x, y, last)
-            else:
-                loss = engine.forward_loss(x, y, last)
-            engine.backward(loss, last)
-            step_loss += float(loss.detach()) / engine.grad_accum
-            if step == measure_at and last:
-                state = engine.state_bytes()
-            engine.after_micro(last)
-            if step == measure_at and last and hasattr(engine, "finish_measurement"):
-                state = engine.finish_measurement(state)
+        measure = step == measure_at
+        step_loss, step_state, step_saved = engine.train_step(batches, device, measure)
+        if measure:
+            state, saved = step_state, {"bytes": step_saved}
         _sync(device)
         times_s.append(time.perf_counter() - t0)
+        if rank == 0:  # the tuner tells a start-up timeout from a slow run by these lines
+            print(f"{STEP_MARK} {step + 1}/{cfg.steps} {times_s[-1]:.4f} s", file=sys.stderr, flush=True)
         losses.append(step_loss)
+    per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.warmup_steps) if cfg.measure_memory else None
 
     result = None
     if rank == 0:
         result = report(cfg, spec, engine, device, world, times_s, losses, saved, state, measure_at)
+        result.parallel = engine.parallel_stats(per_rank)
         result.wall_s = time.perf_counter() - t_start
     dist.barrier()
     return result
@@ -95,15 +87,17 @@ def train(cfg: TrainConfig) -> TrainResult | None:
 def report(cfg, spec, engine, device, world, times_s, losses, saved, state, measure_at) -> TrainResult:
     timed = times_s[cfg.warmup_steps:]
     stats = step_stats(timed)
-    tokens_per_step = engine.micro_batch * engine.grad_accum * world * cfg.seq_len
+    tokens_per_step = engine.micro_batch * engine.grad_accum * engine.dp * cfg.seq_len
     tps = tokens_per_step / stats["step_time_s_median"]
     precision = engine.knobs["precision"]
     peak = catalog_peak_tflops(device_name(device).removeprefix("cuda:"), precision)
     if peak is None:
-        n = 2048 if device.type == "cuda" else 512
-        peak = (measured_matmul_tflops(precision, n), f"measured matmul ({n}^3, {precision})")
+        sizes = (1024, 2048, 4096) if device.type == "cuda" else (256, 512, 1024)
+        peak = (measured_matmul_tflops(precision, sizes), f"measured matmul (best of {sizes} x 3, {precision})")
     model_tflops = model_flops_per_token(spec, cfg.seq_len) * tps / world / 1e12
     hw_tflops = hw_flops_per_token(spec, cfg.seq_len, engine.knobs["activation_checkpointing"]) * tps / world / 1e12
+    if hw_tflops > peak[0]:  # the run itself proves the peak was measured low (a busy machine)
+        peak = (hw_tflops, f"{peak[1]}, raised to the run's own hardware rate")
     memory = None
     if state:
         memory = MemoryStats(

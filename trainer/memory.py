@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
@@ -117,3 +118,63 @@ def measure_saved_bytes(forward_loss: Callable[[], torch.Tensor]) -> int:
         loss = forward_loss()
     del loss
     return int(out["bytes"])
+
+
+@contextmanager
+def live_saved_tensor_meter():
+    """Peak bytes saved for backward and still alive, over a block that runs forwards AND backwards.
+
+    A pipeline schedule keeps several micro batches' activations at once (1F1B: up to pp on the
+    first stage); this follows each saved storage from its pack to the release of the last graph
+    node holding it. Yields a dict whose "peak_bytes" is the running maximum.
+    """
+    live: dict[tuple[str, int], list[int]] = {}  # storage -> [holders, bytes]
+    out = {"peak_bytes": 0, "bytes": 0}
+
+    def release(key: tuple[str, int]) -> None:
+        entry = live.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            out["bytes"] -= entry[1]
+            del live[key]
+
+    def hold(t: torch.Tensor) -> tuple[str, int] | None:
+        if not isinstance(t, torch.Tensor) or _is_parameter(t) or t.numel() == 0:
+            return None
+        key = storage_key(local_tensor(t))
+        entry = live.setdefault(key, [0, local_tensor(t).untyped_storage().nbytes()])
+        if entry[0] == 0:
+            out["bytes"] += entry[1]
+            out["peak_bytes"] = max(out["peak_bytes"], out["bytes"])
+        entry[0] += 1
+        return key
+
+    class Held:
+        __slots__ = ("tensor", "key", "__weakref__")
+
+        def __init__(self, tensor: torch.Tensor, key):
+            self.tensor, self.key = tensor, key
+
+        def __del__(self):
+            release(self.key)
+
+    def pack(t: torch.Tensor):
+        key = hold(t)
+        return t if key is None else Held(t, key)
+
+    def unpack(h):
+        return h.tensor if isinstance(h, Held) else h
+
+    def observe(t: torch.Tensor) -> None:  # a checkpointed region's input, kept by its closure
+        key = hold(t)
+        if key is not None:
+            weakref.finalize(t, release, key)
+
+    checkpointing.INPUT_OBSERVERS.append(observe)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            yield out
+    finally:
+        checkpointing.INPUT_OBSERVERS.remove(observe)

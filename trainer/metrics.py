@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from pathlib import Path
 
 from planner.model import ModelSpec
@@ -67,26 +66,17 @@ def catalog_peak_tflops(device_name: str, precision: str) -> tuple[float, str] |
     return None
 
 
-def measured_matmul_tflops(dtype_name: str = "fp32", n: int = 512, repeats: int = 5) -> float:
-    """A quick matmul peak on this device (used when the catalog has nothing better)."""
+def measured_matmul_tflops(dtype_name: str = "fp32", sizes: tuple[int, ...] = (256, 512, 1024),
+                           repeats: int = 3, min_time_s: float = 0.05) -> float:
+    """A robust matmul peak on this device when the catalog has nothing better: every shape
+    in `repeats` rounds, the best (plan probe does the same, longer, and caches it)."""
     import torch
 
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16_pure": torch.bfloat16,
-             "fp16": torch.float16}[dtype_name]
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        a @ b
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e12
+    from trainer.probe import matmul_tflops
+
+    name = "bf16" if dtype_name == "bf16_pure" else dtype_name
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return max(matmul_tflops(n, name, device, min_time_s) for _ in range(repeats) for n in sizes)
 
 
 def host_peak_rss_bytes() -> int | None:

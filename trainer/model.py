@@ -187,13 +187,22 @@ class GPT(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (B, S) -> logits (B, S, vocab_padded)."""
+        x = self.embed_tokens(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.output_logits(x)
+
+    # The two ends of the network. They read only `embed`, `pos`, `embed_norm` (input) and
+    # `norm`, `head`, `embed` (output), so a module holding just those parts can run them.
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         if self.pos is not None:
             x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
         if self.embed_norm is not None:
             x = self.embed_norm(x)
-        for block in self.blocks:
-            x = block(x)
+        return x
+
+    def output_logits(self, x: torch.Tensor) -> torch.Tensor:
         x = self.norm(x)
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(x, weight)

@@ -10,6 +10,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# rank 0 writes "[trainer] step I/N SECONDS s" to stderr after each step: a run killed
+# before the first such line was still starting up
+STEP_MARK = "[trainer] step"
+
 Status = Literal["ok", "oom", "timeout", "crash", "bad_config"]
 
 
@@ -30,6 +34,47 @@ class MemoryStats(BaseModel):
     master_params_bytes: int = 0
     optimizer_states_bytes: int = 0
     measured_step: int | None = None  # the step (0-based) whose bytes these are
+
+
+class RankStats(BaseModel):
+    """One rank of a tensor/pipeline-parallel run: where it sits and what it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    pp_rank: int = 0
+    dp_rank: int = 0
+    tp_rank: int = 0
+    stages: list[int] = Field(default_factory=list)  # pipeline (virtual) stages on this rank
+    layers: list[int] = Field(default_factory=list)  # transformer blocks of each of those stages
+    params_bytes: int = 0
+    grads_bytes: int = 0
+    optimizer_bytes: int = 0
+    # pipeline: peak bytes saved for backward during a whole step (micro batches in flight);
+    # tensor parallel only: one micro batch's forward, as in MemoryStats
+    saved_activations_bytes: int = 0
+    # pipeline timings over the timed steps (medians): stage compute vs the schedule's step
+    busy_s: float | None = None
+    schedule_s: float | None = None
+    bubble_ratio: float | None = None  # (schedule - busy) / busy, the planner's (p-1)/(m*v)
+
+
+class ParallelStats(BaseModel):
+    """The tensor/pipeline layout of a run and each rank's measured figures."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tp: int
+    pp: int
+    vpp: int
+    dp: int
+    dp_replicate: int = 1  # fsdp_hybrid: replica groups of dp
+    sequence_parallel: bool = False
+    schedule: str | None = None  # gpipe, 1f1b, interleaved_1f1b (pipeline only)
+    micro_batches: int = 1  # per pipeline step (= grad_accum)
+    stage_layers: list[int] = Field(default_factory=list)  # blocks per (virtual) stage, in order
+    ranks: list[RankStats] = Field(default_factory=list)
+    bubble_ratio: float | None = None  # mean over ranks of RankStats.bubble_ratio
 
 
 class TrainResult(BaseModel):
@@ -59,3 +104,4 @@ class TrainResult(BaseModel):
     peak_source: str | None = None  # "catalog:<id>", or "measured matmul (...)" on an unknown device
     tokens_per_step: int | None = None
     exit_codes: dict[str, int] = Field(default_factory=dict)  # launcher: rank -> exit code
+    parallel: ParallelStats | None = None  # tensor/pipeline-parallel runs: layout, per-rank bytes

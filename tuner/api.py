@@ -57,6 +57,7 @@ def _line(t) -> str:
     a = t.user_attrs
     knobs = a.get("knobs") or t.params
     what = " ".join(f"{k}={v}" for k, v in knobs.items())
+    notes = "".join(f"\n  note: {n}" for n in a.get("notes") or [])  # e.g. a stale build lock removed
     if t.state == TrialState.COMPLETE:
-        return f"  #{t.number} ok {t.value:,.0f} tok/s  {what}"
-    return f"  #{t.number} {a.get('status')}: {str(a.get('reason') or a.get('error') or '')[:100]}  {what}"
+        return f"  #{t.number} ok {t.value:,.0f} tok/s  {what}{notes}"
+    return f"  #{t.number} {a.get('status')}: {str(a.get('reason') or a.get('error') or '')[:100]}  {what}{notes}"

@@ -36,6 +36,7 @@ class TuneConfig(BaseModel):
     max_trials: int | None = Field(default=None, gt=0, description="launched trials at most")
     trial_timeout_s: float | None = Field(default=None, gt=0)
     startup_s: float | None = Field(default=None, gt=0, description="first guess of a trial's start-up")
+    remeasure_rounds: int = Field(default=2, ge=0, description="re-runs of the top candidates at the end")
     sampler: SamplerName = "tpe"
     seed: int | None = None
     measure_network: bool = True

@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
+import tomllib
+from pathlib import Path
 
 import numpy as np
 
@@ -49,12 +52,18 @@ def nvidia_gpus() -> list[tuple[str, float]]:
 
 
 def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
-    """The catalog GPU whose name matches nvidia-smi's and whose memory is closest."""
-    key = name.lower().replace("nvidia", "").replace("-", " ")
-    for token in (t for t in key.split() if len(t) > 2 and t != "tesla"):  # the model, e.g. h100
-        hits = [g for g in catalog.gpus.values() if token in g.name.lower().replace("-", " ")]
+    """The catalog GPU whose name matches nvidia-smi's (the model, then most other words: PCIe vs
+    SXM) and whose memory is closest."""
+    def words(text: str) -> str:
+        return text.lower().replace("-", " ")
+
+    key = words(name).replace("nvidia", "")
+    tokens = [t for t in key.split() if len(t) > 2 and t != "tesla"]
+    for token in tokens:  # the model, e.g. h100
+        hits = [g for g in catalog.gpus.values() if token in words(g.name)]
         if hits:
-            return min(hits, key=lambda g: abs(g.hbm_gib - memory_gib)).id
+            return min(hits, key=lambda g: (-sum(t in words(g.name) for t in tokens),
+                                            abs(g.hbm_gib - memory_gib))).id
     return None
 
 
@@ -66,29 +75,65 @@ def host_ram_gib() -> float:
     return 8.0
 
 
-def measured_cpu_tflops(seconds: float = 0.3, n: int = 512) -> float:
-    """Achieved fp32 matmul TFLOPS of this host (all cores), from a short numpy run."""
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    a @ a  # warm up
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ a
-        reps += 1
-    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12
+def measured_cpu_tflops(seconds: float = 0.15, sizes: tuple[int, ...] = (256, 512, 1024), rounds: int = 3) -> float:
+    """Achieved fp32 matmul TFLOPS of this host (all cores): numpy, several shapes, several
+    rounds, the best (load from other processes only ever slows a round down)."""
+    best = 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(rounds):
+        for n in sizes:
+            a = rng.standard_normal((n, n), dtype=np.float32)
+            a @ a  # warm up
+            reps, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds or reps < 2:
+                a @ a
+                reps += 1
+            best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12)
+    return best
+
+
+def probed_precision_ratios(catalog_dir: Path | None = None, nproc: int = 1, run_probe: bool = True) -> dict[str, float]:
+    """Peak of each precision relative to fp32 on this CPU, from `plan probe`'s `local` entry
+    (measured with torch; cached in the user catalog). Runs the probe once when there is none."""
+    from trainer.metrics import USER_CATALOG
+
+    folder = catalog_dir or USER_CATALOG
+    path = folder / "gpus" / "local.toml"
+    if not path.is_file() and run_probe:
+        try:
+            subprocess.run([sys.executable, "-m", "plan_cli.main", "probe", "--nproc", str(nproc), "--out", str(folder)],
+                           capture_output=True, timeout=300)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+    try:
+        entry = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    fp32 = entry.get("fp32_tflops")
+    if not fp32:
+        return {}
+    return {p: entry[f"{p}_tflops"] / fp32 for p in ("fp16", "bf16") if entry.get(f"{p}_tflops")}
+
+
+def cpu_peaks_tflops(nproc: int) -> dict[str, float]:
+    """Per-rank peaks of one CPU rank: fp32 measured now, the others by the probe's ratios."""
+    fp32 = measured_cpu_tflops() / max(1, nproc)
+    ratios = probed_precision_ratios(nproc=nproc)
+    return {"fp32": fp32, "fp16": fp32 * ratios.get("fp16", 1.0), "bf16": fp32 * ratios.get("bf16", 1.0)}
 
 
 def cpu_entries(nproc: int, *, device_memory_gib: float | None, busbw_gbps: float | None,
-                tflops_total: float | None = None) -> tuple[GPU, Cluster]:
+                peaks_tflops: dict[str, float] | None = None) -> tuple[GPU, Cluster]:
     """A GPU entry for one CPU rank and a one-node cluster of `nproc` of them."""
-    tflops = (tflops_total or measured_cpu_tflops()) / max(1, nproc)
+    peaks = peaks_tflops or cpu_peaks_tflops(nproc)
     ram_gib = host_ram_gib()
     memory_gib = device_memory_gib or ram_gib / max(1, nproc)
     link_gbps = busbw_gbps or 25.0  # notes/cpu-runs.md: gloo all-reduce ~25-28 Gbps here
     gpu = GPU(
         id=CPU_GPU_ID, name=f"CPU rank ({os.cpu_count()} cores / {nproc} ranks)", vendor="cpu",
-        hbm_gib=memory_gib, hbm_gbytes_per_s=10.0, fp32_tflops=tflops, fp16_tflops=tflops,
-        bf16_tflops=tflops, intranode_gbps=link_gbps,
-        source="measured by plan tune (numpy matmul; gloo all-reduce)",
+        hbm_gib=memory_gib, hbm_gbytes_per_s=10.0, fp32_tflops=peaks["fp32"], fp16_tflops=peaks["fp16"],
+        bf16_tflops=peaks["bf16"], intranode_gbps=link_gbps,
+        source="measured by plan tune (numpy fp32 matmul; bf16/fp16 ratios from plan probe; gloo all-reduce)",
     )
     cluster = Cluster(
         id=CPU_CLUSTER_ID, name="this machine (CPU ranks)", gpu=CPU_GPU_ID, gpus_per_node=max(1, nproc),

@@ -12,24 +12,29 @@ import math
 import os
 import statistics
 from collections.abc import Callable
-from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from planner.settings import Calibration
 from tuner import storage as st
+from tuner.worker_id import worker_id
 from tuner.budget import Budget, trial_duration_s, trial_timeout_s
 from tuner.calibrate import Observation, fit_calibration
 from tuner.residual import ResidualModel
-from tuner.runner import TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
+from tuner.runner import TrialOutcome
 from tuner.setup import StudyContext, current_calibration, save_calibration
-from tuner.space import complete, config_key, simplicity
+from tuner.space import complete, config_key
+from tuner import final
+from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, run_backend, started_steps
 
 # Trial statuses that are results: a configuration with one of these is never run again.
 FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
 NOT_RUN = ("duplicate", "predicted_infeasible", "skipped_budget")
 GIB = 2**30
+# A trial cut by the budget or killed before its first step is "interrupted" and run again,
+# with a longer start-up allowance; after this many interruptions it is a final "timeout".
+MAX_INTERRUPTS = 3
 
 
 class TrialFailed(Exception):
@@ -37,27 +42,6 @@ class TrialFailed(Exception):
 
 
 Runner = Callable[..., TrialOutcome]
-
-
-class SubprocessRunner:
-    """Runs a configuration with `python -m trainer` in its own process group."""
-
-    def __init__(self, ctx: StudyContext):
-        self.ctx = ctx
-        cap = ctx.meta.get("device_memory_gib")
-        self.memory_cap_bytes = int(cap * GIB) if cap and not ctx.on_gpu else None
-
-    def __call__(self, knobs: dict, *, trial_number: int, timeout_s: float, on_start) -> TrialOutcome:
-        cfg, ctx = self.ctx.config, self.ctx
-        wd = fresh_workdir(Path(cfg.workdir) if cfg.workdir else None, trial_number)
-        json_out = wd / "result.json"
-        extra = ["--seq-len", str(ctx.seq_len), "--warmup-steps", str(ctx.meta.get("warmup_steps", 1)),
-                 "--timeout-s", str(int(timeout_s)), *cfg.trainer_args]
-        cmd = trainer_command(knobs, model=ctx.meta["model"], nproc=ctx.nproc, steps=ctx.steps,
-                              json_out=json_out, extra_args=extra)
-        return run_command(cmd, json_out=json_out, timeout_s=timeout_s, memory_cap_bytes=self.memory_cap_bytes,
-                           env=rank_env(ctx.nproc), log_path=wd / "trainer.log",
-                           on_start=lambda pid: on_start(pid, str(wd)))
 
 
 class Tuner:
@@ -86,6 +70,7 @@ class Tuner:
                 if reason.startswith("every configuration"):
                     self._record_the_ruled_out()
                 self.stop_reason = reason
+                final.remeasure(self, self.cfg.remeasure_rounds)
                 return reason
             self._enqueue_next_proposal()
             self.study.optimize(self._objective, n_trials=1, catch=(TrialFailed,),
@@ -96,11 +81,13 @@ class Tuner:
     def _should_stop(self) -> str:
         if self.cfg.max_trials is not None and self.launched >= self.cfg.max_trials:
             return f"launched {self.launched} trials (--max-trials)"
+        if self.budget.left_s < 1.0:
+            return "budget used up"
         untried = self.untried(launchable_only=not self.cfg.explore_infeasible)
         if not untried and not self._waiting():
             return "every configuration of the space has been tried or ruled out"
         shortest = min((self.expected_s(k) for k in untried), default=0.0)
-        if not self.budget.allows(shortest):
+        if not self.budget.allows(shortest + self.reserve_s()):
             return f"budget: {self.budget.left_s:.0f} s left, the shortest untried trial needs ~{shortest:.0f} s"
         if self.skipped_in_a_row >= 200:
             return "the sampler keeps proposing configurations already tried"
@@ -132,6 +119,10 @@ class Tuner:
                 keys.add(key)
         return keys
 
+    def interrupts(self, key: str) -> int:
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if t.user_attrs.get("config_key") == key and t.user_attrs.get("status") == "interrupted")
+
     def untried(self, *, launchable_only: bool) -> list[dict]:
         done = self.decided_keys()
         out = [k for k in self.configs if config_key(k) not in done]
@@ -140,17 +131,20 @@ class Tuner:
         return out
 
     def ranked_proposals(self) -> list[dict]:
-        """Untried configurations the planner predicts to fit, fastest first (calibrated)."""
-        pool = [k for k in self.untried(launchable_only=True) if self.ctx.predictor(k).fits]
+        """The planner's top-k (one `estimate` call when the study was made: tuner/proposals.py)
+        not tried yet, re-ranked by the calibrated planner and the per-knob corrections learned
+        from the trials; ties (the planner's 2% rule) go to the simpler plan."""
+        top = [complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
+               for k in self.ctx.meta.get("planner_top_k") or []]
+        untried = {config_key(k) for k in self.untried(launchable_only=True)}
+        pool = [k for k in top if config_key(k) in untried and self.ctx.predictor(k).fits]
+        if not self._completed():
+            return pool  # nothing measured yet: the planner's own order
         cal = self.calibration
         model = self.residual_model()
-
-        def rank(k: dict) -> tuple:
-            tps = self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30
-            score = model.score(k, math.log(tps))
-            return (-round(score / 0.005), simplicity(k))  # within 0.5%: the simpler first
-
-        return sorted(pool, key=rank)
+        scores = [math.exp(model.score(k, math.log(self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30)))
+                  for k in pool]
+        return [pool[i] for i in final.tie_order(pool, scores)]
 
     def residual_model(self) -> ResidualModel:
         """Per-knob corrections of the calibrated planner, from the completed trials."""
@@ -167,9 +161,11 @@ class Tuner:
         trials = self.study.get_trials(deepcopy=False)
         if self._waiting():
             return  # a retry or a proposal is already queued
-        if sum(1 for t in trials if t.user_attrs.get("source") == "planner") >= self.cfg.top_k:
+        if sum(1 for t in trials if t.user_attrs.get("source") == "planner"
+               and t.user_attrs.get("status") not in ("skipped_budget", "duplicate")) >= self.cfg.top_k:
             return
-        ranked = self.ranked_proposals()
+        reserve = self.reserve_s()
+        ranked = [k for k in self.ranked_proposals() if self.budget.allows(self.expected_s(k) + reserve)]
         if not ranked:
             return
         best = ranked[0]
@@ -178,22 +174,37 @@ class Tuner:
                                  skip_if_exists=False)
 
     # ---- timing ---------------------------------------------------------------------------
-    def startup_s(self) -> float:
-        walls = [t.user_attrs["startup_s"] for t in self._completed() if t.user_attrs.get("startup_s")]
+    def reserve_s(self) -> float:
+        """Budget kept for re-measuring the top candidates at the end (tuner/final.py)."""
+        return final.reserve_s(self, self.cfg.remeasure_rounds)
+
+    def startup_s(self, knobs: dict | None = None) -> float:
+        """Start-up of a trial of this backend: the median measured on completed trials of the
+        same backend; before any, the backend's default, doubled for each start-up timeout."""
+        def of(k: dict | None) -> str:
+            return run_backend(k or {}, self.ctx.meta.get("backend", "any"))
+
+        backend = of(knobs)
+        trials = self.study.get_trials(deepcopy=False)
+        walls = [t.user_attrs["startup_s"] for t in self._completed()
+                 if t.user_attrs.get("startup_s") and of(t.user_attrs.get("knobs")) == backend]
         if walls:
             return statistics.median(walls)
-        return self.cfg.startup_s or (60.0 if self.ctx.on_gpu else 15.0)
+        cut = sum(1 for t in trials if t.user_attrs.get("interrupted_in") == "startup" and of(t.user_attrs.get("knobs")) == backend)
+        base = self.cfg.startup_s or DEFAULT_STARTUP_S["gpu" if self.ctx.on_gpu else "cpu"][backend]
+        return base * 2.0 ** min(cut, 4)
 
     def step_time_s(self, knobs: dict) -> float:
         step = self.ctx.predictor(knobs).calibrated_step_s(self.calibration)
         return step if step and math.isfinite(step) else 1.0
 
     def expected_s(self, knobs: dict) -> float:
-        return trial_duration_s(self.startup_s(), self.ctx.steps, 0, self.step_time_s(knobs))
+        return trial_duration_s(self.startup_s(knobs), self.ctx.steps, 0, self.step_time_s(knobs))
 
     # ---- one trial ------------------------------------------------------------------------
     def _objective(self, trial: Trial) -> float:
-        trial.set_user_attr("worker_host", st.HOST)
+        trial.set_user_attr("worker_id", worker_id())  # identity (tuner/worker_id.py)
+        trial.set_user_attr("worker_host", st.HOST)  # for people reading the trial
         trial.set_user_attr("worker_pid", os.getpid())
         params = {k: trial.suggest_categorical(k, d.choices) for k, d in self.distributions.items()}
         knobs = complete(params, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
@@ -216,12 +227,21 @@ class Tuner:
             return self._not_run(trial, key, "duplicate", f"same configuration as trial id {holder}", claim=False)
         expected = self.expected_s(knobs)
         trial.set_user_attr("expected_s", expected)
-        if not self.budget.allows(expected):
+        if not self.budget.allows(expected + self.reserve_s()):
             st.release(self.study._storage, self.study.study_name, key, trial._trial_id)
             return self._not_run(trial, key, "skipped_budget",
                                  f"needs ~{expected:.0f} s, {self.budget.left_s:.0f} s left", claim=False)
         self.skipped_in_a_row = 0
-        timeout = min(self.cfg.trial_timeout_s or trial_timeout_s(expected), max(1.0, self.budget.left_s))
+        pinned = self.cfg.trial_timeout_s is not None
+        timeout = self.cfg.trial_timeout_s or trial_timeout_s(expected) * 2.0 ** self.interrupts(key)
+        budget_cut = timeout > self.budget.left_s
+        timeout = min(timeout, max(1.0, self.budget.left_s))
+        trial.set_user_attr("timeout_s", timeout)
+        ds_json = deepspeed_json(knobs, dp=self.ctx.nproc, seq_len=self.ctx.seq_len,
+                                 model=self.ctx.spec, on_gpu=self.ctx.on_gpu,
+                                 study_backend=self.ctx.meta.get("backend", "any"))
+        if ds_json is not None:  # the exact config this trial runs: exported byte for byte
+            trial.set_user_attr("deepspeed_config_json", ds_json)
         self.launched += 1
         storage = self.study._storage
 
@@ -230,14 +250,32 @@ class Tuner:
             storage.set_trial_user_attr(trial._trial_id, "host", st.HOST)
             storage.set_trial_user_attr(trial._trial_id, "workdir", workdir)
 
+        kw = {"deepspeed_json": ds_json} if ds_json is not None else {}
         try:
-            outcome = self.runner(knobs, trial_number=trial.number, timeout_s=timeout, on_start=on_start)
+            outcome = self.runner(knobs, trial_number=trial.number, timeout_s=timeout, on_start=on_start, **kw)
         except KeyboardInterrupt:
             trial.set_user_attr("status", "interrupted")
-            self.study.enqueue_trial(params, user_attrs={"source": "retry", "config_key": key,
-                                                         "retry_of": trial.number})
+            self._retry(params, key, trial.number)
             raise
+        if outcome.status == "timeout":
+            cut = "budget" if budget_cut else ("startup" if not pinned and not started_steps(outcome) else "")
+            if cut and self.interrupts(key) + 1 < MAX_INTERRUPTS:
+                return self._interrupted(trial, params, key, outcome, cut)
         return self._record(trial, knobs, outcome, pred0)
+
+    def _retry(self, params: dict, key: str, number: int) -> None:
+        self.study.enqueue_trial(params, user_attrs={"source": "retry", "config_key": key, "retry_of": number})
+
+    def _interrupted(self, trial: Trial, params: dict, key: str, out: TrialOutcome, cut: str) -> float:
+        """Cut by the budget, or killed while still starting up: no verdict, run it again."""
+        why = (f"budget ran out after {out.wall_s:.0f} s" if cut == "budget" else
+               f"still starting up after {out.wall_s:.0f} s (timeout from the backend's start-up estimate)")
+        for k, v in (("status", "interrupted"), ("interrupted_in", cut), ("reason", why), ("wall_s", out.wall_s),
+                     ("notes", out.notes), ("log_tail", out.log_tail[-1500:])):
+            trial.set_user_attr(k, v)
+        if cut == "startup":  # a budget cut is retried by the next run on the same storage
+            self._retry(params, key, trial.number)
+        raise TrialFailed(f"interrupted: {why}")
 
     def _claim(self, trial: Trial, key: str) -> int | None:
         storage = self.study._storage
@@ -276,6 +314,8 @@ class Tuner:
                 v = v[-1500:] if out.status != "ok" else ""
             trial.set_user_attr(k if k != "tokens_per_s" else "measured_tokens_per_s", v)
         trial.set_user_attr("measured_memory_gib", out.peak_memory_bytes / GIB if out.peak_memory_bytes else None)
+        if out.step_time_s and out.step_time_s_p90:  # the spread of the timed steps (warm-up excluded)
+            trial.set_user_attr("step_spread_pct", 100 * (out.step_time_s_p90 / out.step_time_s - 1))
         if out.status != "ok" or not out.tokens_per_s:
             raise TrialFailed(f"{out.status}: {out.error}")
         self.refit(extra=(pred0, out))

@@ -3,6 +3,7 @@ after calibration, and the winner's DeepSpeed JSON / FSDP launch settings and co
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import optuna
@@ -15,16 +16,18 @@ from planner.resolve import resolve_model
 from planner.scenario import ExecutionPlan, Scenario
 from planner.settings import Calibration, Settings
 from planner.system import System
+from tuner import final
 from tuner.calibrate import relative_errors, summarize_errors
 from tuner.predict import Predictor
 from tuner.setup import META_KEY, current_calibration
 from tuner.space import TUNED_KNOBS, to_plan
-from tuner.storage import normalize_url, open_storage, study_exists
+from tuner.trial import run_backend
+from tuner.storage import masked_url, normalize_url, open_storage, study_exists
 
 COLUMNS = (
     "trial", "state", "status", "source", *TUNED_KNOBS,
     "measured_tokens_per_s", "predicted_tokens_per_s_default", "predicted_tokens_per_s",
-    "step_time_s", "predicted_memory_gib", "measured_memory_gib", "capacity_gib", "wall_s", "reason",
+    "step_time_s", "step_spread_pct", "predicted_memory_gib", "measured_memory_gib", "capacity_gib", "wall_s", "reason",
 )
 
 
@@ -47,13 +50,23 @@ class TuneReport(BaseModel):
     launch_command: str | None = None
     stop_reason: str | None = None
     network: str | None = None
+    network_effect: str | None = None  # what the measured busbw changed in the planner's ranking
+    by_backend: dict[str, dict[str, int]] = {}  # backend -> launched trials by outcome
+    no_result: list[str] = []  # backends of the space with no completed trial
+    winner: str | None = None  # which backend won and why
+    final_ranking: dict | None = None  # the re-measured top candidates, noise and tie window
 
 
-def load(study_name: str, storage_url: str | None) -> optuna.Study:
+def load(study_name: str, storage_url: str | None, *, list_studies: bool = True) -> optuna.Study:
+    """A study of the storage; an unknown name is a PlanError that lists the storage's studies
+    only with `list_studies` (the HTTP service shows them to authenticated callers only)."""
     storage = open_storage(storage_url)
     if not study_exists(storage, study_name):
-        names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
-        raise PlanError("study", f"no study {study_name!r} in {normalize_url(storage_url)} (studies: {names})")
+        where = f"no study {study_name!r} in {masked_url(storage_url)}"
+        if list_studies:
+            names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
+            where += f" (studies: {names})"
+        raise PlanError("study", where)
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
@@ -94,18 +107,32 @@ def trials_frame(study: optuna.Study):
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value]
-    return max(done, key=lambda t: t.value) if done else None
+    """The winner (tuner/final.py): first of the re-measured final ranking, else the best
+    measurement with the planner's tie rule."""
+    return final.best_trial(study)
 
 
-def best_plan(study_name: str, storage_url: str | None = None) -> ExecutionPlan:
-    """The measured-fastest configuration of a study, as an ExecutionPlan."""
-    study = load(study_name, storage_url)
+def best_plan(study_name: str, storage_url: str | None = None, *, list_studies: bool = True) -> ExecutionPlan:
+    """The winning configuration of a study, as an ExecutionPlan."""
+    return chosen_from_study(study_name, storage_url, list_studies=list_studies).plan
+
+
+def chosen_from_study(study_name: str, storage_url: str | None = None, *, list_studies: bool = True):
+    """The winner as an export input: its plan, the system it ran on and, for a DeepSpeed
+    plan, the exact JSON text the trial ran (exported byte for byte)."""
+    from planner.exports.bundle import Chosen
+
+    study = load(study_name, storage_url, list_studies=list_studies)
+    meta = study.user_attrs.get(META_KEY)
+    if meta is None:
+        raise PlanError("study", f"{study_name!r} was not created by plan tune")
     best = best_trial(study)
     if best is None:
         raise PlanError("study", f"{study_name!r} has no completed trial yet")
-    meta = study.user_attrs[META_KEY]
-    return to_plan(best.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
+    plan = to_plan(best.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
+    return Chosen(plan=plan, model_ref=meta["model"], system=System.model_validate(meta["system"]),
+                  step_time_s=best.user_attrs.get("step_time_s"), source=f"study {study_name} trial {best.number}",
+                  deepspeed_json=best.user_attrs.get("deepspeed_config_json"))
 
 
 def predictor_of(study: optuna.Study) -> Predictor:
@@ -126,8 +153,10 @@ def prediction_errors(study: optuna.Study, cal: Calibration) -> tuple[dict, dict
     return summarize_errors(relative_errors(before, measured)), summarize_errors(relative_errors(after, measured))
 
 
-def exports_for(plan: ExecutionPlan, system: System, model: str) -> tuple[dict | None, dict | None, str]:
-    """DeepSpeed JSON (ZeRO plans) or FSDP/DDP launch settings, and the launch command."""
+def exports_for(plan: ExecutionPlan, system: System, model: str,
+                ds_json: str | None = None) -> tuple[dict | None, dict | None, str]:
+    """DeepSpeed JSON (ZeRO plans: the trial's own when given) or FSDP/DDP launch settings,
+    and the launch command."""
     from planner.exports import torchrun
     from planner.exports.accelerate import accelerate_config
     from planner.exports.deepspeed_json import deepspeed_config
@@ -135,8 +164,8 @@ def exports_for(plan: ExecutionPlan, system: System, model: str) -> tuple[dict |
     target = target_for(system)
     ds = settings = None
     ds_file = None
-    if plan.sharding.startswith("zero"):
-        ds = deepspeed_config(plan, target=target, model=resolve_model(Scenario(model=model)))
+    if ds_json or plan.sharding.startswith("zero"):
+        ds = json.loads(ds_json) if ds_json else deepspeed_config(plan, target=target, model=resolve_model(Scenario(model=model)))
         ds_file = "ds_config.json"
     else:
         settings = accelerate_config(plan, system, target=target)
@@ -158,17 +187,22 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
     before, after = prediction_errors(study, cal)
     best = best_trial(study)
     report = TuneReport(
-        study=study.study_name, storage=normalize_url(storage_url), model=meta["model"], ranks=meta["nproc"],
+        study=study.study_name, storage=masked_url(storage_url), model=meta["model"], ranks=meta["nproc"],
         device=System.model_validate(meta["system"]).gpu.name, trials=len(trials),
         launched=sum(1 for t in trials if ran(t)), by_status=by_status, duplicates=dups, best=None,
         calibration=cal.model_dump(mode="json"), error_before=before, error_after=after,
-        stop_reason=stop_reason, network=meta.get("network_note"),
+        stop_reason=stop_reason, network=meta.get("network_note"), network_effect=meta.get("network_effect"),
+        winner=final.why_it_won(study) or None, final_ranking=final.final_ranking(study),
     )
+    report.by_backend, report.no_result = backend_counts(study, meta)
     if best is not None:
         system = System.model_validate(meta["system"])
         plan = to_plan(best.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
-        ds, settings, cmd = _safe_exports(plan, system, meta["model"])
+        ds, settings, cmd = _safe_exports(plan, system, meta["model"], best.user_attrs.get("deepspeed_config_json"))
+        row = next((r for r in (report.final_ranking or {}).get("rows", []) if r["trial"] == best.number), {})
         report.best = {"trial": best.number, **best.user_attrs["knobs"], "tokens_per_s": best.value,
+                       "median_tokens_per_s": row.get("median_tokens_per_s"), "spread_pct": row.get("spread_pct"),
+                       "step_spread_pct": best.user_attrs.get("step_spread_pct"),
                        "step_time_s": best.user_attrs.get("step_time_s"),
                        "measured_memory_gib": best.user_attrs.get("measured_memory_gib"),
                        "predicted_tokens_per_s_default": best.user_attrs.get("predicted_tokens_per_s_default")}
@@ -176,8 +210,21 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
     return report
 
 
-def _safe_exports(plan: ExecutionPlan, system: System, model: str) -> tuple[Any, Any, str | None]:
+def backend_counts(study: optuna.Study, meta: dict) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Launched trials per backend by outcome, and the backends of the space with no result."""
+    counts: dict[str, dict[str, int]] = {}
+    for t in study.get_trials(deepcopy=False):
+        knobs = t.user_attrs.get("knobs")
+        if not knobs or not ran(t):
+            continue
+        row = counts.setdefault(run_backend(knobs, meta.get("backend", "any")), {})
+        row[status_of(t)] = row.get(status_of(t), 0) + 1
+    space = {run_backend({"sharding": s}, meta.get("backend", "any")) for s in meta["space"].get("sharding", [])}
+    return counts, sorted(b for b in space if not counts.get(b, {}).get("ok"))
+
+
+def _safe_exports(plan: ExecutionPlan, system: System, model: str, ds_json: str | None = None) -> tuple[Any, Any, str | None]:
     try:
-        return exports_for(plan, system, model)
+        return exports_for(plan, system, model, ds_json)
     except PlanError as e:  # an export that refuses this plan: say why, keep the report
         return None, {"note": str(e)}, None

@@ -7,10 +7,8 @@ can abort at exit after the results were written (notes/cpu-runs.md).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -31,7 +29,6 @@ _OOM_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 _BAD_CONFIG_PATTERNS = re.compile(r"^usage: |error: argument|invalid choice", re.MULTILINE)
-_PR_SET_PDEATHSIG = 1
 
 
 class TrialOutcome(BaseModel):
@@ -41,11 +38,13 @@ class TrialOutcome(BaseModel):
     error: str | None = None
     tokens_per_s: float | None = None
     step_time_s: float | None = None
+    step_time_s_p90: float | None = None  # with the median: the spread of the timed steps
     wall_s: float
     startup_s: float | None = None  # wall time not spent in timed steps
     peak_memory_bytes: int | None = None
     exit_code: int | None = None
     log_tail: str = ""
+    notes: list[str] = []  # what the runner did besides the run (e.g. a stale build lock removed)
 
 
 def trainer_command(knobs: dict, *, model: str, nproc: int, steps: int, json_out: Path,
@@ -68,18 +67,11 @@ def rank_env(nproc: int, base: dict | None = None) -> dict:
     return env
 
 
-def _limits(memory_cap_bytes: int | None):
-    """preexec_fn: die with the tuner, and cap the address space (inherited by every rank)."""
-
-    def apply() -> None:
-        try:  # a kill -9 of the tuner then also ends the launcher (Linux only)
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except OSError:
-            pass
-        if memory_cap_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
-
-    return apply
+def with_limits(cmd: list[str], memory_cap_bytes: int | None) -> list[str]:
+    """`cmd` behind the exec wrapper (tuner/exec_limits.py): die with the tuner, and cap the
+    address space (inherited by every rank). No preexec_fn: nothing runs in the forked child."""
+    wrapper = str(Path(__file__).with_name("exec_limits.py"))
+    return [sys.executable, "-I", wrapper, str(os.getpid()), str(memory_cap_bytes or 0), "--", *cmd]
 
 
 def kill_group(pgid: int, grace_s: float = 3.0) -> None:
@@ -119,8 +111,8 @@ def run_command(cmd: list[str], *, json_out: Path, timeout_s: float, memory_cap_
     """Run a trainer command to its end (or its timeout) and classify what happened."""
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=_limits(memory_cap_bytes))
+        proc = subprocess.Popen(with_limits(cmd, memory_cap_bytes), stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
         if on_start is not None:
             on_start(proc.pid)
         timed_out = False
@@ -194,7 +186,7 @@ def _from_result(result: TrainResult, exit_code: int | None, wall_s: float, log_
     timed = (step_s or 0.0) * result.steps  # `steps` counts the warm-up steps too
     return TrialOutcome(
         status=result.status, error=result.error, tokens_per_s=result.tokens_per_s,
-        step_time_s=step_s, wall_s=wall_s, startup_s=max(0.0, wall_s - timed) if step_s else None,
+        step_time_s=step_s, step_time_s_p90=result.step_time_s_p90, wall_s=wall_s, startup_s=max(0.0, wall_s - timed) if step_s else None,
         peak_memory_bytes=peak, exit_code=exit_code, log_tail=log_tail[-1500:],
     )
 

@@ -16,16 +16,17 @@ import optuna
 
 from hardware.catalog import load_catalog
 from planner.errors import PlanError
+from planner.model import ModelSpec
 from planner.resolve import resolve_model, resolve_system, seq_len_of
 from planner.scenario import Scenario
 from planner.settings import Calibration, Settings
 from planner.system import System
-from tuner import device
+from tuner import device, proposals
 from tuner.config import TuneConfig
 from tuner.network import measure_busbw
 from tuner.predict import Predictor
-from tuner.space import Space, build_space
-from tuner.storage import open_storage, study_exists
+from tuner.space import Space, build_space, ranked_parallel_choices
+from tuner.storage import masked_url, open_storage, study_exists
 
 META_KEY = "plan_tune"
 
@@ -43,6 +44,7 @@ class StudyContext:
     on_gpu: bool
     steps: int
     meta: dict
+    spec: ModelSpec | None = None  # the model the trials train (what the DeepSpeed builder sizes)
 
 
 def default_study_name(model: str, nproc: int, device_id: str, backend: str) -> str:
@@ -55,8 +57,10 @@ def local_device_count(on_gpu: bool) -> int:
     return os.cpu_count() or 1
 
 
-def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str]:
-    """The system the trials run on; on CPU a measured `cpu-rank` entry, on GPU the catalog's."""
+def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str, System]:
+    """The system the trials run on (on CPU a measured `cpu-rank` entry, on GPU the
+    catalog's), its network note, and the same system with the catalog's assumed network
+    instead of the measured bus bandwidth (to show what the measurement changed)."""
     catalog = load_catalog()
     busbw, note = measure_busbw(nproc) if cfg.measure_network else (None, "not measured")
     if on_gpu:
@@ -67,19 +71,24 @@ def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str]
             if gpu_id is None:
                 raise PlanError("gpu", "cannot tell which catalog GPU this is; pass --gpu ID")
         scenario = Scenario(model=cfg.model, gpus=nproc, gpu=gpu_id, cluster=cfg.cluster)
-        system = resolve_system(scenario, catalog)
+        system = assumed = resolve_system(scenario, catalog)
         if cfg.device_memory_gib:
-            system = system.model_copy(update={"gpu": system.gpu.model_copy(update={"hbm_gib": cfg.device_memory_gib})})
+            system = assumed = system.model_copy(update={"gpu": system.gpu.model_copy(update={"hbm_gib": cfg.device_memory_gib})})
     else:
-        gpu, cluster = device.cpu_entries(nproc, device_memory_gib=cfg.device_memory_gib,
-                                          busbw_gbps=(busbw or {}).get("intranode"))
-        scenario = Scenario(model=cfg.model, gpus=nproc, cluster=cluster.id)
-        system = resolve_system(scenario, device.with_entries(catalog, gpu, cluster))
+        peaks = device.cpu_peaks_tflops(nproc)
+        scenario = Scenario(model=cfg.model, gpus=nproc, cluster=device.CPU_CLUSTER_ID)
+        built = []
+        for bw in ((busbw or {}).get("intranode"), None):
+            gpu, cluster = device.cpu_entries(nproc, device_memory_gib=cfg.device_memory_gib, busbw_gbps=bw,
+                                              peaks_tflops=peaks)
+            built.append(resolve_system(scenario, device.with_entries(catalog, gpu, cluster)))
+        system, assumed = built
     if busbw:
         system = system.model_copy(update={
             "measured_intranode_busbw_gbps": busbw.get("intranode"),
             "measured_internode_busbw_gbps": busbw.get("internode")})
-    return system, note
+        note = f"measured all-reduce busbw {busbw.get('intranode') or busbw.get('internode'):.1f} Gbps"
+    return system, note, assumed
 
 
 def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
@@ -97,7 +106,7 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
             raise PlanError("study", f"{name!r} exists but was not created by plan tune")
         _check_same(cfg, meta, nproc)
     elif not create:
-        raise PlanError("study", f"no study {name!r} in {storage.url if hasattr(storage, 'url') else cfg.storage}")
+        raise PlanError("study", f"no study {name!r} in {masked_url(cfg.storage)}")
     else:
         meta = _new_meta(cfg, nproc, on_gpu)
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
@@ -112,18 +121,25 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
 def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
     spec = resolve_model(Scenario(model=cfg.model))
     seq_len = cfg.seq_len or min(seq_len_of(Scenario(model=cfg.model), spec), 2048)
+    system, note, assumed = _system_for(cfg, nproc, on_gpu)
+    parallel = ranked_parallel_choices(Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len), system,
+                                       _settings_for(on_gpu))
     space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,
-                        global_batch=cfg.global_batch, dp=nproc)
-    system, note = _system_for(cfg, nproc, on_gpu)
+                        global_batch=cfg.global_batch, dp=nproc, parallel=parallel)
     calibration = _initial_calibration(cfg)
+    settings = _settings_for(on_gpu)
+    base = Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len, global_batch=cfg.global_batch)
+    top = proposals.planner_top_k(base, system, settings, space.choices, cfg.top_k, global_batch=cfg.global_batch)
+    effect = proposals.network_effect(base, system, assumed, settings, space.choices, cfg.global_batch)
     return {
         "model": cfg.model, "nproc": nproc, "on_gpu": on_gpu, "backend": cfg.backend,
         "seq_len": seq_len, "steps": cfg.steps, "warmup_steps": cfg.warmup_steps,
         "global_batch": cfg.global_batch, "device_memory_gib": cfg.device_memory_gib,
         "space": {k: list(v) for k, v in space.choices.items()},
-        "system": system.model_dump(mode="json"), "network_note": note,
+        "system": system.model_dump(mode="json"), "network_note": note, "network_effect": effect,
+        "planner_top_k": top,
         "calibration": calibration.model_dump(mode="json"),
-        "settings": _settings_for(on_gpu).model_dump(mode="json"),
+        "settings": settings.model_dump(mode="json"),
         "calibration_default": True,
     }
 
@@ -170,7 +186,7 @@ def _context(cfg: TuneConfig, study: optuna.Study, meta: dict) -> StudyContext:
     predictor = Predictor(base, system, Settings.model_validate(meta.get("settings") or {}))
     return StudyContext(config=cfg, study=study, space=space, system=system, base=base,
                         predictor=predictor, nproc=meta["nproc"], seq_len=meta["seq_len"],
-                        on_gpu=meta["on_gpu"], steps=meta["steps"], meta=meta)
+                        on_gpu=meta["on_gpu"], steps=meta["steps"], meta=meta, spec=resolve_model(base))
 
 
 def current_calibration(study: optuna.Study) -> Calibration:

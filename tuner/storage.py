@@ -9,6 +9,7 @@ storage never run the same configuration twice.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from planner.errors import PlanError
 from tuner.runner import kill_group
+from tuner.worker_id import worker_alive
 
 DEFAULT_STORAGE = "sqlite:///plan-tune.db"
 HOST = socket.gethostname()
@@ -38,12 +40,53 @@ claims_table = sa.Table(
 
 
 def normalize_url(url: str | None) -> str:
-    """None -> the default SQLite file; a bare path -> sqlite:///path."""
+    """None -> the default SQLite file; a bare path -> sqlite:///path; `postgres://` (as some
+    hosts print it) -> `postgresql://`, which SQLAlchemy drives with psycopg 3 (the tune
+    extra); `postgresql+psycopg2://` goes to psycopg 3 too when psycopg2 is not installed."""
     if not url:
         return DEFAULT_STORAGE
     if "://" not in url:
         return f"sqlite:///{Path(url).expanduser()}"
+    scheme, rest = url.split("://", 1)
+    if scheme == "postgres":
+        return f"postgresql://{rest}"
+    if scheme == "postgresql+psycopg2":
+        import importlib.util
+
+        if importlib.util.find_spec("psycopg2") is None:
+            return f"postgresql+psycopg://{rest}"
     return url
+
+
+_SECRET_QUERY = re.compile(r"(?i)([?&][^=&]*(?:password|passwd|pwd|secret|token)[^=&]*=)[^&]*")
+_SECRET_PARAM = re.compile(r"(?i)[?&][^=&]*(?:password|passwd|pwd|secret|token)[^=&]*=[^&]*")
+_USERINFO = re.compile(r"(://[^:/@?#]*:)[^@/?#]*@")
+
+
+def masked_url(url: str | None) -> str:
+    """The storage URL as it may be shown (CLI, API, reports, logs, errors): password masked."""
+    url = normalize_url(url)
+    try:
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError, TypeError):
+        shown = _USERINFO.sub(r"\1***@", url)
+    return _SECRET_QUERY.sub(r"\1***", shown)
+
+
+def scrub(text: str, url: str | None) -> str:
+    """`text` (an error message) with the URL's secrets replaced by ***."""
+    from urllib.parse import unquote
+
+    url = normalize_url(url)
+    secrets = {m.group(0).split(":", 2)[-1][:-1] for m in _USERINFO.finditer(url)}
+    secrets |= {m.group(0).split("=", 1)[1] for m in _SECRET_PARAM.finditer(url)}
+    text = text.replace(url, masked_url(url))
+    for secret in sorted(secrets | {unquote(x) for x in secrets}, key=len, reverse=True):
+        if len(secret) >= 3:  # a 1-2 character secret would rewrite ordinary words
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
+    return text
 
 
 def quiet_optuna() -> None:
@@ -69,7 +112,8 @@ def open_storage(url: str | None, *, heartbeat_interval_s: int = 10, grace_perio
             heartbeat_stale_trial_callback=StaleTrialCallback(max_retry=max_retry),
         )
     except (sa.exc.ArgumentError, sa.exc.OperationalError, ImportError) as e:
-        raise PlanError("storage", f"cannot open {url!r}: {str(e).splitlines()[0]}") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise PlanError("storage", f"cannot open {masked_url(url)!r}: {scrub(first, url)}") from None
     _claims_meta.create_all(storage.engine, checkfirst=True)
     return storage
 
@@ -86,9 +130,10 @@ class StaleTrialCallback:
 
 
 def end_orphan_group(trial: FrozenTrial) -> None:
-    """Kill a dead worker's trainer process group if it is still running on this host."""
-    pgid, host, marker = (trial.user_attrs.get(k) for k in ("pgid", "host", "workdir"))
-    if not pgid or host != HOST or not marker:
+    """Kill a dead worker's trainer process group if it is still running here (the worker's
+    liveness lock is here and free: tuner/worker_id.py)."""
+    pgid, marker = trial.user_attrs.get("pgid"), trial.user_attrs.get("workdir")
+    if not pgid or not marker or worker_alive(trial.user_attrs.get("worker_id")) is not False:
         return
     for d in Path("/proc").iterdir():  # only when a member is really that trial's trainer
         if not d.name.isdigit():
@@ -102,13 +147,14 @@ def end_orphan_group(trial: FrozenTrial) -> None:
 
 
 def fail_dead_local_trials(study: optuna.Study) -> list[int]:
-    """RUNNING trials whose worker process on this host is gone: fail them now (no need to wait
-    for the heartbeat grace period), then run the stale-trial callback on them."""
+    """RUNNING trials whose worker is known dead here (its liveness lock is free): fail them now
+    (no need to wait for the heartbeat grace period), then run the stale-trial callback on
+    them. A worker that cannot be told here (another machine or container) is left to
+    Optuna's heartbeat."""
     storage = study._storage
     failed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        host, pid = t.user_attrs.get("worker_host"), t.user_attrs.get("worker_pid")
-        if host != HOST or not pid or _pid_alive(pid):
+        if worker_alive(t.user_attrs.get("worker_id")) is not False:
             continue
         try:
             storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
@@ -121,19 +167,6 @@ def fail_dead_local_trials(study: optuna.Study) -> list[int]:
         if callback is not None:
             callback(study, storage.get_trial(trial_id))
     return failed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (not yet reaped) is dead for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def rdb(storage) -> RDBStorage:

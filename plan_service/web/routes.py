@@ -75,7 +75,7 @@ def web_router() -> APIRouter:
     def estimate(req: PageScenario, request: Request) -> views.PageReport:
         from planner import api
 
-        with _FormScenario(req) as scenario:
+        with _FormScenario(req, request) as scenario:
             report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective,
                                   top=req.top, include_rejected=True)
         return views.page_report(report)
@@ -88,7 +88,7 @@ def web_router() -> APIRouter:
 
         catalog = _catalog(request)
         points = []
-        with _FormScenario(req) as scenario:
+        with _FormScenario(req, request) as scenario:
             system = resolve_system(scenario, catalog)
             for n in views.curve_gpu_counts(system.gpus, system.gpus_per_node):
                 try:
@@ -106,7 +106,7 @@ def web_router() -> APIRouter:
         from planner import api
         from planner.exports.bundle import Chosen, export as render, refusal_of
 
-        with _FormScenario(req) as scenario:
+        with _FormScenario(req, request) as scenario:
             report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective, top=req.rank)
         if len(report.results) < req.rank or not report.results[req.rank - 1].fits:
             raise PlanError("rank", f"there is no fitting plan at rank {req.rank} ({report.fitting} fit)")
@@ -130,11 +130,11 @@ def web_router() -> APIRouter:
 
         from tuner import load
         from tuner.report import trials_frame
-        from tuner.storage import open_storage
+        from tuner.storage import masked_url, open_storage
 
         storage = request.app.state.config.storage
         try:
-            st = load(study, storage)
+            st = load(study, storage, list_studies=False)  # study names: authenticated callers only
         except PlanError as e:
             raise HTTPException(404, str(e)) from None
         study_id = open_storage(storage).get_study_id_from_name(study)
@@ -143,7 +143,7 @@ def web_router() -> APIRouter:
         base = getattr(request.app.state, "dashboard_url", None) or DEFAULT_DASHBOARD_URL
         return {"study": study, "trials": clean,
                 "dashboard_url": f"{base.rstrip('/')}/dashboard/studies/{study_id}",
-                "dashboard_command": f"optuna-dashboard {_public_storage(storage)}"}
+                "dashboard_command": f"optuna-dashboard {masked_url(storage)}"}
 
     return router
 
@@ -175,8 +175,8 @@ class _FormScenario:
     written to a private temporary folder for the time of the request (the server's own files
     are never named by a client)."""
 
-    def __init__(self, req: PageScenario):
-        from plan_service.app import _check_scenario
+    def __init__(self, req: PageScenario, request: Request):
+        from plan_service.guards import check_model_ref, check_scenario
         from planner.units import parse_count
 
         fields = {k: getattr(req, k) for k in ("cluster", "gpu", "gpus", "seq_len", "global_batch",
@@ -188,9 +188,11 @@ class _FormScenario:
         fields = {k: v for k, v in fields.items() if v not in (None, "")}
         self.config, self.name = req.config, req.config_name
         self.scenario = Scenario(model=None if req.config is not None else req.model, **fields)
-        _check_scenario(self.scenario)
+        check_scenario(self.scenario)
         if self.config is None and not req.model:
             raise PlanError("model", "choose a preset or a size, or upload a config.json")
+        if self.config is None:
+            check_model_ref(req.model, _catalog(request))  # never a path on the server
         self.tmp: tempfile.TemporaryDirectory | None = None
 
     def __enter__(self) -> Scenario:
@@ -208,14 +210,3 @@ class _FormScenario:
             self.tmp.cleanup()
         if isinstance(error, PlanError) and self.tmp is not None:  # name the upload, not the temp file
             raise PlanError(error.field, error.message.replace(str(self.path), self.name)) from None
-
-
-def _public_storage(url: str) -> str:
-    """The storage URL without a password."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url

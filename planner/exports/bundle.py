@@ -11,7 +11,7 @@ from pydantic import Field
 from planner.errors import PlanError
 from planner.exports.accelerate import accelerate_config, to_yaml
 from planner.exports.common import Recipe, Target, is_deepspeed, steps_for_tokens, target_for
-from planner.exports.deepspeed_json import deepspeed_config
+from planner.exports.deepspeed_json import config_text, deepspeed_config
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
 from planner.exports.torchrun import render, torchrun_command, trainer_args
 from planner.model import ModelSpec
@@ -34,6 +34,8 @@ class Chosen(Frozen):
     tokens: float | None = None
     cpus_per_node: int | None = None
     source: str = ""  # "estimate rank 1", "study NAME trial 7", ...
+    # the exact DeepSpeed JSON a tuner trial ran: exported byte for byte instead of a rebuild
+    deepspeed_json: str | None = None
 
 
 class ExportOptions(Frozen):
@@ -65,25 +67,26 @@ class ExportResult(Frozen):
 
 def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | None = None,
                          fmt: str | None = None) -> Chosen:
-    """The best fitting proposal of an `api.estimate` report that `fmt` can express (DeepSpeed
-    takes no FSDP plan, the bundled trainer no tp/pp): ranked order, first one that exports."""
-    fitting = [(rank, e) for rank, e in enumerate(report.results, 1) if e.fits]
+    """The #1 proposal of an `api.estimate` report: exactly what `plan estimate` ranks first for
+    the same flags. When `fmt` cannot express it (DeepSpeed takes no FSDP plan; tp/pp need
+    Megatron-style model code), the error says why and which knobs to pin."""
+    fitting = [e for e in report.results if e.fits]
     if not fitting:
         reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
         raise PlanError("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
-    first_refusal = None
-    # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: chosen only when pinned
+    est = fitting[0]
+    # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: exported only when pinned
     pinned_mp = (report.scenario.tp or 1) > 1 or (report.scenario.pp or 1) > 1
-    for rank, est in fitting:
-        refusal = refusal_of(fmt, est.plan, report.system, allow_model_parallel=pinned_mp) if fmt else None
-        if refusal is None:
-            return Chosen(plan=est.plan, model_ref=model_ref or report.model.name, model=report.model,
-                          system=report.system, step_time_s=est.time.step_time_s if est.time else None,
-                          tokens=report.scenario.tokens, cpus_per_node=cpus_per_node,
-                          source=f"plan estimate rank {rank} of {report.fitting} fitting")
-        first_refusal = first_refusal or refusal
-    raise PlanError(first_refusal.field, f"none of the {len(fitting)} best fitting plans can be "
-                    f"written as {fmt}: {first_refusal.message}")
+    refusal = refusal_of(fmt, est.plan, report.system, allow_model_parallel=pinned_mp) if fmt else None
+    if refusal is not None:
+        p = est.plan
+        raise PlanError(refusal.field, f"plan estimate's #1 (tp {p.tp}, pp {p.pp}, {p.sharding}, stack {p.stack}) "
+                        f"cannot be written as {fmt}: {refusal.message}; pin the knobs you want "
+                        "(e.g. --sharding, --tp 1 --pp 1) so that #1 is a plan this format can express")
+    return Chosen(plan=est.plan, model_ref=model_ref or report.model.name, model=report.model,
+                  system=report.system, step_time_s=est.time.step_time_s if est.time else None,
+                  tokens=report.scenario.tokens, cpus_per_node=cpus_per_node,
+                  source=f"plan estimate rank 1 of {report.fitting} fitting")
 
 
 def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_parallel: bool = False) -> PlanError | None:
@@ -111,15 +114,23 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     steps = options.steps or (steps_for_tokens(chosen.plan, chosen.tokens) if chosen.tokens else None)
     recipe = options.recipe.model_copy(update={"steps": steps}) if steps else options.recipe
     plan, notes = chosen.plan, [f"plan from {chosen.source}"] if chosen.source else []
-    ds = lambda: deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model)  # noqa: E731
+    if chosen.deepspeed_json is not None:
+        notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
+
+    def ds_text() -> str:
+        if chosen.deepspeed_json is not None:
+            return chosen.deepspeed_json
+        return config_text(deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model))
+
+    ds = lambda: json.loads(ds_text())  # noqa: E731
     if fmt == "deepspeed":
-        files = [ExportFile(name=options.deepspeed_file, content=json.dumps(ds(), indent=2) + "\n")]
+        files = [ExportFile(name=options.deepspeed_file, content=ds_text())]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "accelerate":
         files = [ExportFile(name="accelerate.yaml", content=to_yaml(accelerate_config(
             plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file)))]
         if is_deepspeed(plan):
-            files.append(ExportFile(name=options.deepspeed_file, content=json.dumps(ds(), indent=2) + "\n"))
+            files.append(ExportFile(name=options.deepspeed_file, content=ds_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "torchrun":
         ds_file = options.deepspeed_file if is_deepspeed(plan) else None
@@ -127,7 +138,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
                                 deepspeed_config_file=ds_file)
         files = [ExportFile(name="torchrun.sh", content="#!/bin/bash\nset -euo pipefail\n" + render(argv) + "\n")]
         if ds_file:
-            files.append(ExportFile(name=ds_file, content=json.dumps(ds(), indent=2) + "\n"))
+            files.append(ExportFile(name=ds_file, content=ds_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     limit = _time_limit(options.time, chosen.step_time_s, steps, notes)
     cpus = options.cpus_per_task or chosen.cpus_per_node

@@ -6,6 +6,7 @@ validate every combination with `deepspeed.runtime.config.DeepSpeedConfig`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from planner.errors import PlanError
@@ -40,18 +41,50 @@ def deepspeed_config(
         "wall_clock_breakdown": False,
         "zero_optimization": zero_section(plan, target, model),
         "optimizer": optimizer_section(plan, target, recipe),
-        "scheduler": scheduler_section(recipe),
         **precision_sections(plan),
     }
+    scheduler = scheduler_section(recipe)
+    if scheduler is not None:
+        config["scheduler"] = scheduler
     if plan.offload != "none" and plan.optimizer != "adamw":
         # ZeRO-Offload insists on DeepSpeedCPUAdam unless told the torch optimizer is wanted.
         config["zero_force_ds_cpu_optimizer"] = False
+    if plan.optimizer != "adamw" and ZERO_STAGE[plan.sharding] > 0:
+        # ZeRO refuses optimizers it has not tested (torch.optim.SGD/Adafactor) without this
+        config["zero_allow_untested_optimizer"] = True
     if plan.activation_checkpointing != "none":
         config["activation_checkpointing"] = checkpointing_section(plan)
     # Unknown top-level keys are ignored by DeepSpeed: the plan travels with its config, so
     # the bundled trainer (and a reader) knows the knobs DeepSpeed itself has no key for.
     config["plan"] = plan.model_dump(mode="json")
     return config
+
+
+def auto_buckets(hidden: int) -> dict[str, int]:
+    """Hugging Face's "auto" DeepSpeed bucket sizes (hidden^2 elements), as the planner's search
+    sizes them: a measured run and its prediction hold the same buffers (DeepSpeed's 5e8
+    default would allocate GBs even for the tiny model)."""
+    h2 = hidden * hidden
+    return {"reduce_bucket_elems": h2, "allgather_bucket_elems": h2, "stage3_prefetch_elems": int(0.9 * h2)}
+
+
+def knobs_plan(knobs: dict[str, Any], *, dp: int, seq_len: int, model: ModelSpec) -> ExecutionPlan:
+    """The `ExecutionPlan` a trainer run or a tuner trial with these knobs executes."""
+    fields = {k: v for k, v in knobs.items() if k in ExecutionPlan.model_fields and k not in ("dp", "seq_len")}
+    return ExecutionPlan(dp=dp, seq_len=seq_len, **(auto_buckets(model.hidden) | fields))
+
+
+def config_for_knobs(knobs: dict[str, Any], *, dp: int, seq_len: int, model: ModelSpec,
+                     target: Target, recipe: Recipe | None = None) -> dict[str, Any]:
+    """THE DeepSpeed config of a run: the trainer (`plan train --sharding zeroN`), the tuner's
+    trials and `plan export` all build theirs here, so what is measured is what is exported."""
+    return deepspeed_config(knobs_plan(knobs, dp=dp, seq_len=seq_len, model=model),
+                            target=target, recipe=recipe, model=model)
+
+
+def config_text(config: dict[str, Any]) -> str:
+    """A config as the file it is written to (trials store this text; exports write it)."""
+    return json.dumps(config, indent=2) + "\n"
 
 
 def _check_plan(plan: ExecutionPlan) -> None:
@@ -133,7 +166,11 @@ def optimizer_section(plan: ExecutionPlan, target: Target, recipe: Recipe) -> di
                                       "weight_decay": recipe.weight_decay}}
 
 
-def scheduler_section(recipe: Recipe) -> dict[str, Any]:
+def scheduler_section(recipe: Recipe) -> dict[str, Any] | None:
+    """None (constant learning rate) without warm-up or a step count: DeepSpeed's WarmupLR
+    rejects warmup_num_steps=0."""
+    if recipe.steps is None and recipe.warmup_steps == 0:
+        return None
     if recipe.steps is None:
         return {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": recipe.lr,
                                                "warmup_num_steps": recipe.warmup_steps,

@@ -91,7 +91,7 @@ def test_errors_are_one_line_exit_2(args, field):
 def test_trainer_runs_an_exported_config_unchanged(tmp_path):
     """`plan export deepspeed` for 2 CPU ranks, then the bundled trainer with that file only."""
     ds = tmp_path / "ds.json"
-    res = plan_cli("export", "deepspeed", "--model", "tiny", "--gpus", "2", "--sharding", "zero2",
+    res = plan_cli("export", "deepspeed", "--model", "tiny", "--gpus", "2", "--sharding", "zero2", "--tp", "1",
                    "--precision", "bf16", "--micro-batch", "2", "--grad-accum", "2", "--target", "cpu",
                    "--steps", "3", "--warmup-steps", "1", "--out", str(ds))
     assert res.exit_code == 0, res.output

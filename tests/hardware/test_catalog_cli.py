@@ -48,6 +48,21 @@ def test_list_table_one_kind() -> None:
     assert "GPUs" not in result.stdout.split("Clusters")[0]
 
 
+def test_new_entries_listed_with_nvlink_domain_and_fp8() -> None:
+    result = runner.invoke(app, ["catalog", "list", "--json"])
+    data = json.loads(result.stdout)
+    gpus = {g["id"]: g for g in data["gpus"]}
+    assert gpus["a100-pcie-40gb"]["fp8_tflops"] is None and gpus["b200"]["fp8_tflops"] == 4500
+    clusters = {c["id"]: c for c in data["clusters"]}
+    assert clusters["gb200-nvl72"]["nvlink_domain_gpus"] == 72 and clusters["dgx-h100"]["nvlink_domain_gpus"] is None
+    result = runner.invoke(app, ["catalog", "list", "--kind", "clusters"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if "gb200-nvl72" in line)
+    assert "NVLink domain" in result.stdout and " 72 " in row
+    result = runner.invoke(app, ["catalog", "show", "gb200-nvl72"])
+    assert result.exit_code == 0 and "nvlink_domain_gpus" in result.stdout
+
+
 def test_catalog_option_and_env_var(tmp_path: Path) -> None:
     folder = user_catalog(tmp_path)
     result = runner.invoke(app, ["catalog", "list", "--kind", "gpus", "--json", "--catalog", str(folder)])

@@ -11,11 +11,20 @@ import pytest
 from hardware.catalog import ENV_VAR, load_catalog
 from hardware.errors import CatalogError
 
-GPU_IDS = {"v100-16gb", "v100-32gb", "a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "mi250x", "mi300x"}
-CLUSTER_IDS = {
-    "dgx-v100", "dgx-a100", "dgx-h100", "dgx-h200", "jean-zay-v100-32gb", "jean-zay-a100",
-    "adastra-mi250x", "lumi-g", "mi300x-8",
+GPU_IDS = {
+    "v100-16gb", "v100-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "a100-40gb", "a100-80gb",
+    "a100-pcie-40gb", "a100-pcie-80gb", "h100-80gb", "h100-pcie-80gb", "h100-96gb", "h200-141gb",
+    "b200", "gb200", "mi250x", "mi300x", "mi325x",
 }
+CLUSTER_IDS = {
+    "dgx-v100", "dgx2-v100", "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h200",
+    "dgx-b200", "gb200-nvl72", "grand-teton-h100-96gb", "jean-zay-v100-16gb", "jean-zay-v100-32gb",
+    "jean-zay-a100", "adastra-mi250x", "lumi-g", "mi300x-8", "mi325x-8",
+}
+NO_FP8 = {"v100-16gb", "v100-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "a100-40gb", "a100-80gb",
+          "a100-pcie-40gb", "a100-pcie-80gb", "mi250x"}
+CLUSTER = ('name = "c"\ngpu = "h100-80gb"\ngpus_per_node = 4\nhost_ram_gib = 1\nhost_to_gpu_gbps = 1\n'
+           'internode_gbps = 1\nsource = "t"\n')
 
 GOOD_GPU = """
 name = "Test GPU"
@@ -48,6 +57,64 @@ def test_every_required_id_is_there_with_a_source() -> None:
     assert CLUSTER_IDS <= set(cat.clusters)
     for entry in [*cat.gpus.values(), *cat.clusters.values()]:
         assert len(entry.source) > 10, entry.id
+
+
+def test_every_gpu_entry_is_complete_and_consistent() -> None:
+    cat = load_catalog()
+    assert set(cat.gpus) == GPU_IDS and set(cat.clusters) == CLUSTER_IDS  # a new file: add it here
+    for g in cat.gpus.values():
+        assert g.supports_fp8 == (g.id not in NO_FP8), g.id
+        assert g.bf16_tflops is None or g.fp32_tflops < g.bf16_tflops == g.fp16_tflops, g.id
+        if g.tf32_tflops:  # dense TF32 is half the dense 16-bit rate on every part here
+            assert g.tf32_tflops == pytest.approx(g.fp16_tflops / 2, rel=0.03), g.id
+        if g.fp8_tflops:
+            assert g.fp8_tflops == pytest.approx(2 * g.fp16_tflops, rel=1e-3), g.id
+        curve = [(p.gemm_gflop, p.fraction) for p in g.matmul_efficiency]
+        assert len(curve) >= 5 and curve == sorted(curve), g.id  # rising in size and in share
+        assert all(b[1] >= a[1] for a, b in zip(curve, curve[1:])), g.id
+        if g.supports_fp8:
+            assert g.peak_tflops("fp8") == g.fp8_tflops
+        else:
+            with pytest.raises(ValueError, match="no fp8"):
+                g.peak_tflops("fp8")
+
+
+def test_new_parts_match_their_sources() -> None:
+    cat = load_catalog()
+    teton = cat.gpu("h100-96gb")  # torchtitan: 96GB HBM2e, 2.4 TB/s, SXM peaks used for MFU
+    assert (teton.hbm_gib, teton.hbm_gbytes_per_s, teton.bf16_tflops) == (96, 2400, 989.4)
+    assert cat.cluster("grand-teton-h100-96gb").internode_gbps == 8 * 400
+    pcie = cat.gpu("h100-pcie-80gb")  # datasheet 1513 sparse -> 756.5 dense; PCIe gen5 between cards
+    assert pcie.bf16_tflops == pytest.approx(1513 / 2) and pcie.intranode_gbps == 504
+    assert cat.gpu("a100-pcie-40gb").bf16_tflops == cat.gpu("a100-40gb").bf16_tflops
+    assert cat.gpu("v100-pcie-16gb").fp16_tflops == 112 and cat.gpu("v100-pcie-16gb").bf16_tflops is None
+    assert cat.gpu("gb200").fp8_tflops * 72 * 2 == pytest.approx(720_000)  # NVL72: 720 PF sparse fp8
+    assert cat.gpu("b200").bf16_tflops * 8 * 2 == pytest.approx(36_000)  # DGX B200: 72 PF fp8 = 2 x bf16
+    assert cat.gpu("b200").intranode_gbps == cat.gpu("gb200").intranode_gbps == 7200  # 1.8 TB/s both ways
+    mi325x, mi300x = cat.gpu("mi325x"), cat.gpu("mi300x")
+    assert mi325x.bf16_tflops == mi300x.bf16_tflops and (mi325x.hbm_gib, mi325x.hbm_gbytes_per_s) == (256, 6000)
+
+
+def test_nvlink_domain_defaults_to_one_node_and_spans_the_nvl72_rack() -> None:
+    cat = load_catalog()
+    rack = cat.cluster("gb200-nvl72")
+    assert (rack.gpus_per_node, rack.nvlink_domain_gpus, rack.nvlink_domain) == (4, 72, 72)
+    for cluster in cat.clusters.values():
+        if cluster.id != "gb200-nvl72":
+            assert cluster.nvlink_domain_gpus is None and cluster.nvlink_domain == cluster.gpus_per_node
+    assert cat.cluster("jean-zay-v100-16gb").gpus_per_node == 4 and cat.cluster("dgx2-v100").gpus_per_node == 16
+
+
+@pytest.mark.parametrize(("value", "words"), [("70", "multiple of gpus_per_node (4)"), ("0", "greater than 0"),
+                                              ('"rack"', "valid integer")])
+def test_bad_nvlink_domain_names_file_and_field(tmp_path: Path, value: str, words: str) -> None:
+    path = write(tmp_path, "clusters", "bad", CLUSTER + f"nvlink_domain_gpus = {value}\n")
+    with pytest.raises(CatalogError) as e:
+        load_catalog([tmp_path])
+    assert e.value.field == "nvlink_domain_gpus" and str(path.resolve()) in str(e.value)
+    assert words in str(e.value) and "Value error" not in str(e.value)
+    write(tmp_path, "clusters", "bad", CLUSTER + "nvlink_domain_gpus = 8\n")
+    assert load_catalog([tmp_path]).cluster("bad").nvlink_domain == 8
 
 
 def test_datasheet_relations_hold() -> None:
@@ -138,8 +205,7 @@ def test_malformed_gpu_file_names_file_and_field(tmp_path: Path, text: str, fiel
 
 
 def test_cluster_naming_unknown_gpu(tmp_path: Path) -> None:
-    path = write(tmp_path, "clusters", "c", 'name = "c"\ngpu = "h100-80"\ngpus_per_node = 8\n'
-                 'host_ram_gib = 1\nhost_to_gpu_gbps = 1\ninternode_gbps = 1\nsource = "t"\n')
+    path = write(tmp_path, "clusters", "c", CLUSTER.replace('"h100-80gb"', '"h100-80"'))
     with pytest.raises(CatalogError) as e:
         load_catalog([tmp_path])
     assert e.value.field == "gpu" and str(path.resolve()) in str(e.value) and "h100-80gb" in str(e.value)

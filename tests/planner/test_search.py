@@ -36,7 +36,7 @@ def test_global_batch_tokens_must_divide_by_seq_len():
 def test_gpus_not_divisible_by_tp_pp_shows_the_product():
     with pytest.raises(PlanError) as e:
         api.estimate(Scenario(model="7b", gpus=48, tp=4, pp=5))
-    assert "4 x 5 = 20" in str(e.value)
+    assert "4 x 5 x 1 = 20" in str(e.value)
 
 
 def test_bf16_refused_on_v100():

@@ -33,7 +33,7 @@ def test_seed003_shape_on_a_slow_internode_network():
     tok = Settings(tokens=1e11)
     d8 = _perf(dict(sharding="zero1", micro_batch=1), 8, tok, **slow)["days"]
     d16 = _perf(dict(sharding="zero1", micro_batch=2), 16, tok, **slow)
-    assert d16["days"] > 1.5 * d8
+    assert d16["days"] > d8
     assert d16["bottleneck"] == "network"
     ga16 = _perf(dict(sharding="zero1", micro_batch=2, grad_accum=256), 16, tok, **slow)
     ga48 = _perf(dict(sharding="zero1", micro_batch=2, grad_accum=256), 48, tok, **slow)
@@ -64,7 +64,8 @@ def test_pipeline_bubble_is_p_minus_1_over_m_v():
     for ga, vpp in ((8, 1), (16, 1), (8, 2)):
         p = _perf({**kw, "grad_accum": ga, "vpp": vpp}, gpus=8, spec=spec, cluster="dgx-a100")
         # the bubble is (p-1)/(m v) of the busy time (compute minus optimizer + tp/pp sends)
-        assert p["bubble_s"] / (p["step_time_s"] - p["bubble_s"]) == pytest.approx(3 / (ga * vpp), rel=0.1)
+        busy = p["step_time_s"] - p["bubble_s"] - p["optimizer_s"] - p["dp_comm_s"] - p["offload_s"]
+        assert p["bubble_s"] / busy == pytest.approx(3 / (ga * vpp), rel=0.02)
     assert _perf({**kw, "pp": 1, "dp": 4, "grad_accum": 8}, gpus=8, spec=spec, cluster="dgx-a100")["bubble_s"] == 0
 
 
@@ -105,15 +106,20 @@ def _many_plans(n: int) -> Layout:
     rng = np.random.default_rng(0)
     tp = rng.choice([1, 2, 4, 8], n)
     pp = rng.choice([1, 2, 4], n)
-    cols = dict(tp=tp, pp=pp, vpp=rng.choice([1, 2], n), dp=np.full(n, 64) // (tp * pp),
+    cp = rng.choice([1, 2], n)
+    cols = dict(stack=rng.integers(0, 6, n), tp=tp, pp=pp, vpp=rng.choice([1, 2], n), cp=cp,
+                dp=np.maximum(np.full(n, 64) // (tp * pp * cp), 1),
+                checkpoint_fraction=rng.choice([0.5, 1.0], n), compile=rng.integers(0, 2, n),
+                async_tp=rng.integers(0, 2, n),
                 sequence_parallel=rng.integers(0, 2, n), sharding=rng.integers(0, 7, n),
-                offload=rng.integers(0, 3, n), activation_checkpointing=rng.integers(0, 3, n),
-                precision=np.full(n, 2), optimizer=rng.integers(0, 3, n), attention=rng.integers(0, 2, n),
+                offload=rng.integers(0, 3, n), activation_checkpointing=rng.integers(0, 5, n),
+                precision=rng.choice([2, 4], n), optimizer=rng.integers(0, 3, n), attention=rng.integers(0, 2, n),
                 micro_batch=rng.choice([1, 2, 4, 8], n), grad_accum=rng.choice([1, 4, 16], n),
                 seq_len=np.full(n, 2048), reduce_bucket_elems=np.full(n, 2**24),
                 allgather_bucket_elems=np.full(n, 2**24), stage3_prefetch_elems=np.full(n, 2**23),
                 stage3_max_live_params=np.full(n, 10**9))
-    return Layout(**{f.name: np.asarray(cols[f.name], dtype=np.int64) for f in fields(Layout)})
+    return Layout(**{f.name: np.asarray(cols[f.name], dtype=np.float64 if f.name == "checkpoint_fraction" else np.int64)
+                     for f in fields(Layout)})
 
 
 def test_vectorised_matches_one_by_one_and_keys():

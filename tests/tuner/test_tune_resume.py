@@ -100,7 +100,7 @@ def test_two_workers_share_one_postgres_study(tmp_path):
         ran = [t for t in st.trials if t.user_attrs.get("status") in ("ok", "oom", "crash", "timeout", "bad_config")]
         keys = Counter(t.user_attrs["config_key"] for t in ran)
         assert len(keys) == 3 and max(keys.values()) == 1, f"a configuration ran twice: {keys}"
-        assert len({t.user_attrs["worker_pid"] for t in ran}) == 2, "one worker did all the work"
+        assert len({t.user_attrs["worker_id"] for t in ran}) == 2, "one worker did all the work"
         report = json.loads(plan(["tune", "report", "--study", "duo", "--storage", url, "--json"], tmp_path).stdout)
         assert report["launched"] == 3
 

@@ -169,4 +169,10 @@ def test_gpu_name_from_nvidia_smi_maps_to_the_catalog():
     assert guess_gpu_id(cat, "NVIDIA H100 80GB HBM3", 79.6) == "h100-80gb"
     assert guess_gpu_id(cat, "NVIDIA A100-SXM4-40GB", 39.4) == "a100-40gb"
     assert guess_gpu_id(cat, "Tesla V100-SXM2-32GB", 31.7) == "v100-32gb"
+    # PCIe cards of the same model and memory are told apart by the other words of the name
+    assert guess_gpu_id(cat, "NVIDIA H100 PCIe", 79.2) == "h100-pcie-80gb"
+    assert guess_gpu_id(cat, "NVIDIA A100-PCIE-40GB", 39.4) == "a100-pcie-40gb"
+    assert guess_gpu_id(cat, "Tesla V100-PCIE-16GB", 15.8) == "v100-pcie-16gb"
+    assert guess_gpu_id(cat, "NVIDIA H100", 94.5) == "h100-96gb"
+    assert guess_gpu_id(cat, "NVIDIA B200", 178.4) == "b200"
     assert guess_gpu_id(cat, "Some Unknown Card", 16) is None

@@ -68,7 +68,7 @@ def throwaway_cluster(bindir: Path, dbname: str = "plan"):
              "-o", f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=100", "start"])
         started = True
         run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", dbname])
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{dbname}"
+        yield f"postgresql://postgres@127.0.0.1:{port}/{dbname}"  # as users write it (psycopg 3)
     finally:
         if started:
             subprocess.run(_as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),

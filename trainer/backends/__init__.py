@@ -7,6 +7,12 @@ from trainer.config import TrainConfig
 
 
 def build_engine(cfg: TrainConfig, model, device) -> Engine:
+    if cfg.pp > 1:
+        from trainer.backends.pipeline import PipelineEngine
+        return PipelineEngine(cfg, model, device)
+    if cfg.tp > 1:
+        from trainer.backends.tensor_parallel import TensorParallelEngine
+        return TensorParallelEngine(cfg, model, device)
     if cfg.backend_name == "deepspeed":
         from trainer.backends.deepspeed_backend import DeepSpeedEngine
         return DeepSpeedEngine(cfg, model, device)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.memory import StorageCounter, iter_tensors
+from trainer.memory import StorageCounter, iter_tensors, saved_tensor_meter
 from trainer.model import loss_fn
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "bf16_pure": torch.bfloat16}
@@ -36,9 +36,48 @@ class Engine:
     knobs: dict
 
     def __init__(self, cfg: TrainConfig, model: nn.Module, device: torch.device):
+        import torch.distributed as dist
+
         self.cfg, self.device = cfg, device
         self.micro_batch, self.grad_accum = cfg.micro_batch, cfg.grad_accum
         self.knobs = cfg.knobs()
+        # data parallelism over all ranks; the tensor/pipeline engines narrow these
+        self.dp = dist.get_world_size() if dist.is_initialized() else 1
+        self.dp_rank = dist.get_rank() if dist.is_initialized() else 0
+
+    def train_step(self, batches, device: torch.device, measure: bool) -> tuple[float, dict, int]:
+        """One optimizer step over `grad_accum` micro batches: (mean loss, state bytes, saved bytes).
+
+        With `measure`, the state bytes are taken after the last backward (before the optimizer
+        step) and the saved bytes over the first micro batch's forward; else ({}, 0).
+        """
+        step_loss, state, saved = 0.0, {}, {"bytes": 0}
+        for micro in range(self.grad_accum):
+            x, y = (t.to(device, non_blocking=True) for t in batches.next())
+            last = micro == self.grad_accum - 1
+            if measure and last and hasattr(self, "sample_grads_before_reduce"):
+                self.sample_grads_before_reduce()
+            if measure and micro == 0:
+                with saved_tensor_meter() as saved:
+                    loss = self.forward_loss(x, y, last)
+            else:
+                loss = self.forward_loss(x, y, last)
+            self.backward(loss, last)
+            step_loss += float(loss.detach()) / self.grad_accum
+            if measure and last:
+                state = self.state_bytes()
+            self.after_micro(last)
+            if measure and last and hasattr(self, "finish_measurement"):
+                state = self.finish_measurement(state)
+        return step_loss, state, int(saved["bytes"])
+
+    def gather_rank_stats(self, state: dict, saved_bytes: int, warmup_steps: int) -> list[dict] | None:
+        """Every rank's bytes (and timings), gathered on rank 0: tensor/pipeline engines only."""
+        return None
+
+    def parallel_stats(self, per_rank: list[dict] | None):
+        """The layout and per-rank figures for the result file (None for plain data parallelism)."""
+        return None
 
     def autocast(self):
         p = self.cfg.precision

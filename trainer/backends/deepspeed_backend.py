@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO 0/1/2/3, offload of optimizer or optimizer+params, fp32/bf16/fp16.
 
-Either builds a DeepSpeed config from the knobs (`ds_config_from_knobs`), or takes a
+Either builds a DeepSpeed config from the knobs (`ds_config_from_knobs`: the shared builder
+of planner/exports), or takes a
 DeepSpeed JSON file as is (`--deepspeed-config`), so an exported config runs unchanged; the
 knobs are then read back from that config.
 """
@@ -16,40 +17,16 @@ from trainer.backends.base import Engine, make_optimizer
 from trainer.checkpointing import apply_checkpointing
 from trainer.memory import StorageCounter, iter_tensors
 
-STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+def ds_config_from_knobs(cfg, world_size: int, on_gpu: bool, spec) -> dict:
+    """The run's DeepSpeed config from the shared builder (planner/exports/deepspeed_json.py,
+    the one `plan tune` and `plan export` use), with the trainer's own recipe: its learning
+    rate, no weight decay, no warm-up and no clipping (as its DDP/FSDP2 optimizers)."""
+    from planner.exports.common import Recipe
+    from planner.exports.deepspeed_json import config_for_knobs
 
-
-def ds_config_from_knobs(cfg, world_size: int, on_gpu: bool, hidden: int) -> dict:
-    # Buckets as the planner sizes them (Hugging Face's "auto": hidden^2 elements), so that a
-    # measured run and its prediction hold the same buffers (DeepSpeed's 5e8 default would
-    # allocate GBs even for the tiny model).
-    zero: dict = {"stage": STAGE[cfg.sharding], "reduce_bucket_size": hidden * hidden,
-                  "allgather_bucket_size": hidden * hidden, "overlap_comm": on_gpu,
-                  "contiguous_gradients": True}
-    if cfg.sharding == "zero3":
-        zero["stage3_prefetch_bucket_size"] = int(0.9 * hidden * hidden)
-    if cfg.offload in ("optimizer", "optimizer+params"):
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu}
-    if cfg.offload == "optimizer+params":
-        zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu}
-    conf: dict = {
-        "train_micro_batch_size_per_gpu": cfg.micro_batch,
-        "gradient_accumulation_steps": cfg.grad_accum,
-        "train_batch_size": cfg.micro_batch * cfg.grad_accum * world_size,
-        "zero_optimization": zero,
-        "bf16": {"enabled": cfg.precision == "bf16"},
-        "fp16": {"enabled": cfg.precision == "fp16", "initial_scale_power": 12},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-    if cfg.optimizer == "adamw":
-        params = {"lr": cfg.lr, "weight_decay": 0.0}
-        if not on_gpu and cfg.offload == "none":
-            params["torch_adam"] = True  # skips the FusedAdam JIT build on CPU (notes/cpu-runs.md)
-        conf["optimizer"] = {"type": "AdamW", "params": params}
-    else:
-        conf["zero_allow_untested_optimizer"] = True
-    return conf
+    recipe = Recipe(lr=cfg.lr, weight_decay=0.0, warmup_steps=0, grad_clip=0.0)
+    return config_for_knobs(cfg.knobs(), dp=world_size, seq_len=cfg.seq_len, model=spec,
+                            target="gpu" if on_gpu else "cpu", recipe=recipe)
 
 
 def knobs_from_ds_config(conf: dict, knobs: dict) -> dict:
@@ -103,7 +80,7 @@ class DeepSpeedEngine(Engine):
             conf = json.loads(Path(cfg.deepspeed_config).read_text())
             self.knobs = knobs_from_ds_config(conf, self.knobs)
         else:
-            conf = ds_config_from_knobs(cfg, world, device.type == "cuda", model.spec.hidden)
+            conf = ds_config_from_knobs(cfg, world, device.type == "cuda", model.spec)
         self.ds_config = conf
         if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
             load_cpu_adam_once(dist)

@@ -25,6 +25,18 @@ def make_mesh(cfg, device_type: str):
     return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
 
 
+def fully_shard_model(cfg, module, blocks, mesh) -> None:
+    """FSDP2 on each block, then on `module` (the rest), over `mesh` (1-D, or 2-D for hybrid)."""
+    kwargs = {"mesh": mesh, "reshard_after_forward": cfg.sharding != "fsdp_shard_grad_op"}
+    if cfg.precision in ("bf16", "fp16"):
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.precision], reduce_dtype=torch.float32)
+    if cfg.offload == "optimizer+params":
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+    for block in blocks:
+        fully_shard(block, **kwargs)
+    fully_shard(module, **kwargs)
+
+
 class FSDPEngine(Engine):
     name = "fsdp2"
 
@@ -35,15 +47,7 @@ class FSDPEngine(Engine):
             model.to(DTYPES["bf16_pure"])
         if cfg.offload == "none":
             model.to(device)
-        kwargs = {"mesh": make_mesh(cfg, device.type),
-                  "reshard_after_forward": cfg.sharding != "fsdp_shard_grad_op"}
-        if cfg.precision in ("bf16", "fp16"):
-            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.precision], reduce_dtype=torch.float32)
-        if cfg.offload == "optimizer+params":
-            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
-        for block in model.blocks:
-            fully_shard(block, **kwargs)
-        fully_shard(model, **kwargs)
+        fully_shard_model(cfg, model, model.blocks, make_mesh(cfg, device.type))
         self.module = model
         self.optimizer = make_optimizer(cfg, model.parameters())
         self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None

@@ -1,0 +1,99 @@
+"""Software stacks as catalog data: catalog/stacks/<id>.toml -> `StackProfile`.
+
+A stack (Megatron-LM, Megatron-DeepSpeed, Hugging Face + DeepSpeed, PyTorch FSDP, torchtitan,
+the bundled trainer) runs the same plan at a different speed: its kernels reach a different
+share of the GPU's peak, it fuses element-wise work or not, it pays Python/hook overhead per
+module, and it hides more or less of its collectives behind compute. A profile holds those
+numbers, the features the stack supports, and how they were fitted (sources, method, the
+cross-validated error). `validation/fit_profiles.py` and `plan calibrate` write them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid")
+
+
+class SourceError(BaseModel):
+    """Cross-validated error of a profile on one source (a table of one origin)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    source: str
+    rows: int = Field(ge=0)
+    mape_pct: float = Field(ge=0)
+    bias_pct: float
+
+
+class StackProfile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    description: str = ""
+    # --- what the stack can run -------------------------------------------------------
+    shardings: list[str] = Field(default_factory=lambda: list(SHARDINGS))
+    tensor_parallel: bool = True
+    pipeline_parallel: bool = True
+    context_parallel: bool = False
+    fp8: bool = False
+    offload: bool = False
+    compile: bool = False
+    async_tp: bool = False
+    fp8_allgather: bool = False  # FSDP all-gathers the float8 weights (torchao)
+    # --- time multipliers on the analytic model's parts (1 = the model as written) ------
+    gemm_time_factor: float = Field(default=1.0, gt=0)
+    attention_time_factor: float = Field(default=1.0, gt=0)
+    elementwise_time_factor: float = Field(default=1.0, gt=0)
+    layer_overhead_us: float = Field(default=0.0, ge=0, description="per block and micro batch, fwd+bwd")
+    comm_time_factor: float = Field(default=1.0, gt=0)
+    optimizer_time_factor: float = Field(default=1.0, gt=0)
+    step_overhead_s: float = Field(default=0.0, ge=0, description="per optimizer step")
+    # --- overlap of collectives with the compute they can hide behind (fractions) ------
+    overlap_ddp: float = Field(default=0.90, ge=0, le=1)
+    overlap_zero12: float = Field(default=0.80, ge=0, le=1)
+    overlap_zero3: float = Field(default=0.60, ge=0, le=1)
+    overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
+    overlap_tp: float = Field(default=0.0, ge=0, le=1)
+    overlap_async_tp: float = Field(default=0.6, ge=0, le=1)
+    overlap_cp: float = Field(default=0.8, ge=0, le=1)
+    overlap_host: float = Field(default=0.5, ge=0, le=1)
+    # --- fused kernels, fp8 ------------------------------------------------------------
+    compile_elementwise_factor: float = Field(default=0.6, gt=0, le=1)
+    fp8_gemm_efficiency: float = Field(default=0.75, gt=0, le=1, description="fp8 GEMM share of the bf16 GEMM efficiency")
+    fp8_cast_passes: float = Field(default=1.0, ge=0, description="HBM passes over GEMM inputs for casts and amax")
+    # --- memory: the caching allocator ---------------------------------------------------
+    allocator_transient_factor: float = Field(default=1.0, ge=0, description="x the largest transient buffer kept cached")
+    allocator_fraction: float = Field(default=0.03, ge=0, lt=1, description="share of HBM lost to fragmentation")
+    # --- how it was fitted ---------------------------------------------------------------
+    fit_method: str = "prior (not fitted)"
+    fit_sources: list[str] = Field(default_factory=list)
+    cv_mape_pct: float | None = Field(default=None, ge=0, description="leave-one-source-out MAPE of tokens/s")
+    cv_by_source: list[SourceError] = Field(default_factory=list)
+    source: str = ""
+
+    def supports(self, sharding: str) -> bool:
+        return sharding in self.shardings
+
+
+def profile_to_toml(p: StackProfile) -> str:
+    """The profile as a catalog/stacks/<id>.toml file (what the loader reads back)."""
+    lines = [f"# Stack profile: {p.name}. Written by `plan calibrate` or validation/fit_profiles.py;",
+             "# the priors (all but the fitted factors and cv_* fields) may be edited by hand.", ""]
+    data = p.model_dump(exclude={"id", "cv_by_source"})
+    lines += [f"{k} = {_toml_value(v)}" for k, v in data.items() if v is not None]
+    for row in p.cv_by_source:
+        lines += ["", "[[cv_by_source]]"] + [f"{k} = {_toml_value(v)}" for k, v in row.model_dump().items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(round(v, 4))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'

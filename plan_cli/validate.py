@@ -1,0 +1,110 @@
+"""`plan validate RUNS.csv`: score the planner on measured runs; `plan calibrate RUNS.csv`: fit a
+stack profile to them (a user's own logs, in the layout of validation/data/published_dev.csv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from plan_cli import options as opts
+from plan_cli.common import console, handle_errors, print_json
+from planner.errors import PlanError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate)
+    app.command("calibrate")(calibrate)
+
+
+def _pct(v, fmt="{:.1f}%") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+@handle_errors
+def validate(
+    runs: Annotated[Path, typer.Argument(help="CSV of measured runs (layout: validation/data/README.md)")],
+    catalog: opts.CatalogDirs = None,
+    rows: Annotated[bool, typer.Option(help="Also print every run")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Score the planner on measured runs: speed error per source, OOM flags, memory, ranking."""
+    from hardware.catalog import load_catalog
+    from planner.runs import load_runs
+    from planner.settings import Settings
+    from planner.validate import validate as run_validate
+
+    cat = load_catalog(catalog)
+    report = run_validate(load_runs(runs, cat), Settings(stacks=cat.stacks))
+    if json_out:
+        print_json(report)
+        return
+    if rows:
+        console.print(f"{'id':28} {'stack':18} {'meas tok/s/GPU':>14} {'pred':>9} {'err':>7} {'GiB':>6} verdict")
+        for p in report.runs:
+            meas = "-" if p.measured_tokens_per_s_per_gpu is None else f"{p.measured_tokens_per_s_per_gpu:,.0f}"
+            err = "-" if p.error is None else f"{100 * p.error:+.0f}%"
+            console.print(f"{p.id:28} {p.stack:18} {meas:>14} {p.predicted_tokens_per_s_per_gpu:9,.0f} {err:>7} "
+                          f"{p.predicted_mem_gib:6.1f} {p.outcome}/{p.verdict or 'fits'}", highlight=False)
+    console.print(f"{len(report.runs)} runs, {len(report.runs)} predicted (0 not predicted). Stack profiles: "
+                  "catalog/stacks (in-sample on the runs they were fitted on, their fit_sources; "
+                  "cross-validated errors: validation/fit_profiles.py)", highlight=False)
+    console.print(f"{'source':60} {'runs':>4} {'speed':>5} {'MAPE':>7} {'bias':>7} {'iter MAPE':>9}")
+    for s in report.sources:
+        console.print(f"{s.source[:60]:60} {s.rows:4} {s.speed_rows:5} {_pct(s.mape_pct):>7} "
+                      f"{_pct(s.bias_pct, '{:+.1f}%'):>7} {_pct(s.iter_mape_pct):>9}", highlight=False)
+    console.print(f"all: MAPE {_pct(report.overall_mape_pct)}, bias {_pct(report.overall_bias_pct, '{:+.1f}%')} "
+                  "of tokens/s per GPU", highlight=False)
+    console.print(f"OOM runs flagged: {report.oom_flagged}/{report.oom_runs}; runs that ran called infeasible: "
+                  f"{report.false_alarms_memory} for memory, {report.false_alarms_structural} structural "
+                  f"(of {report.ran})", highlight=False)
+    console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)}",
+                  highlight=False)
+    if report.groups:
+        console.print(f"ranking in {len(report.groups)} groups (same model, GPU, count, seq; >= 3 configs): "
+                      f"Spearman {report.mean_spearman:.2f}, top-1 regret {100 * report.mean_top1_regret:.1f}%",
+                      highlight=False)
+        for g in report.groups:
+            console.print(f"  {g.group[:70]:70} n={g.runs:2} Spearman {g.spearman:+.2f} regret "
+                          f"{100 * g.top1_regret:.1f}%", highlight=False)
+
+
+@handle_errors
+def calibrate(
+    runs: Annotated[Path, typer.Argument(help="CSV of your measured runs (layout: validation/data/README.md)")],
+    stack: Annotated[str, typer.Option(help="The stack the runs used: megatron|megatron_deepspeed|hf|fsdp|torchtitan|bundled")],
+    out: Annotated[Path, typer.Option(help="Where to write the profile: DIR/stacks/STACK.toml")],
+    catalog: opts.CatalogDirs = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON")] = False,
+) -> None:
+    """Fit a stack profile to your own runs; then plan with --catalog DIR --stack STACK."""
+    import dataclasses
+
+    from hardware.catalog import load_catalog
+    from hardware.stacks import profile_to_toml
+    from planner import profile_fit
+    from planner.runs import load_runs
+    from planner.scenario import STACKS
+
+    if stack not in STACKS:
+        raise PlanError("stack", f"unknown value {stack!r} (allowed: {', '.join(STACKS)})")
+    if out.suffix != ".toml" or out.parent.name != "stacks" or out.stem != stack:
+        raise PlanError("out", f"{out}: must be DIR/stacks/{stack}.toml so that --catalog DIR finds it")
+    cat = load_catalog(catalog)
+    mine = [dataclasses.replace(r, plan=r.plan.model_copy(update={"stack": stack}))
+            for r in load_runs(runs, cat) if r.scored and r.layout_stated]
+    if not mine:
+        raise PlanError("runs", f"{runs}: no run with a stated layout, a measured speed and outcome ok")
+    fitted = profile_fit.fit_one(mine, cat.stacks[stack])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(profile_to_toml(fitted))
+    if json_out:
+        print_json(fitted)
+        return
+    factors = ", ".join(f"{f} {getattr(fitted, f):.3g}" for f, *_ in profile_fit.PARAMS)
+    console.print(f"fitted {stack} on {len(mine)} runs: {factors}", highlight=False)
+    console.print(f"cross-validated MAPE of tokens/s: {_pct(fitted.cv_mape_pct)} "
+                  f"({len(fitted.cv_by_source)} sources held out in turn)", highlight=False)
+    console.print(f"wrote {out}; plan with: plan estimate ... --catalog {out.parent.parent} --stack {stack}",
+                  highlight=False)

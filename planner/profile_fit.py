@@ -1,0 +1,191 @@
+"""Fit stack profiles to measured runs (linear least squares on relative error, pure numpy).
+
+The step time of planner/throughput.py is linear in a profile's time factors once the raw parts
+are known (Calculon-style decomposition, Isaev et al. SC23):
+
+    step = (1 + bubble) * (g*GEMM + a*ATTN + e*ELEM + o*LAYERS + TP + CP + PP) + u*OPT + c*DP + OFFLOAD
+
+so the factors (g, a, e, o, u, c) minimise sum_i w_i (step_i / measured_i - 1)^2 with bounds and a
+ridge pull towards a prior (the pooled fit of every stack, itself pulled towards 1). The raw parts
+depend weakly on the factors (overlap hides comm behind scaled compute), so the fit is repeated
+with the parts recomputed. `cross_validate` leaves one source (a table of one origin) out at a time
+and predicts it with profiles fitted on the rest: the only errors this project reports.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.stacks import SourceError, StackProfile
+from planner import throughput
+from planner.layout import Layout
+from planner.runs import Run
+from planner.settings import Settings
+
+# (profile field, raw part key, lower bound, upper bound, prior, ridge scale)
+PARAMS = (
+    ("gemm_time_factor", "raw_gemm_s", 0.7, 4.0, 1.0, 0.3),
+    ("attention_time_factor", "raw_attention_s", 0.3, 4.0, 1.0, 0.5),
+    ("elementwise_time_factor", "raw_elementwise_s", 0.3, 8.0, 1.0, 1.0),
+    ("layer_overhead_us", "raw_overhead_s", 0.0, 100000.0, 0.0, 500.0),
+    ("optimizer_time_factor", "raw_optimizer_s", 0.5, 20.0, 1.0, 2.0),
+    ("comm_time_factor", "raw_dp_comm_s", 0.3, 10.0, 1.0, 1.0),
+)
+RIDGE_POOLED = 0.05  # pull of the pooled fit towards the analytic model
+RIDGE_STACK = 0.01  # pull of a stack's fit towards the pooled fit
+ITERATIONS = 3
+
+
+@dataclass
+class Design:
+    """Per run: the columns multiplying each factor and the fixed part, over the measured time."""
+
+    A: np.ndarray  # (runs, params)
+    b: np.ndarray  # (runs,)
+
+
+def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
+    settings = Settings(stacks=profiles)
+    A, b = [], []
+    for r in runs:
+        perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system, settings)
+        get = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in perf.items() if k != "bottleneck"}
+        bubble = 1.0 + get["bubble_fraction"]
+        measured = r.plan.global_batch * r.plan.seq_len / (r.measured_tokens_per_s_per_gpu * r.plan.gpus)
+        row = []
+        for field, key, *_ in PARAMS:
+            scale = bubble if key in ("raw_gemm_s", "raw_attention_s", "raw_elementwise_s", "raw_overhead_s") else 1.0
+            row.append(scale * get[key] / measured)
+        fixed = bubble * (get["tp_comm_s"] + get["cp_comm_s"] + get["pp_comm_s"]) + get["offload_s"]
+        prof = profiles.get(r.plan.stack) or StackProfile(id=r.plan.stack, name=r.plan.stack)
+        A.append(row)
+        b.append((fixed + prof.step_overhead_s) / measured)
+    return Design(np.asarray(A), np.asarray(b))
+
+
+def _solve(A: np.ndarray, b: np.ndarray, w: np.ndarray, prior: np.ndarray, ridge: float) -> np.ndarray:
+    """Bounded ridge least squares: min sum w (A x + b - 1)^2 + ridge sum ((x - prior)/scale)^2."""
+    lo = np.array([p[2] for p in PARAMS])
+    hi = np.array([p[3] for p in PARAMS])
+    scale = np.array([p[5] for p in PARAMS])
+    sw = np.sqrt(w)[:, None]
+    M = np.vstack([A * sw, np.sqrt(ridge) * np.diag(1.0 / scale)])
+    y = np.concatenate([(1.0 - b) * sw[:, 0], np.sqrt(ridge) * prior / scale])
+    free = np.ones(len(PARAMS), dtype=bool)
+    x = np.clip(prior, lo, hi)
+    for _ in range(len(PARAMS) + 1):  # active set: clip, fix the clipped, refit the rest
+        fixed_part = M[:, ~free] @ x[~free]
+        sol, *_ = np.linalg.lstsq(M[:, free], y - fixed_part, rcond=None)
+        x[free] = sol
+        out = (x < lo) | (x > hi)
+        if not out.any():
+            break
+        x = np.clip(x, lo, hi)
+        free &= ~out
+        if not free.any():
+            break
+    return np.clip(x, lo, hi)
+
+
+def _weights(runs: list[Run]) -> np.ndarray:
+    """Each source counts about the same: 1/sqrt(rows of its source)."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in runs:
+        counts[r.source] += 1
+    return np.array([1.0 / np.sqrt(counts[r.source]) for r in runs])
+
+
+def _with(profile: StackProfile, x: np.ndarray) -> StackProfile:
+    return profile.model_copy(update={p[0]: float(v) for p, v in zip(PARAMS, x)})
+
+
+def fit(runs: list[Run], priors: dict[str, StackProfile]) -> dict[str, StackProfile]:
+    """Profiles fitted on `runs` (those with a measured speed); stacks without runs get the
+    pooled fit of all stacks."""
+    runs = [r for r in runs if r.scored and r.layout_stated]
+    stacks = sorted(set(priors) | {r.plan.stack for r in runs})
+    profiles = {s: priors.get(s) or StackProfile(id=s, name=s) for s in stacks}
+    if not runs:
+        return profiles
+    w = _weights(runs)
+    one = np.array([p[4] for p in PARAMS])
+    for _ in range(ITERATIONS):
+        d = _design(runs, profiles)
+        pooled = _solve(d.A, d.b, w, one, RIDGE_POOLED)
+        for s in stacks:
+            mine = np.array([r.plan.stack == s for r in runs])
+            x = _solve(d.A[mine], d.b[mine], w[mine], pooled, RIDGE_STACK) if mine.any() else pooled
+            profiles[s] = _with(profiles[s], x)
+    return profiles
+
+
+def predict_ratio(runs: list[Run], profiles: dict[str, StackProfile]) -> np.ndarray:
+    """Predicted / measured tokens/s of each run."""
+    settings = Settings(stacks=profiles)
+    out = []
+    for r in runs:
+        perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system, settings)
+        out.append(float(perf["tokens_per_s_per_gpu"][0]) / r.measured_tokens_per_s_per_gpu)
+    return np.asarray(out)
+
+
+def cross_validate(runs: list[Run], priors: dict[str, StackProfile]) -> dict[str, float]:
+    """Leave-one-source-out: run id -> predicted/measured tokens/s - 1, each source predicted by
+    profiles fitted on the other sources only."""
+    scored = [r for r in runs if r.scored and r.layout_stated]
+    errors: dict[str, float] = {}
+    for src in sorted({r.source for r in scored}):
+        train = [r for r in scored if r.source != src]
+        test = [r for r in scored if r.source == src]
+        profiles = fit(train, priors)
+        for r, ratio in zip(test, predict_ratio(test, profiles)):
+            errors[r.id] = float(ratio - 1.0)
+    return errors
+
+
+def source_errors(runs: list[Run], errors: dict[str, float]) -> list[SourceError]:
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in runs:
+        if r.id in errors:
+            by[r.source].append(errors[r.id])
+    return [SourceError(source=s, rows=len(e), mape_pct=round(100 * float(np.mean(np.abs(e))), 1),
+                        bias_pct=round(100 * float(np.mean(e)), 1)) for s, e in sorted(by.items())]
+
+
+def fit_one(runs: list[Run], prior: StackProfile) -> StackProfile:
+    """One stack's profile fitted on `runs` (all taken to be of that stack), pulled towards
+    `prior`, with its own cross-validated error: leave one source out when the runs come from
+    several sources, else leave one run out."""
+    runs = [r for r in runs if r.scored and r.layout_stated]
+    sid = prior.id
+
+    def fit_on(train: list[Run]) -> StackProfile:
+        if not train:
+            return prior
+        x0 = np.array([float(getattr(prior, p[0])) for p in PARAMS])
+        prof = prior
+        for _ in range(ITERATIONS):
+            d = _design(train, {sid: prof})
+            prof = _with(prior, _solve(d.A, d.b, _weights(train), x0, RIDGE_POOLED))
+        return prof
+
+    groups = sorted({r.source for r in runs})
+    folds = [[r for r in runs if r.source == g] for g in groups] if len(groups) > 1 else [[r] for r in runs]
+    errors: dict[str, float] = {}
+    for test in folds if len(runs) > 1 else []:
+        ids = {r.id for r in test}
+        prof = fit_on([r for r in runs if r.id not in ids])
+        for r, ratio in zip(test, predict_ratio(test, {sid: prof})):
+            errors[r.id] = float(ratio - 1.0)
+    final = fit_on(runs)
+    e = np.array(list(errors.values()))
+    return final.model_copy(update={
+        "fit_method": "bounded ridge least squares on relative step-time error (plan calibrate); "
+                      + ("leave-one-source-out CV" if len(groups) > 1 else "leave-one-run-out CV"),
+        "fit_sources": groups,
+        "cv_mape_pct": round(100 * float(np.mean(np.abs(e))), 1) if e.size else None,
+        "cv_by_source": source_errors(runs, errors),
+    })

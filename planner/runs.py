@@ -1,0 +1,344 @@
+"""Measured training runs (published tables, seed logs, a user's own logs) as planner inputs.
+
+A runs file has the columns of validation/data/published_dev.csv (README there). Each row
+becomes a `Run`: the model, the system, the execution plan with every published knob pinned,
+and what was measured (tokens/s per GPU, iteration time, peak memory, OOM). A blank cell means
+"not stated": the default used is written into `Run.assumptions`, never guessed silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hardware.models import Catalog
+from planner import flops
+from planner.errors import PlanError
+from planner.model import ModelSpec
+from planner.scenario import ExecutionPlan
+from planner.sizes import gpt_for_params
+from planner.system import System
+
+MEGATRON_VOCAB = 51200  # what the Megatron runs used when a row leaves vocab empty
+REQUIRED = ("id", "n_gpus", "gpu_type")
+
+# gpu_type prefix -> (catalog GPU ids to try, cluster whose nodes and network the row ran on)
+_GPUS = [
+    ("V100-16GB", ("v100-16gb",), "jean-zay-v100-16gb"),
+    ("V100-32GB (DGX-2)", ("v100-32gb",), "dgx2-v100"),
+    ("V100-32GB", ("v100-32gb",), "jean-zay-v100-32gb"),
+    ("A100-80GB", ("a100-80gb",), "dgx-a100"),
+    ("A100-40GB", ("a100-40gb",), "dgx-a100-40gb"),
+    ("A100", ("a100-80gb",), "jean-zay-a100"),
+    ("H100-96GB", ("h100-96gb",), "grand-teton-h100-96gb"),
+    ("H100", ("h100-80gb",), "dgx-h100"),
+    ("H200", ("h200-141gb",), "dgx-h200"),
+    ("MI250X", ("mi250x",), "adastra-mi250x"),
+    ("MI300X", ("mi300x",), "mi300x-8"),
+]
+# framework column -> stack
+_STACKS = [
+    ("megatron-deepspeed", "megatron_deepspeed"), ("megatron", "megatron"), ("nemo", "megatron"),
+    ("torchtitan", "torchtitan"), ("llm-foundry", "fsdp"), ("fms-fsdp", "fsdp"),
+    ("pytorch fsdp", "fsdp"), ("hf-deepspeed", "hf"), ("deepspeed", "hf"), ("ddp", "hf"), ("fsdp", "hf"),
+    ("bundled", "bundled"),
+]
+# Sources from before fused (Flash) attention was in these stacks (2020-2022): the s x s score
+# matrix is materialised (Megatron's fused scale-mask-softmax, HF eager attention; BLOOM's ALiBi
+# could not use FlashAttention, seed 000).
+_EAGER_ERA = ("megatron_2020", "megatron_sc21", "megatron_korthikanti", "bloom_prequel", "s002", "s003")
+
+
+@dataclass
+class Run:
+    id: str
+    source: str  # one table of one origin
+    spec: ModelSpec
+    plan: ExecutionPlan
+    system: System
+    outcome: str  # ok | OOM
+    measured_tokens_per_s_per_gpu: float | None
+    measured_iter_time_s: float | None
+    measured_peak_mem_gib: float | None
+    model: str  # the row's model name (groups for ranking)
+    gpu_type: str
+    assumptions: list[str] = field(default_factory=list)
+    layout_stated: bool = True  # False: tp/pp not in the row, the planner's best layout is used
+
+    @property
+    def scored(self) -> bool:
+        return bool(self.measured_tokens_per_s_per_gpu) and self.outcome == "ok"
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a runs CSV; a file without the required columns is an error."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise PlanError("runs", f"cannot read {path}: {e.strerror}") from None
+    cols = set(rows[0]) if rows else set()
+    missing = [c for c in REQUIRED if c not in cols]
+    if not rows or missing:
+        raise PlanError("runs", f"{path} has no rows with the columns {', '.join(REQUIRED)} "
+                        f"(missing: {', '.join(missing) or 'rows'}; layout: validation/data/README.md)")
+    return rows
+
+
+def source_of(row: dict[str, str]) -> str:
+    """`origin:table`: the id's prefix and the table or section the row's `source` names."""
+    rid, text = row["id"], row.get("source") or ""
+    if rid.startswith("s00"):
+        rest = re.sub(r"^\S+\.txt\s*", "", text).strip()
+        return f"seed{rid[1:4]}:{rest or 'log'}"
+    prefix = rid.rsplit("_", 1)[0]
+    m = (re.search(r"table\s+'([^']+)'", text, re.I) or re.search(r"section\s+'([^']+)'", text, re.I)
+         or re.search(r"\b(Tables?\s+[\d\-]+)", text))
+    if m:
+        return f"{prefix}:{m.group(1)}"
+    m = re.search(r"/([\w\-.]+\.md)", text)
+    return f"{prefix}:{m.group(1)}" if m else prefix
+
+
+def _num(row, key, cast=float):
+    v = (row.get(key) or "").strip()
+    if not v:
+        return None
+    try:
+        return cast(float(v))
+    except ValueError:
+        raise PlanError(key, f"row {row.get('id')}: {v!r} is not a number") from None
+
+
+def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
+    from planner.presets import resolve_model
+
+    name = (row.get("model_name") or "").strip()
+    layers, hidden, heads = _num(row, "n_layers", int), _num(row, "hidden", int), _num(row, "n_heads", int)
+    seq = _num(row, "seq_len", int) or 2048
+    if name in catalog.models:
+        return resolve_model(name)
+    if layers and hidden and heads:
+        vocab = _num(row, "vocab", int)
+        if vocab is None:
+            vocab = MEGATRON_VOCAB
+            notes.append(f"vocab not stated: {MEGATRON_VOCAB} (Megatron's)")
+        ffn = _num(row, "ffn_hidden", int)
+        kv = _num(row, "n_kv_heads", int)
+        llama = bool(kv and kv != heads) or "llama" in name.lower()
+        if ffn and ffn != 4 * hidden and ffn % 2 == 0 and not ("mpt" in name.lower()):
+            llama = llama or abs(ffn - 8 * hidden / 3) / hidden < 1.2
+        shape = dict(mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False, bias=False) if llama else {}
+        return ModelSpec(name=name or "custom", n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=kv,
+                         ffn_hidden=ffn, vocab=vocab, vocab_multiple=128, max_positions=max(seq, 2048), **shape)
+    params = _num(row, "n_params_B")
+    if params is None:
+        raise PlanError("model", f"row {row['id']}: give the model shape (n_layers, hidden, n_heads) or n_params_B")
+    notes.append("shape from the bare-size rule")
+    return gpt_for_params(params * 1e9, name=name or f"{params:g}b")
+
+
+def _internode_gbps(text: str, per_node_gpus: int) -> float | None:
+    m = re.search(r"(\d+(?:\.\d+)?)\s*G(?:bps|b/s)", text, re.I)
+    if not m:
+        return None
+    gbps = float(m.group(1))
+    if re.search(r"per GPU", text, re.I):
+        gbps *= per_node_gpus
+    m8 = re.search(r"(\d+)\s*x\s*(\d+)\s*Gbps", text, re.I)
+    if m8:
+        gbps = float(m8.group(1)) * float(m8.group(2))
+    return gbps
+
+
+def _system(row, catalog: Catalog, notes: list[str]) -> System:
+    gtype = (row.get("gpu_type") or "").strip()
+    match = next(((ids, c) for prefix, ids, c in _GPUS if gtype.upper().startswith(prefix.upper())), None)
+    if match is None:
+        raise PlanError("gpu_type", f"row {row['id']}: unknown GPU {gtype!r} (known: "
+                        f"{', '.join(p for p, _, _ in _GPUS)})")
+    ids, cluster_id = match
+    gpu_id = next((i for i in ids if i in catalog.gpus), None)
+    if gpu_id is None:
+        raise PlanError("gpu_type", f"row {row['id']}: no catalog GPU for {gtype!r}")
+    if gpu_id != ids[0]:
+        notes.append(f"GPU {ids[0]} not in the catalog: {gpu_id}")
+    cluster = catalog.clusters[cluster_id]
+    gpus = _num(row, "n_gpus", int)
+    per_node = _num(row, "gpus_per_node", int)
+    if per_node is None:
+        per_node = cluster.gpus_per_node
+        notes.append(f"gpus_per_node not stated: {per_node} ({cluster_id})")
+    net = _internode_gbps(row.get("internode_network") or "", per_node)
+    if net is None:
+        notes.append(f"network of {cluster_id} ({cluster.internode_gbps:g} Gbps per node)")
+    gpu = catalog.gpus[gpu_id]
+    return System(gpu=gpu, cluster_id=cluster_id, gpus=gpus, gpus_per_node=min(per_node, gpus),
+                  host_ram_gib=cluster.host_ram_gib, host_to_gpu_gbps=cluster.host_to_gpu_gbps,
+                  intranode_gbps=cluster.intranode_gbps or gpu.intranode_gbps,
+                  internode_gbps=net or cluster.internode_gbps)
+
+
+def _stack(row, notes) -> str:
+    fw = (row.get("framework") or row.get("stack") or "").lower()
+    for key, stack in _STACKS:
+        if key in fw:
+            return stack
+    notes.append(f"framework {fw or 'not stated'}: stack megatron")
+    return "megatron"
+
+
+def _sharding(row, stack: str, notes) -> str:
+    v = (row.get("sharding") or row.get("zero_stage_or_fsdp") or "").strip()
+    if v.startswith("zero (stage not stated"):
+        params_off = (row.get("offload") or "").strip() == "optimizer+params"
+        stage = "zero3" if "ZeRO3" in v or params_off else "zero1"
+        notes.append(f"ZeRO stage not stated: {stage}")
+        return stage
+    if not v:
+        text = (row.get("notes") or "") + (row.get("framework") or "")
+        if stack == "megatron" and ("overlap-param-gather" in text or "NeMo" in text):
+            notes.append("sharding not stated: zero1 (Megatron distributed optimizer)")
+            return "zero1"
+        notes.append("sharding not stated: none")
+        return "none"
+    v = v.split(" ")[0]
+    return "none" if v == "zero0" else v
+
+
+def _checkpointing(row, stack: str, notes) -> tuple[str, float, bool]:
+    raw = (row.get("activation_checkpointing") or "").strip().lower()
+    sp = "sequence parallel" in raw
+    if not raw:
+        ckpt = "selective" if stack == "megatron" else "full"
+        notes.append(f"checkpointing not stated: {ckpt}")
+        return ckpt, 1.0, sp
+    if raw.startswith("selective"):
+        if "per-op" in raw or stack == "torchtitan":
+            return "op", 1.0, sp
+        if stack in ("fsdp", "hf"):
+            notes.append("selective = half of the blocks recomputed (fms-fsdp/torchtitan block form)")
+            return "blocks", 0.5, sp
+        return "selective", 1.0, sp
+    return raw.split(" ")[0], 1.0, sp
+
+
+def _precision(row, system: System, notes) -> str:
+    raw = (row.get("precision") or "").strip().lower()
+    if raw.startswith("fp8"):
+        return "fp8"
+    for p in ("bf16", "fp16", "fp32"):
+        if raw.startswith(p):
+            return p
+    p = "bf16" if system.gpu.bf16_tflops else "fp16"
+    notes.append(f"precision not stated: {p}")
+    return p
+
+
+def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPlan:
+    text = row.get("notes") or ""
+    stack = _stack(row, notes)
+    tp = _num(row, "tp", int) or 1
+    pp = _num(row, "pp", int) or 1
+    m = re.search(r"\bCP[=\s]*(\d+)|FSDP \d+ x CP (\d+)", text)
+    cp = int(next(g for g in m.groups() if g)) if m else 1
+    dp = _num(row, "dp", int) or system.gpus // (tp * pp * cp)
+    if tp * pp * cp * dp != system.gpus:
+        derived = system.gpus // (tp * pp * cp)
+        notes.append(f"dp {dp} does not match {system.gpus} GPUs / (tp x pp x cp): dp {derived}")
+        dp = max(derived, 1)
+    mb = _num(row, "micro_batch", int) or 1
+    gbs = _num(row, "global_batch", int) or mb * dp
+    ga = _num(row, "grad_accum", int) or max(gbs // (mb * dp), 1)
+    ckpt, fraction, sp_ckpt = _checkpointing(row, stack, notes)
+    sp = sp_ckpt or (tp > 1 and stack in ("megatron", "torchtitan"))
+    mv = re.search(r"(?:interleave[^=]*=|VP=)\s*(\d+)", text)
+    vpp = int(mv.group(1)) if mv and pp > 1 else 1
+    if vpp > 1 and spec.n_layers % (pp * vpp):
+        notes.append(f"vpp {vpp} does not divide the layers: vpp 1")
+        vpp = 1
+    lowered = text.lower()
+    attention = "flash"
+    if "flash" not in lowered and row["id"].startswith(_EAGER_ERA):
+        attention = "eager"
+        notes.append("attention not stated: eager (pre-FlashAttention stack)")
+    return ExecutionPlan(
+        attention=attention,
+        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
+        sharding=_sharding(row, stack, notes), offload=(row.get("offload") or "none").strip() or "none",
+        activation_checkpointing=ckpt, checkpoint_fraction=fraction,
+        precision=_precision(row, system, notes),
+        optimizer="adafactor" if "adafactor" in lowered else "adamw",
+        compile="compile" in lowered and "no compile" not in lowered,
+        async_tp="async tp" in lowered or "tp-comm-overlap" in lowered,
+        micro_batch=mb, grad_accum=ga, seq_len=_num(row, "seq_len", int) or 2048,
+        reduce_bucket_elems=spec.hidden**2, allgather_bucket_elems=spec.hidden**2,
+        stage3_prefetch_elems=int(0.9 * spec.hidden**2),
+    )
+
+
+def _measured(row, spec: ModelSpec, plan: ExecutionPlan, system: System, notes) -> tuple[float | None, float | None]:
+    """Tokens/s per GPU and iteration time, from whichever the row gives (convention-free first)."""
+    tokens_step = plan.global_batch * plan.seq_len
+    gpus = plan.gpus
+    tps = _num(row, "measured_tokens_per_sec_per_gpu")
+    it = _num(row, "measured_iter_time_s")
+    if tps:
+        return tps, it or tokens_step / (tps * gpus)
+    if it:
+        return tokens_step / it / gpus, it
+    days = _num(row, "days_per_100B_tokens")
+    if days:
+        total = 1e11 / (days * 86400)
+        return total / gpus, tokens_step / total
+    tf, mfu = _num(row, "measured_tflops_per_gpu"), _num(row, "measured_mfu")
+    rid = row["id"]
+    if tf and rid.startswith("s00"):  # seed 002's formula with the row's stated size
+        factor = 4 if plan.activation_checkpointing == "full" else 3
+        flop = float(row["n_params_B"]) * 1e9 * factor * 2 * tokens_step
+        notes.append("speed from the seed's TFLOPs formula")
+    elif tf and "MFU vs" in (row.get("notes") or ""):
+        # model TFLOPs (6N + attention), as MFU against the 16-bit peak
+        flop = float(flops.model_flops_per_token(spec, plan.seq_len)) * tokens_step
+        notes.append("speed from the model TFLOPs (6N + attention)")
+    elif tf:
+        # Megatron's formula, recompute counted (Narayanan et al. SC21 eq. 3)
+        l, h, v, s = spec.n_layers, spec.hidden, spec.vocab_padded, plan.seq_len
+        flop = 96.0 * plan.global_batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+        notes.append("speed from the TFLOPs (Megatron's formula)")
+    elif mfu:
+        peak = system.gpu.peak_tflops("bf16" if system.gpu.bf16_tflops else "fp16")
+        per_token = float(flops.model_flops_per_token(spec, plan.seq_len))
+        notes.append(f"speed from the MFU against {peak:g} TFLOPs")
+        tps = mfu * peak * 1e12 / per_token
+        return tps, tokens_step / (tps * gpus)
+    else:
+        return None, None
+    it = flop / (tf * 1e12 * gpus)
+    return tokens_step / it / gpus, it
+
+
+def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
+    """Every row of a runs CSV as a `Run` (an unusable row is an error naming it)."""
+    if catalog is None:
+        from hardware.catalog import load_catalog
+
+        catalog = load_catalog()
+    runs = []
+    for row in read_rows(Path(path)):
+        notes: list[str] = []
+        spec = _spec(row, catalog, notes)
+        system = _system(row, catalog, notes)
+        plan = _plan(row, spec, system, notes)
+        tps, it = _measured(row, spec, plan, system, notes)
+        mem = _num(row, "measured_peak_mem_GB")
+        outcome = (row.get("outcome") or "ok").strip() or "ok"
+        stated = bool((row.get("tp") or "").strip() or (row.get("pp") or "").strip())
+        if not stated:
+            notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
+        runs.append(Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
+                        (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
+                        stated))
+    return runs

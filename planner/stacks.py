@@ -1,0 +1,72 @@
+"""Stack profiles for the analytic model: which stack runs a plan, and its numbers per candidate.
+
+The profiles are catalog data (catalog/stacks/<id>.toml, `hardware.stacks.StackProfile`); this
+module turns them into per-candidate arrays for the vectorised formulas, and says which stack a
+plan runs on when the scenario does not pin one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hardware.stacks import StackProfile
+from planner.layout import SHARD, STACK, Layout
+from planner.scenario import STACKS
+
+# Numeric fields of a profile used by the formulas (per candidate, by the candidate's stack).
+NUMERIC = tuple(name for name, f in StackProfile.model_fields.items() if f.annotation in (float, bool))
+
+# Without a pinned stack, a plan runs on the stack that usually runs its sharding: Megatron-LM
+# for DDP/ZeRO-1 (its distributed optimizer is ZeRO-1), Megatron-DeepSpeed for ZeRO-2/3 with
+# model parallelism, DeepSpeed + Hugging Face for ZeRO-2/3 without, PyTorch FSDP for FSDP.
+DEFAULT_RULE = ("none/zero1 -> megatron; zero2/zero3 -> hf (megatron_deepspeed with tp/pp > 1); "
+                "fsdp_* -> fsdp")
+
+
+def default_stack(sharding: np.ndarray, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    s = np.asarray(sharding)
+    model_parallel = (np.asarray(tp) > 1) | (np.asarray(pp) > 1)
+    zero23 = (s == SHARD["zero2"]) | (s == SHARD["zero3"])
+    return np.select(
+        [s >= SHARD["fsdp_full_shard"], zero23 & model_parallel, zero23],
+        [STACK["fsdp"], STACK["megatron_deepspeed"], STACK["hf"]],
+        default=STACK["megatron"],
+    )
+
+
+def profile_table(profiles: dict[str, StackProfile]) -> dict[str, np.ndarray]:
+    """Each numeric field as an array indexed by stack code (missing stacks: the prior)."""
+    rows = [profiles.get(name) or StackProfile(id=name, name=name) for name in STACKS]
+    return {k: np.array([float(getattr(r, k)) for r in rows]) for k in NUMERIC}
+
+
+def per_candidate(profiles: dict[str, StackProfile], layout: Layout) -> dict[str, np.ndarray]:
+    table = profile_table(profiles)
+    code = np.asarray(layout.stack)
+    return {k: v[code] for k, v in table.items()}
+
+
+def unsupported(profiles: dict[str, StackProfile], layout: Layout) -> np.ndarray:
+    """Candidates whose stack cannot run them (sharding, tp/pp/cp, fp8, offload, compile)."""
+    from planner.layout import OFFLOAD, PREC
+
+    bad = np.zeros(len(layout), dtype=bool)
+    code = np.asarray(layout.stack)
+    for name, i in STACK.items():
+        prof = profiles.get(name)
+        if prof is None:
+            continue
+        mine = code == i
+        if not mine.any():
+            continue
+        allowed = np.isin(layout.sharding, [SHARD[s] for s in prof.shardings if s in SHARD])
+        b = ~allowed
+        b |= (~np.bool_(prof.tensor_parallel)) & (layout.tp > 1)
+        b |= (~np.bool_(prof.pipeline_parallel)) & (layout.pp > 1)
+        b |= (~np.bool_(prof.context_parallel)) & (layout.cp > 1)
+        b |= (~np.bool_(prof.fp8)) & (layout.precision == PREC["fp8"])
+        b |= (~np.bool_(prof.offload)) & (layout.offload != OFFLOAD["none"])
+        b |= (~np.bool_(prof.compile)) & (layout.compile == 1)
+        b |= (~np.bool_(prof.async_tp)) & (layout.async_tp == 1)
+        bad |= mine & b
+    return bad

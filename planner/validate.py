@@ -1,0 +1,182 @@
+"""Score the planner on measured runs: speed error per source, fit/OOM confusion, memory error,
+and the order of configurations within groups (what `plan validate RUNS.csv` prints).
+
+Every published knob is pinned (planner/runs.py); the planner predicts each run as it is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from pydantic import Field
+
+from planner import memory, search, throughput
+from planner.layout import Layout
+from planner.runs import Run
+from planner.scenario import Frozen, Scenario
+from planner.settings import Settings, stack_profiles
+
+GIB = 2**30
+MIN_GROUP = 3
+
+
+class RunPrediction(Frozen):
+    id: str
+    source: str
+    stack: str
+    outcome: str
+    measured_tokens_per_s_per_gpu: float | None
+    predicted_tokens_per_s_per_gpu: float
+    measured_iter_time_s: float | None
+    predicted_iter_time_s: float
+    error: float | None = Field(description="predicted / measured tokens/s - 1")
+    measured_mem_gib: float | None
+    predicted_mem_gib: float
+    capacity_gib: float
+    fits: bool
+    verdict: str = Field(description="'' (fits), 'memory' or the structural reason")
+    mfu: float
+    assumptions: list[str]
+
+
+class SourceScore(Frozen):
+    source: str
+    rows: int
+    speed_rows: int
+    mape_pct: float | None
+    bias_pct: float | None
+    iter_mape_pct: float | None
+
+
+class GroupScore(Frozen):
+    group: str
+    runs: int
+    spearman: float
+    top1_regret: float
+
+
+class ValidationReport(Frozen):
+    runs: list[RunPrediction]
+    sources: list[SourceScore]
+    overall_mape_pct: float | None
+    overall_bias_pct: float | None
+    oom_runs: int
+    oom_flagged: int
+    ran: int
+    false_alarms_memory: int
+    false_alarms_structural: int
+    memory_rows: int
+    memory_mape_pct: float | None
+    groups: list[GroupScore]
+    mean_spearman: float | None
+    mean_top1_regret: float | None
+
+
+def resolved_plan(run: Run, settings: Settings):
+    """The run's plan; where the row states no parallel layout, the planner's best layout with
+    the knobs the row does state (stack, checkpointing, precision, micro batch)."""
+    if run.layout_stated:
+        return run.plan
+    p = run.plan
+    scenario = Scenario(stack=p.stack, activation_checkpointing=p.activation_checkpointing,
+                        precision=p.precision, sharding=p.sharding)
+    found = search.search(run.spec, run.system, scenario, settings, p.seq_len)
+    idx = np.flatnonzero(found.fits)
+    if idx.size == 0:
+        return p
+    perf = throughput.performance(run.spec, found.layout.take(idx), run.system, settings)
+    return found.layout.plan(int(idx[int(np.argmax(perf["tokens_per_s"]))]))
+
+
+def predict(run: Run, settings: Settings) -> RunPrediction:
+    """The planner's prediction of one run, with every knob pinned as published."""
+    plan = resolved_plan(run, settings)
+    lay = Layout.from_plan(plan)
+    profiles = stack_profiles(settings)
+    reason = search.reject_reasons(run.spec, lay, Scenario(global_batch=plan.global_batch),
+                                   plan.seq_len, plan.global_batch, profiles)
+    perf = throughput.performance(run.spec, lay, run.system, settings)
+    mem = memory.memory_arrays(run.spec, lay, run.system, settings)
+    structural = int(reason[0])
+    over_gpu = mem["total_bytes"][0] > mem["capacity_bytes"][0]
+    over_host = mem["host_bytes_per_node"][0] > mem["host_capacity_bytes_per_node"][0]
+    verdict = search.REASONS[structural] if structural >= 0 else ("memory" if over_gpu or over_host else "")
+    pred = float(perf["tokens_per_s_per_gpu"][0])
+    meas = run.measured_tokens_per_s_per_gpu
+
+    return RunPrediction(
+        id=run.id, source=run.source, stack=run.plan.stack, outcome=run.outcome,
+        measured_tokens_per_s_per_gpu=meas, predicted_tokens_per_s_per_gpu=pred,
+        measured_iter_time_s=run.measured_iter_time_s, predicted_iter_time_s=float(perf["step_time_s"][0]),
+        error=(pred / meas - 1.0) if run.scored else None,
+        measured_mem_gib=run.measured_peak_mem_gib, predicted_mem_gib=float(mem["total_bytes"][0] / GIB),
+        capacity_gib=float(mem["capacity_bytes"][0] / GIB), fits=verdict == "", verdict=verdict,
+        mfu=float(perf["mfu"][0]), assumptions=run.assumptions,
+    )
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    if np.std(ra) == 0 or np.std(rb) == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def score(preds: list[RunPrediction], runs: list[Run]) -> ValidationReport:
+    by_source: dict[str, list[RunPrediction]] = defaultdict(list)
+    for p in preds:
+        by_source[p.source].append(p)
+    sources = []
+    for src in sorted(by_source):
+        mine = by_source[src]
+        errs = np.array([p.error for p in mine if p.error is not None])
+        it = np.array([p.predicted_iter_time_s / p.measured_iter_time_s - 1 for p in mine
+                       if p.error is not None and p.measured_iter_time_s])
+        sources.append(SourceScore(
+            source=src, rows=len(mine), speed_rows=int(errs.size),
+            mape_pct=100 * float(np.mean(np.abs(errs))) if errs.size else None,
+            bias_pct=100 * float(np.mean(errs)) if errs.size else None,
+            iter_mape_pct=100 * float(np.mean(np.abs(it))) if it.size else None))
+    errs = np.array([p.error for p in preds if p.error is not None])
+    oom = [p for p in preds if p.outcome.upper() == "OOM"]
+    ran = [p for p in preds if p.outcome.upper() != "OOM"]
+    mem = np.array([p.predicted_mem_gib / p.measured_mem_gib - 1 for p in preds if p.measured_mem_gib])
+    groups = _groups(preds, runs)
+    return ValidationReport(
+        runs=preds, sources=sources,
+        overall_mape_pct=100 * float(np.mean(np.abs(errs))) if errs.size else None,
+        overall_bias_pct=100 * float(np.mean(errs)) if errs.size else None,
+        oom_runs=len(oom), oom_flagged=sum(not p.fits for p in oom), ran=len(ran),
+        false_alarms_memory=sum(p.verdict == "memory" for p in ran),
+        false_alarms_structural=sum(p.verdict not in ("", "memory") for p in ran),
+        memory_rows=int(mem.size), memory_mape_pct=100 * float(np.mean(np.abs(mem))) if mem.size else None,
+        groups=groups,
+        mean_spearman=float(np.mean([g.spearman for g in groups])) if groups else None,
+        mean_top1_regret=float(np.mean([g.top1_regret for g in groups])) if groups else None,
+    )
+
+
+def _groups(preds: list[RunPrediction], runs: list[Run]) -> list[GroupScore]:
+    """Same model, GPU type and count, >= 3 measured configurations: does the planner order them?"""
+    keyed: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for p, r in zip(preds, runs):
+        if p.error is not None:
+            keyed[(r.model, r.gpu_type, r.system.gpus, r.plan.seq_len)].append(
+                (p.predicted_tokens_per_s_per_gpu, p.measured_tokens_per_s_per_gpu))
+    out = []
+    for (model, gpu, n, seq), pairs in sorted(keyed.items(), key=lambda kv: str(kv[0])):
+        if len(pairs) < MIN_GROUP:
+            continue
+        pred, meas = np.array(pairs).T
+        if np.ptp(meas) == 0:
+            continue
+        regret = 1.0 - meas[int(np.argmax(pred))] / meas.max()
+        out.append(GroupScore(group=f"{model} | {gpu} x {n} | seq {seq}", runs=len(pairs),
+                              spearman=_spearman(pred, meas), top1_regret=float(regret)))
+    return out
+
+
+def validate(runs: list[Run], settings: Settings | None = None) -> ValidationReport:
+    settings = settings or Settings()
+    return score([predict(r, settings) for r in runs], runs)

@@ -1,0 +1,49 @@
+"""The stack-profile fit (planner/profile_fit.py) and its leave-one-source-out CV."""
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+from hardware.catalog import load_catalog
+from hardware.stacks import StackProfile, profile_to_toml
+from planner import profile_fit
+from planner.runs import load_runs
+
+DATA = Path(__file__).resolve().parents[2] / "validation" / "data"
+
+
+def _bloom_and_megatron():
+    runs = load_runs(DATA / "published_dev.csv")
+    return [r for r in runs if r.source.startswith(("bloom_prequel", "megatron_sc21", "megatron_korthikanti:"))]
+
+
+def test_fit_lowers_error_against_the_priors():
+    runs = [r for r in _bloom_and_megatron() if r.scored]
+    priors = {k: StackProfile(id=k, name=k, shardings=v.shardings) for k, v in load_catalog().stacks.items()}
+    before = np.mean(np.abs(profile_fit.predict_ratio(runs, priors) - 1))
+    fitted = profile_fit.fit(runs, priors)
+    after = np.mean(np.abs(profile_fit.predict_ratio(runs, fitted) - 1))
+    assert after < before
+    assert after < 0.15
+
+
+def test_cross_validation_predicts_each_source_from_the_others_only():
+    runs = _bloom_and_megatron()
+    priors = load_catalog().stacks
+    errors = profile_fit.cross_validate(runs, priors)
+    assert set(errors) == {r.id for r in runs if r.scored}
+    # one source's prediction does not change when its own rows change
+    src = "megatron_sc21:Table 1"
+    train = [r for r in runs if r.source != src]
+    test = [r for r in runs if r.source == src and r.scored]
+    ratios = profile_fit.predict_ratio(test, profile_fit.fit(train, priors))
+    assert np.allclose([errors[r.id] for r in test], ratios - 1)
+
+
+def test_profile_toml_round_trip(tmp_path):
+    prof = load_catalog().stacks["fsdp"]
+    path = tmp_path / "fsdp.toml"
+    path.write_text(profile_to_toml(prof))
+    back = StackProfile.model_validate({**tomllib.loads(path.read_text()), "id": "fsdp"})
+    assert back == prof

@@ -1,0 +1,138 @@
+"""Tensor parallelism with PyTorch's DTensor API (Megatron-style, Shoeybi et al. 2019), plus
+sequence parallelism for the norms (Korthikanti et al. 2022), composed with FSDP2 over the
+data-parallel part of a 2-D (dp, tp) mesh, as torchtitan composes them.
+
+Per block: q/k/v and the MLP's up (and gate) are column-parallel, the attention output and the
+MLP's down projection row-parallel with their output reduce-scattered over the sequence; the
+norms run sequence-parallel on those shards. The token and position embeddings are split by
+rows (vocab / positions); the output layer multiplies the gathered final norm output by the
+vocab-sharded (tied or own) weight, and the loss is computed on vocab-sharded logits
+(`loss_parallel`), so no rank ever holds the full logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                                               RowwiseParallel, SequenceParallel, loss_parallel,
+                                               parallelize_module)
+
+from trainer.backends.base import DTYPES, Engine, make_optimizer
+from trainer.backends.fsdp import fully_shard_model
+from trainer.backends.mesh import ParallelMesh, gather_on_rank0, rank_memory
+from trainer.checkpointing import apply_checkpointing
+from trainer.model import loss_fn
+
+
+def _block_plan(block: nn.Module) -> dict:
+    gathered = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    plan = {
+        "norm1": SequenceParallel(),
+        "attn": gathered,
+        "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+        "attn.o": RowwiseParallel(output_layouts=Shard(1)),
+        "norm2": SequenceParallel(),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp.up": ColwiseParallel(),
+        "mlp.down": RowwiseParallel(output_layouts=Shard(1)),
+    }
+    if block.mlp.swiglu:
+        plan["mlp.gate"] = ColwiseParallel()
+    return plan
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
+    """Split a GPT, or a pipeline stage holding some of its parts, over `tp_mesh` in place.
+
+    The residual stream between blocks stays a plain tensor holding this rank's sequence shard
+    (B, S/t, H); each block's attention and MLP all-gather it and reduce-scatter their output.
+    """
+    t = tp_mesh.size()
+    plan: dict = {}
+    if getattr(model, "embed", None) is not None:  # the first stage's input, or the tied head
+        plan["embed"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    if getattr(model, "pos", None) is not None:  # (S, H) table rows -> this rank's positions
+        plan["pos"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
+    if getattr(model, "embed_norm", None) is not None:
+        plan["embed_norm"] = SequenceParallel(use_local_output=True)
+    if getattr(model, "head", None) is not None:  # weight rows split by vocab (Shard(0))
+        plan["head"] = ColwiseParallel()
+    if getattr(model, "norm", None) is not None:
+        plan["norm"] = SequenceParallel()
+    parallelize_module(model, tp_mesh, plan)
+    if getattr(model, "norm", None) is not None:
+        # gather the final norm's output: logits = x @ W^T with W vocab-sharded -> Shard(-1)
+        parallelize_module(model.norm, tp_mesh, PrepareModuleOutput(
+            output_layouts=Shard(1), desired_output_layouts=Replicate(), use_local_output=False))
+    for block in model.blocks:
+        parallelize_module(block, tp_mesh, _block_plan(block))
+        block.attn.n_heads //= t  # the local heads of this rank
+        block.attn.kv_heads //= t
+
+
+def align_grad_placements(params) -> None:
+    """Give each DTensor gradient its parameter's placement (a local slice, no communication).
+
+    The row-parallel embedding's backward returns a replicated weight gradient: left so, every
+    rank would hold (and step on) the full table's gradient instead of its shard.
+    """
+    for p in params:
+        g = p.grad
+        if g is not None and hasattr(g, "placements") and g.placements != p.placements:
+            p.grad = g.redistribute(placements=p.placements)
+
+
+def parallel_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of vocab-sharded logits (a DTensor) or of plain logits."""
+    ctx = loss_parallel() if hasattr(logits, "placements") else contextlib.nullcontext()
+    with ctx:
+        return loss_fn(logits, targets)
+
+
+class TensorParallelEngine(Engine):
+    """tp > 1, pp = 1: DTensor tensor parallelism, then FSDP2 over dp (fsdp_*), or dp = 1."""
+
+    name = "tensor_parallel"
+
+    def __init__(self, cfg, model, device):
+        super().__init__(cfg, model, device)
+        self.mesh = ParallelMesh.build(cfg, device.type)
+        self.dp, self.dp_rank = self.mesh.dp, self.mesh.dp_rank
+        if cfg.precision == "bf16_pure":
+            model.to(DTYPES["bf16_pure"])
+        model.to(device)
+        apply_tensor_parallel(model, self.mesh.tp_mesh)
+        apply_checkpointing(model, cfg.activation_checkpointing)
+        self.fsdp = cfg.sharding.startswith("fsdp")
+        if self.fsdp:
+            fully_shard_model(cfg, model, model.blocks, self.mesh.dp_mesh())
+        self.module = model
+        self.optimizer = make_optimizer(cfg, model.parameters())
+
+    def autocast(self):
+        return contextlib.nullcontext() if self.fsdp else super().autocast()
+
+    def forward_loss(self, x, y, last=True):
+        if self.fsdp:
+            self.module.set_requires_gradient_sync(last)
+        with self.autocast():
+            return parallel_loss(self.module(x), y)
+
+    def backward(self, loss, last):
+        with loss_parallel():  # the loss's backward must run under the same context
+            super().backward(loss, last)
+        if last:
+            align_grad_placements(self.module.parameters())
+
+    def gather_rank_stats(self, state, saved_bytes, warmup_steps):
+        return gather_on_rank0(rank_memory(state, saved_bytes) | self.mesh.coords())
+
+    def parallel_stats(self, per_rank):
+        from trainer.result import ParallelStats, RankStats
+
+        return ParallelStats(tp=self.mesh.tp, pp=1, vpp=1, dp=self.mesh.dp, dp_replicate=self.mesh.hybrid_replicate,
+                             sequence_parallel=True, ranks=[RankStats(**r) for r in per_rank or []])

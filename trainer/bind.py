@@ -1,0 +1,67 @@
+"""torch's TCP stores listen on one address, never on every interface.
+
+torch's elastic rendezvous (c10d backend) and the store it shares with the workers are
+`TCPStore` servers that bind to all interfaces (`*:PORT`, no authentication) whatever host
+they are given. While `bound_stores()` is active, a server store created in this process
+listens on the address its own host name resolves to instead: 127.0.0.1 for a single-node
+run, the node's address on the interface that reaches the rendezvous endpoint for a
+multi-node one (`local_addr`). torch accepts a ready listening socket (`master_listen_fd`).
+Single-node runs also keep gloo and NCCL's own sockets on the loopback interface.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+
+_TCPSTORE_ARGS = ("host_name", "port", "world_size", "is_master", "timeout", "wait_for_workers",
+                  "multi_tenant", "master_listen_fd", "use_libuv")
+
+
+def local_addr(endpoint_host: str, nnodes: int) -> str:
+    """This node's address for the run: loopback alone, else the one that reaches the endpoint."""
+    if nnodes == 1:
+        return "127.0.0.1"
+    family, _, _, _, sockaddr = socket.getaddrinfo(endpoint_host, 1, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:  # no packet is sent: routing only
+        s.connect(sockaddr)
+        return s.getsockname()[0]
+
+
+def loopback_comm_env(nnodes: int) -> None:
+    """Single node: gloo and NCCL bootstrap sockets on the loopback interface (unless set)."""
+    if nnodes == 1:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+
+
+def _listen_fd(host: str, port: int) -> int:
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.create_server(sockaddr[:2], family=family, backlog=2048)
+    except OSError as e:  # torch's rendezvous retries as a client on RuntimeError
+        raise RuntimeError(f"cannot listen on {host}:{port}: {e}") from None
+    return sock.detach()  # the store owns the socket now
+
+
+@contextmanager
+def bound_stores():
+    """Within: server TCPStores of this process listen on their host name's address only."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+
+    original = dist.TCPStore
+
+    class BoundTCPStore(original):  # still a TCPStore for torch's isinstance checks
+        def __init__(self, *args, **kwargs):
+            kwargs.update(zip(_TCPSTORE_ARGS, args))
+            if kwargs.get("is_master") and kwargs.get("master_listen_fd") is None:
+                kwargs["master_listen_fd"] = _listen_fd(kwargs["host_name"], kwargs["port"])
+            super().__init__(**kwargs)
+
+    dist.TCPStore = c10d.TCPStore = BoundTCPStore
+    try:
+        yield
+    finally:
+        dist.TCPStore = c10d.TCPStore = original

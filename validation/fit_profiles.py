@@ -1,0 +1,114 @@
+"""Fit the stack profiles (catalog/stacks/*.toml) on the developers' runs, with leave-one-source-out
+cross-validation, and print only cross-validated errors.
+
+    python validation/fit_profiles.py            # print the CV table
+    python validation/fit_profiles.py --write    # also rewrite catalog/stacks/*.toml
+
+Data: validation/data/published_dev.csv + seed_runs.csv (a source = one table of one origin).
+Each source is predicted by profiles fitted on the other sources only; the numbers written into
+the profiles (cv_mape_pct, cv_by_source) are those CV errors. The final profiles are fitted on
+every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hardware.catalog import load_catalog  # noqa: E402
+from hardware.stacks import profile_to_toml  # noqa: E402
+from planner import profile_fit  # noqa: E402
+from planner.runs import load_runs  # noqa: E402
+from planner.validate import _groups  # noqa: E402
+
+DATA = REPO / "validation" / "data"
+STACKS_DIR = REPO / "catalog" / "stacks"
+# Targets of issue 10 (a benchmark, not a test): CV MAPE <= 15% overall, no source > 25%.
+TARGET_MAPE, TARGET_SOURCE = 15.0, 25.0
+
+
+def load_all():
+    return load_runs(DATA / "published_dev.csv") + load_runs(DATA / "seed_runs.csv")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="rewrite catalog/stacks/*.toml with the fit")
+    args = ap.parse_args(argv)
+    runs = load_all()
+    priors = load_catalog().stacks
+    errors = profile_fit.cross_validate(runs, priors)
+    by_source = profile_fit.source_errors(runs, errors)
+    e = np.array(list(errors.values()))
+    published = np.array([v for k, v in errors.items() if not k.startswith("s00")])
+    print("Leave-one-source-out CV of tokens/s per GPU (each source predicted by profiles fitted on the others):")
+    print(f"  {'source':62} {'rows':>4} {'MAPE %':>7} {'bias %':>7}")
+    for s in by_source:
+        flag = "  > 25%" if s.mape_pct > TARGET_SOURCE else ""
+        print(f"  {s.source[:62]:62} {s.rows:4} {s.mape_pct:7.1f} {s.bias_pct:+7.1f}{flag}")
+    print(f"  all rows: MAPE {100 * np.mean(np.abs(e)):.1f}%  bias {100 * np.mean(e):+.1f}%  ({e.size} rows)")
+    print(f"  published rows: MAPE {100 * np.mean(np.abs(published)):.1f}%  bias {100 * np.mean(published):+.1f}%  "
+          f"({published.size} rows)")
+    by_stack: dict[str, list[float]] = defaultdict(list)
+    for r in runs:
+        if r.id in errors:
+            by_stack[r.plan.stack].append(errors[r.id])
+    for stack, errs in sorted(by_stack.items()):
+        print(f"  stack {stack:20} CV MAPE {100 * np.mean(np.abs(errs)):.1f}% over {len(errs)} rows")
+
+    # ranking within groups, on the CV predictions
+    groups = _cv_groups(runs, errors)
+    if groups:
+        print(f"Ranking within {len(groups)} groups (CV): mean Spearman {np.mean([g.spearman for g in groups]):.2f}, "
+              f"mean top-1 regret {100 * np.mean([g.top1_regret for g in groups]):.1f}%")
+    final = profile_fit.fit(runs, priors)
+    if args.write:
+        for sid, prof in final.items():
+            mine = [s for s in by_source if any(r.source == s.source and r.plan.stack == sid for r in runs)]
+            # the expected error printed with every speed: CV over the published rows (the seed logs vary
+            # +-40% day to day for one configuration; their CV errors stay in cv_by_source)
+            errs = [errors[r.id] for r in runs if r.id in errors and r.plan.stack == sid and not r.id.startswith("s00")]
+            errs = errs or by_stack.get(sid, [])
+            prof = prof.model_copy(update={
+                "fit_method": "bounded ridge least squares on relative step-time error (planner/profile_fit.py); "
+                              "leave-one-source-out CV; cv_mape_pct over the published rows of this stack "
+                              "(seed logs, +-40% day to day, in cv_by_source)",
+                "fit_sources": sorted({r.source for r in runs if r.plan.stack == sid and r.scored}),
+                "cv_mape_pct": round(100 * float(np.mean(np.abs(errs))), 1) if errs else prof.cv_mape_pct,
+                "cv_by_source": mine,
+            })
+            path = STACKS_DIR / f"{sid}.toml"
+            path.write_text(profile_to_toml(prof))
+            tomllib.loads(path.read_text())  # what we wrote parses
+            print(f"wrote {path.relative_to(REPO)}")
+    return 0
+
+
+def _cv_groups(runs, errors):
+    """Groups of the validate report, scored on the CV predictions (measured x (1 + CV error))."""
+    from planner.validate import RunPrediction
+
+    preds, kept = [], []
+    for r in runs:
+        if r.id not in errors:
+            continue
+        meas = r.measured_tokens_per_s_per_gpu
+        preds.append(RunPrediction(
+            id=r.id, source=r.source, stack=r.plan.stack, outcome=r.outcome, measured_tokens_per_s_per_gpu=meas,
+            predicted_tokens_per_s_per_gpu=meas * (1 + errors[r.id]), measured_iter_time_s=r.measured_iter_time_s,
+            predicted_iter_time_s=0.0, error=errors[r.id], measured_mem_gib=None, predicted_mem_gib=0.0,
+            capacity_gib=0.0, fits=True, verdict="", mfu=0.0, assumptions=[]))
+        kept.append(r)
+    return _groups(preds, kept)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
