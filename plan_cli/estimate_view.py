@@ -69,6 +69,8 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
 
 # The layout wraps (at its spaces) when the terminal is narrow; every other column keeps its full width.
 TEXT_COLUMNS = {"layout"}
+NUMERIC_COLUMNS = {"#", "mb x ga", "GiB/GPU", "tokens/s", "MFU", "days", "mb", "ga", "batch", "w/g/opt/act",
+                   "host GiB/node", "TFLOPs/GPU", "step s", "cost"}
 _SHORT = {"none": "-", "fsdp_full_shard": "fsdp-full", "fsdp_shard_grad_op": "fsdp-grad-op",
           "fsdp_hybrid": "fsdp-hybrid", "optimizer": "opt", "optimizer+params": "opt+params", "selective": "sel"}
 
@@ -78,7 +80,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]], wide: bool) ->
                   padding=(0, 1), collapse_padding=True)
     for i, col in enumerate(columns):
         width = max(len(col), *(len(r[i]) for r in rows))
-        text = not any(ch.isdigit() for r in rows for ch in r[i] if r[i] not in ("", "-")) or col == "layout"
+        text = col not in NUMERIC_COLUMNS
         if col in TEXT_COLUMNS and not wide:  # wraps at its spaces, never inside a word
             longest_word = max(len(w) for r in rows for w in r[i].split() or [""])
             table.add_column(col, overflow="fold", min_width=max(longest_word, 6))

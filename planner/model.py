@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.units import format_params
+
 Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm", "nonparametric"]
 Position = Literal["learned", "rope", "alibi"]
@@ -158,8 +160,6 @@ class ModelSpec(BaseModel):
         return max(block, emb)
 
     def describe(self) -> str:
-        from planner.units import format_params
-
         gqa = f", {self.kv_heads} kv heads" if self.kv_heads != self.n_heads else ""
         return (
             f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "

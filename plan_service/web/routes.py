@@ -75,7 +75,7 @@ def web_router() -> APIRouter:
     def estimate(req: PageScenario, request: Request) -> views.PageReport:
         from planner import api
 
-        with _scenario(req, request) as scenario:
+        with _FormScenario(req, request) as scenario:
             report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective,
                                   top=req.top, include_rejected=True)
         return views.page_report(report)
@@ -88,7 +88,7 @@ def web_router() -> APIRouter:
 
         catalog = _catalog(request)
         points = []
-        with _scenario(req, request) as scenario:
+        with _FormScenario(req, request) as scenario:
             system = resolve_system(scenario, catalog)
             for n in views.curve_gpu_counts(system.gpus, system.gpus_per_node):
                 try:
@@ -106,7 +106,7 @@ def web_router() -> APIRouter:
         from planner import api
         from planner.exports.bundle import Chosen, export as render, refusal_of
 
-        with _scenario(req, request) as scenario:
+        with _FormScenario(req, request) as scenario:
             report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective, top=req.rank)
         if len(report.results) < req.rank or not report.results[req.rank - 1].fits:
             raise PlanError("rank", f"there is no fitting plan at rank {req.rank} ({report.fitting} fit)")
@@ -130,18 +130,19 @@ def web_router() -> APIRouter:
 
         from tuner import load
         from tuner.report import trials_frame
-        from tuner.storage import masked_url
+        from tuner.storage import masked_url, open_storage
 
         storage = request.app.state.config.storage
         try:
             st = load(study, storage, list_studies=False)  # study names: authenticated callers only
         except PlanError as e:
             raise HTTPException(404, str(e)) from None
+        study_id = open_storage(storage).get_study_id_from_name(study)
         rows = trials_frame(st).to_dict(orient="records")
         clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
         base = getattr(request.app.state, "dashboard_url", None) or DEFAULT_DASHBOARD_URL
         return {"study": study, "trials": clean,
-                "dashboard_url": f"{base.rstrip('/')}/dashboard/studies/{st._study_id}",
+                "dashboard_url": f"{base.rstrip('/')}/dashboard/studies/{study_id}",
                 "dashboard_command": f"optuna-dashboard {masked_url(storage)}"}
 
     return router
@@ -169,7 +170,7 @@ def _catalog(request: Request):
     return service_catalog(request.app.state.config)
 
 
-class _scenario:
+class _FormScenario:
     """The form as a `Scenario`, checked as `POST /estimate` checks one; an uploaded config is
     written to a private temporary folder for the time of the request (the server's own files
     are never named by a client)."""

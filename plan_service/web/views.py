@@ -38,6 +38,7 @@ class PlanRow(BaseModel):
     peak_step_time_s: float | None = Field(default=None, description="the step at 100% MFU (the GPUs' peak)")
     bottleneck: str | None = None
     tokens_per_s: float | None = None
+    tokens_per_s_error_pct: float | None = Field(default=None, description="the stack profile's cross-validated error")
     tflops_per_gpu: float | None = None
     mfu: float | None = None
     days: float | None = None
@@ -72,7 +73,9 @@ class CurvePoint(BaseModel):
 
 
 def layout_of(plan) -> str:
-    parts = [f"tp{plan.tp}", f"pp{plan.pp}" + (f"v{plan.vpp}" if plan.vpp > 1 else ""), f"dp{plan.dp}"]
+    parts = [f"tp{plan.tp}", f"pp{plan.pp}" + (f"v{plan.vpp}" if plan.vpp > 1 else "")]
+    parts += [f"cp{plan.cp}"] if getattr(plan, "cp", 1) > 1 else []
+    parts.append(f"dp{plan.dp}")
     if plan.sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
@@ -93,7 +96,8 @@ def plan_row(rank: int, e: Estimate) -> PlanRow:
         row = row.model_copy(update=dict(
             time_s={k: getattr(t, k) for k in TIME_TERMS}, step_time_s=t.step_time_s,
             peak_step_time_s=t.step_time_s * perf.mfu, bottleneck=t.bottleneck,
-            tokens_per_s=perf.tokens_per_s, tflops_per_gpu=perf.model_tflops_per_gpu, mfu=perf.mfu,
+            tokens_per_s=perf.tokens_per_s, tokens_per_s_error_pct=getattr(perf, "expected_error_pct", None),
+            tflops_per_gpu=perf.model_tflops_per_gpu, mfu=perf.mfu,
             days=perf.days, cost=perf.cost))
     return row
 
@@ -104,6 +108,9 @@ def page_report(report: EstimateReport) -> PageReport:
     header = (f"{report.model.name}: {format_params(report.model.n_params)} params, {report.model.n_layers} layers x "
               f"{report.model.hidden} hidden on {s.gpus} x {s.gpu.name} ({where}, {s.gpus_per_node}/node, "
               f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}")
+    rule = getattr(report, "global_batch_rule", None)
+    if rule:
+        header += f". {rule}"
     rejected = [RejectedRow(reason=k, count=v) for k, v in sorted(report.rejected.items(), key=lambda kv: -kv[1])]
     return PageReport(
         header=header, model=report.model.name, params=format_params(report.model.n_params), gpus=s.gpus,

@@ -96,6 +96,8 @@ def test_page_plans_an_uploaded_config_and_names_a_bad_one(base, tmp_path):
         driver.find_element("id", "plan-button").click()
         wait_for(driver, "document.querySelectorAll('#plans tbody tr').length > 0", what="the ranked plans")
         assert "7.242B params" in driver.find_element("id", "summary").text
+        wait_for(driver, "document.querySelectorAll('#curve-chart .scatterlayer .trace').length >= 1",
+                 what="the days/cost curve")
         screenshot(driver, "page-uploaded-mistral-7b.png")
 
         driver.find_element("id", "config").send_keys(str(bad))

@@ -129,7 +129,7 @@ function showReport(report) {
     cell(tr, `${p.micro_batch} x ${p.grad_accum}`);
     cell(tr, p.global_batch);
     cell(tr, `${fmt(p.memory_total_gib)} / ${fmt(p.memory_capacity_gib)}`);
-    cell(tr, fmt(p.tokens_per_s, 0));
+    cell(tr, fmt(p.tokens_per_s, 0) + (p.tokens_per_s_error_pct === null ? "" : ` ±${Math.round(p.tokens_per_s_error_pct)}%`));
     cell(tr, fmt(p.tflops_per_gpu, 0));
     cell(tr, pct(p.mfu));
     cell(tr, fmt(p.step_time_s, 2));
