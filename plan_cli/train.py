@@ -70,6 +70,14 @@ def train(
         console.print(f"rank 0 holds: params {m.params_bytes:,} B, grads {m.grads_bytes:,} B, "
                       f"optimizer {m.optimizer_bytes:,} B; saved activations {m.saved_activations_bytes:,} B",
                       highlight=False)
+    if result.status == "ok" and result.parallel is not None:
+        par = result.parallel
+        line = f"layout: tp {par.tp} x pp {par.pp} (vpp {par.vpp}) x dp {par.dp}"
+        if par.pp > 1:
+            line += f", {par.schedule}, {par.micro_batches} micro batches, layers per stage {par.stage_layers}"
+            if par.bubble_ratio is not None:
+                line += f", measured bubble {par.bubble_ratio:.2f} (planner (p-1)/(m*v) = {(par.pp - 1) / (par.micro_batches * par.vpp):.2f})"
+        console.print(line, highlight=False, soft_wrap=True)
     if result.status != "ok":
         raise typer.Exit(EXIT_CODES[result.status])
 

@@ -18,6 +18,7 @@ from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.resolve import resolve_model, resolve_system, seq_len_of
 from planner.scenario import (
+    STACKS,
     Estimate,
     Frozen,
     MemoryBreakdown,
@@ -97,7 +98,7 @@ def estimate(
     idx = np.flatnonzero(found.fits)
     lay = found.layout.take(idx)
     perf = throughput.performance(spec, lay, system, settings) if idx.size else None
-    order = _rank(lay, found, idx, perf, objective)
+    order = _rank(lay, found, idx, perf, objective, stack_profiles(settings))
     chosen = idx[order] if top is None else idx[order[:top]]
     chosen_perf_pos = order if top is None else order[:top]
     errors = {k: v.cv_mape_pct for k, v in stack_profiles(settings).items()}
@@ -139,10 +140,16 @@ def evaluate(scenario: Scenario, **kwargs) -> Estimate:
 TIE_FRACTION = 0.02
 
 
-def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarray:
+# An offload plan's speed counts as if it were this much slower, unless its stack profile states
+# its own cross-validated error: offload outranks a plan without offload only when faster
+# beyond the model's error (offload speed depends on host links and CPU Adam, seldom measured).
+DEFAULT_OFFLOAD_ERROR_PCT = 25.0
+
+
+def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str, profiles=None) -> np.ndarray:
     """Best first. Plans within 2% of each other (in steps of 2% from the best) are ordered by
     simplicity: less sharding, no offload, no recompute, smaller tp/pp, bigger micro batch,
-    smaller gradient accumulation."""
+    smaller gradient accumulation. Offload plans are discounted by the model's error."""
     simple = search_mod.simplicity(lay)
     headroom = found.mem["capacity_bytes"][idx] - found.mem["total_bytes"][idx]
     if objective == "memory-headroom" or perf is None:
@@ -152,6 +159,10 @@ def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str) -> np.ndarr
     else:  # days or cost: lower is better
         score = 1.0 / perf[objective]
     score = np.maximum(np.nan_to_num(score, nan=0.0), 1e-300)
+    if perf is not None and objective != "memory-headroom":
+        err = np.array([((profiles or {}).get(name).cv_mape_pct if (profiles or {}).get(name) else None)
+                        or DEFAULT_OFFLOAD_ERROR_PCT for name in STACKS])[np.asarray(lay.stack)]
+        score = np.where(np.asarray(lay.offload) > 0, score / (1.0 + err / 100.0), score)
     tier = np.floor(np.log(score.max() / score) / np.log1p(TIE_FRACTION)) if score.size else score
     return np.lexsort((-score, simple, tier))
 

@@ -14,6 +14,7 @@ from planner.scenario import Estimate, Scenario
 from planner.settings import Calibration, Settings
 from planner.system import System
 from tuner.calibrate import Observation
+from tuner.space import trainer_runs
 
 _MEMORY_REASONS = ("needs ", "does not fit")
 
@@ -74,8 +75,11 @@ class Predictor:
         return self._cache[key]
 
     def _predict(self, knobs: dict, cal: Calibration) -> Prediction:
-        scenario = self.base.model_copy(update={**knobs, "tp": 1, "pp": 1, "vpp": 1,
-                                                "sequence_parallel": False})
+        why_not = trainer_runs(knobs)
+        if why_not:
+            return Prediction(False, why_not, float("inf"), 0.0, 0.0, None, None)
+        scenario = self.base.model_copy(update={"tp": 1, "pp": 1, "vpp": 1, **knobs,
+                                                "sequence_parallel": knobs.get("tp", 1) > 1})
         settings = self.settings.model_copy(update={"calibration": cal})
         try:
             est = evaluate(scenario, settings=settings, system=self.system)

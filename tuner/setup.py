@@ -25,7 +25,7 @@ from tuner import device, proposals
 from tuner.config import TuneConfig
 from tuner.network import measure_busbw
 from tuner.predict import Predictor
-from tuner.space import Space, build_space
+from tuner.space import Space, build_space, ranked_parallel_choices
 from tuner.storage import masked_url, open_storage, study_exists
 
 META_KEY = "plan_tune"
@@ -121,9 +121,11 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
 def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
     spec = resolve_model(Scenario(model=cfg.model))
     seq_len = cfg.seq_len or min(seq_len_of(Scenario(model=cfg.model), spec), 2048)
-    space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,
-                        global_batch=cfg.global_batch, dp=nproc)
     system, note, assumed = _system_for(cfg, nproc, on_gpu)
+    parallel = ranked_parallel_choices(Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len), system,
+                                       _settings_for(on_gpu))
+    space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,
+                        global_batch=cfg.global_batch, dp=nproc, parallel=parallel)
     calibration = _initial_calibration(cfg)
     settings = _settings_for(on_gpu)
     base = Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len, global_batch=cfg.global_batch)

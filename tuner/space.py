@@ -15,13 +15,14 @@ from planner.scenario import CHECKPOINTINGS, OFFLOADS, PRECISIONS, SHARDINGS, Ex
 # The knobs the trainer takes on its command line, in the order they are shown.
 TUNED_KNOBS: tuple[str, ...] = (
     "sharding", "offload", "activation_checkpointing", "precision", "micro_batch", "grad_accum",
+    "tp", "pp",
 )
 BACKEND_SHARDINGS: dict[str, tuple[str, ...]] = {
     "deepspeed": ("none", "zero1", "zero2", "zero3"),
     "fsdp": ("none", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid"),
     "any": SHARDINGS,
 }
-_INT_KNOBS = ("micro_batch", "grad_accum")
+_INT_KNOBS = ("micro_batch", "grad_accum", "tp", "pp")
 _ALLOWED = {
     "sharding": SHARDINGS, "offload": OFFLOADS, "activation_checkpointing": CHECKPOINTINGS,
     "precision": PRECISIONS,
@@ -114,14 +115,43 @@ def _parse_value(knob: str, value: str):
     return value
 
 
+def ranked_parallel_choices(scenario, system, settings=None, top: int = 1) -> dict[str, tuple]:
+    """tp/pp values of the planner's best `top` plans for `scenario`, with 1, when any is > 1 (else {}).
+
+    `top` = 1: the space grows only when the planner's own pick uses tensor or pipeline
+    parallelism (a big model on many GPUs), not for every small study.
+    The bundled trainer runs tensor and pipeline parallelism (with FSDP2 or none), so the
+    tuner can check the planner's TP/PP picks with real trials.
+    """
+    from planner.api import estimate
+
+    plans = [r.plan for r in estimate(scenario, system=system, settings=settings, top=top).results]
+    tps = sorted({1, *(p.tp for p in plans)})
+    pps = sorted({1, *(p.pp for p in plans)})
+    return {"tp": tuple(tps), "pp": tuple(pps)} if len(tps) + len(pps) > 2 else {}
+
+
+def trainer_runs(knobs: dict) -> str:
+    """Why the bundled trainer cannot run these knobs ('' when it can): tp/pp compose with
+    FSDP2 or no sharding, without offload or fp16 (trainer/config.py `validate_parallel`)."""
+    if knobs.get("tp", 1) == 1 and knobs.get("pp", 1) == 1:
+        return ""
+    if knobs.get("sharding", "none").startswith("zero"):
+        return "tp/pp run with fsdp_* or none in the bundled trainer, not ZeRO"
+    if knobs.get("offload", "none") != "none" or knobs.get("precision") == "fp16":
+        return "tp/pp run without offload and fp16 in the bundled trainer"
+    return ""
+
+
 def build_space(backend: str, *, on_gpu: bool, overrides: dict[str, tuple] | None = None,
-                global_batch: int | None = None, dp: int = 1) -> Space:
+                global_batch: int | None = None, dp: int = 1, parallel: dict[str, tuple] | None = None) -> Space:
     """Default choices for the backend/device, narrowed by `--choices`.
 
     With a global batch, grad_accum follows from micro_batch (global = micro * accum * dp)
     and micro batches that do not divide it are dropped.
     """
     choices = default_choices(backend, on_gpu=on_gpu)
+    choices.update(parallel or {})  # tp/pp when the planner ranks them (ranked_parallel_choices)
     choices.update(overrides or {})
     if global_batch is not None:
         mbs = tuple(m for m in choices["micro_batch"] if global_batch % (m * dp) == 0)
@@ -137,10 +167,14 @@ def complete(params: dict, *, global_batch: int | None, dp: int) -> dict:
     """Add the derived knobs (grad_accum from a global batch) to sampled parameters."""
     out = dict(params)
     if global_batch is not None:
-        out["grad_accum"] = global_batch // (out["micro_batch"] * dp)
+        dp = max(1, dp // (out.get("tp", 1) * out.get("pp", 1)))  # the ranks left for data parallelism
+        out["grad_accum"] = max(1, global_batch // (out["micro_batch"] * dp))
     return out
 
 
 def to_plan(knobs: dict, *, dp: int, seq_len: int) -> ExecutionPlan:
+    """`dp`: the ranks of the run; tp x pp of them form one model replica."""
     fields = {k: knobs[k] for k in TUNED_KNOBS if k in knobs}
-    return ExecutionPlan(dp=dp, seq_len=seq_len, **fields)
+    model_ranks = fields.get("tp", 1) * fields.get("pp", 1)
+    return ExecutionPlan(dp=max(1, dp // model_ranks), seq_len=seq_len,
+                         sequence_parallel=fields.get("tp", 1) > 1, **fields)

@@ -126,7 +126,8 @@ def test_page_starts_a_tune_job_with_the_token_and_follows_it(base, tmp_path):
         summary = wait_for(driver, "(t => /finished|failed/.test(t) && t)(document.getElementById('tune-summary').textContent)",
                            timeout_s=420, what="the study to finish")
         assert "study page-study: finished" in summary and "best: trial" in summary, summary
-        wait_for(driver, "document.querySelectorAll('#trials tbody tr').length >= 1", what="the trial rows")
+        wait_for(driver, "[...document.querySelectorAll('#trials tbody tr')].some(r => r.cells[1].textContent === 'ok')",
+                 what="a finished trial's row")
         heads = driver.execute_script("return [...document.querySelectorAll('#trials thead th')].map(c => c.textContent)")
         row = dict(zip(heads, driver.execute_script(
             "return [...document.querySelector('#trials tbody tr').cells].map(c => c.textContent)")))

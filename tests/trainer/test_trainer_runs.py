@@ -77,7 +77,7 @@ def test_loss_falls_on_real_text(out_json):
     assert last < first - 1.5, r.losses
 
 
-@pytest.mark.parametrize("kw, field", [(dict(offload="optimizer"), "offload"), (dict(tp=2), "tp"),
+@pytest.mark.parametrize("kw, field", [(dict(offload="optimizer"), "offload"), (dict(tp=3), "tp"),
                                        (dict(sharding="fsdp_full_shard", optimizer="adafactor"), "optimizer")])
 def test_bad_config_is_reported_without_launching(out_json, kw, field):
     r = run(out_json, **kw)
@@ -116,7 +116,7 @@ def test_python_m_trainer_subprocess(out_json):
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert TrainResult.model_validate_json(Path(out_json).read_text()).status == "ok"
-    p = subprocess.run([sys.executable, "-m", "trainer", "--tp", "2", "--json", out_json],
+    p = subprocess.run([sys.executable, "-m", "trainer", "--tp", "3", "--json", out_json],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and "tp" in p.stderr
 

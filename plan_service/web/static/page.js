@@ -163,7 +163,7 @@ function drawBreakdowns(report) {
   const plans = report.plans;
   const labels = plans.map((p) => `#${p.rank} ${p.sharding}${p.offload !== "none" ? "+off" : ""} ${p.micro_batch}x${p.grad_accum}`);
   const yaxis = { autorange: "reversed", automargin: true, type: "category", dtick: 1 };
-  const legend = { orientation: "h", y: -0.3, yanchor: "top", traceorder: "normal" };
+  const legend = { orientation: "h", y: -0.12, yanchor: "top", traceorder: "normal" };
   const memTraces = MEMORY_TERMS.map((term) => ({
     type: "bar", orientation: "h", name: term.replace("_", " "), y: labels,
     x: plans.map((p) => p.memory_gib[term]), hovertemplate: "%{x:.1f} GiB<extra>" + term + "</extra>",
@@ -171,7 +171,7 @@ function drawBreakdowns(report) {
   const capacity = plans.length ? plans[0].memory_capacity_gib : 0;
   Plotly.newPlot("memory-chart", memTraces, {
     title: { text: "Memory per GPU (GiB) against capacity" }, barmode: "stack",
-    yaxis, xaxis: { title: { text: "GiB per GPU" } },
+    yaxis, xaxis: { rangemode: "tozero" },
     shapes: [{ type: "line", x0: capacity, x1: capacity, yref: "paper", y0: 0, y1: 1,
                line: { color: "#b00020", width: 2, dash: "dash" } }],
     annotations: [{ x: capacity, yref: "paper", y: 1, yanchor: "bottom", xanchor: "right",
@@ -191,8 +191,8 @@ function drawBreakdowns(report) {
     hovertemplate: "%{x:.3f} s at peak<extra></extra>",
   });
   Plotly.newPlot("time-chart", timeTraces, {
-    title: { text: "Step time (s) against the GPUs' peak" }, barmode: "stack",
-    yaxis, xaxis: { title: { text: "seconds per optimizer step (micro batch x grad accum)" } },
+    title: { text: "Step time (s per optimizer step, mb x ga) against the GPUs' peak" }, barmode: "stack",
+    yaxis, xaxis: { rangemode: "tozero" },
     legend, margin: { t: 60, b: 60 },
   }, PLOT_CONFIG);
 }
@@ -294,8 +294,8 @@ async function refreshTune(study) {
     if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
   }
   if (st.log_tail) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
+  if (rep) await showTrials(study, !!rep.best);  // the rows first: a "finished" line comes with its final rows
   setStatus(summary, text, st.status === "failed");
-  if (rep) await showTrials(study, !!rep.best);
   return st.status !== "running";
 }
 
