@@ -1,7 +1,9 @@
 """Every `plan ...` example of the README runs (issue 13), so the README cannot drift.
 
 Each fenced bash block runs in order in one scratch folder (files one line writes, the next
-reads; HOME points there too). Every `plan` line is first parsed by the real CLI (unknown
+reads; HOME points there too; the README's `./config.json` and `my_runs.csv` are stand-ins
+copied there: a fixture config.json and the seed runs; optional parts written `[--x]` are left
+out; relative paths of the repository, such as validation/data/..., are taken there). Every `plan` line is first parsed by the real CLI (unknown
 commands or options, bad values fail here); then it is run: the planner's lines always, the
 full-environment ones (train, allreduce-bench, probe, tune, serve) where that environment is
 installed. Lines that need what a test cannot have (a cluster's PostgreSQL host, hours of
@@ -57,7 +59,9 @@ def readme_blocks() -> list[list[str]]:
 
 
 def _strip_comment(line: str) -> str:
-    return re.split(r"\s+#\s", line, maxsplit=1)[0].strip()
+    """The command without its comment and without optional parts written `[--like this]`."""
+    command = re.split(r"\s+#\s", line, maxsplit=1)[0]
+    return re.sub(r"\s\[[^\]]*\]", "", command).strip()
 
 
 def plan_argv(line: str) -> list[str] | None:
@@ -102,6 +106,7 @@ def test_readme_block_runs(name, index, block, tmp_path):
     env = os.environ | {"HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     shutil.copy(FIXTURE_CONFIG, tmp_path / "config.json")  # "a local Hugging Face config.json"
+    shutil.copy(REPO / "validation" / "data" / "seed_runs.csv", tmp_path / "my_runs.csv")  # "your own logs"
     ran = 0
     for line in block:
         argv = plan_argv(line)
