@@ -51,7 +51,8 @@ def test_default_table_fits_and_numbers_are_whole(name, columns):
         assert col in header, header
     fitting = [e for e in report["results"] if e["fits"]]
     assert len(fitting) == 10
-    rows = [line for line in lines if re.match(r"^\s*\d+\s{2,}\S", line)]
+    table_lines = out.split("Rejected:")[0].splitlines()
+    rows = [line for line in table_lines if re.match(r"^\s*\d+\s{2,}\S", line)]
     assert len(rows) == 10, out
     for rank, (row, e) in enumerate(zip(rows, fitting), 1):
         assert re.match(rf"^\s*{rank}\s", row), row

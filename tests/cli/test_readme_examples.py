@@ -1,9 +1,9 @@
 """Every `plan ...` example of the README runs (issue 13), so the README cannot drift.
 
 Each fenced bash block runs in order in one scratch folder (files one line writes, the next
-reads; HOME points there too; the README's `./config.json` and `my_runs.csv` are stand-ins
-copied there: a fixture config.json and the seed runs; optional parts written `[--x]` are left
-out; relative paths of the repository, such as validation/data/..., are taken there). Every `plan` line is first parsed by the real CLI (unknown
+reads; HOME points there too; the README's `./config.json` is a fixture copied there; optional
+parts written `[--x]` are left out; relative paths of the repository, such as
+validation/data/..., are taken there). Every `plan` line is first parsed by the real CLI (unknown
 commands or options, bad values fail here); then it is run: the planner's lines always, the
 full-environment ones (train, allreduce-bench, probe, tune, serve) where that environment is
 installed. Lines that need what a test cannot have (a cluster's PostgreSQL host, hours of
@@ -106,7 +106,6 @@ def test_readme_block_runs(name, index, block, tmp_path):
     env = os.environ | {"HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     shutil.copy(FIXTURE_CONFIG, tmp_path / "config.json")  # "a local Hugging Face config.json"
-    shutil.copy(REPO / "validation" / "data" / "seed_runs.csv", tmp_path / "my_runs.csv")  # "your own logs"
     ran = 0
     for line in block:
         argv = plan_argv(line)
