@@ -19,14 +19,18 @@ _TCPSTORE_ARGS = ("host_name", "port", "world_size", "is_master", "timeout", "wa
                   "multi_tenant", "master_listen_fd", "use_libuv")
 
 
-def local_addr(endpoint_host: str, nnodes: int) -> str:
-    """This node's address for the run: loopback alone, else the one that reaches the endpoint."""
+def local_addr(endpoint_host: str, nnodes: int) -> str | None:
+    """This node's address for the run: loopback alone, else the one that reaches the endpoint
+    (None when the endpoint does not resolve here: torch then uses this host's name)."""
     if nnodes == 1:
         return "127.0.0.1"
-    family, _, _, _, sockaddr = socket.getaddrinfo(endpoint_host, 1, type=socket.SOCK_DGRAM)[0]
-    with socket.socket(family, socket.SOCK_DGRAM) as s:  # no packet is sent: routing only
-        s.connect(sockaddr)
-        return s.getsockname()[0]
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(endpoint_host, 1, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:  # no packet is sent: routing only
+            s.connect(sockaddr)
+            return s.getsockname()[0]
+    except OSError:
+        return None
 
 
 def loopback_comm_env(nnodes: int) -> None:

@@ -12,6 +12,7 @@ kernel drops it when the process dies, kill -9 included). Another worker can the
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import tempfile
@@ -38,7 +39,13 @@ def worker_id() -> str:
         f.flush()
         _state.clear()
         _state[pid] = (wid, f)
+        atexit.register(_remove, folder / f"{wid}.lock", pid)  # a killed worker's file stays: dead
     return _state[pid][0]
+
+
+def _remove(path: Path, pid: int) -> None:
+    if os.getpid() == pid:
+        path.unlink(missing_ok=True)
 
 
 def worker_alive(wid: str | None) -> bool | None:

@@ -69,6 +69,7 @@ def _is_loopback(hex_addr: str) -> bool:
 def test_local_addr():
     assert local_addr("127.0.0.1", 1) == "127.0.0.1"
     assert local_addr("127.0.0.1", 2).startswith("127.")  # the interface that reaches the endpoint
+    assert local_addr("no-such-host.invalid", 2) is None  # torch's own default then
 
 
 def test_bound_store_listens_on_its_host_only():
