@@ -70,7 +70,7 @@ def train(cfg: TrainConfig) -> TrainResult | None:
         _sync(device)
         times_s.append(time.perf_counter() - t0)
         losses.append(step_loss)
-    per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.warmup_steps) if cfg.measure_memory else None
+    per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.warmup_steps)
 
     result = None
     if rank == 0:
