@@ -74,7 +74,7 @@ def train(
         par = result.parallel
         line = f"layout: tp {par.tp} x pp {par.pp} (vpp {par.vpp}) x dp {par.dp}"
         if par.pp > 1:
-            line += f", {par.schedule}, {par.micro_batches} micro batches, layers per stage {par.stage_layers}"
+            line += f", {par.schedule}, micro batches {par.micro_batches}, layers per stage {par.stage_layers}"
             if par.bubble_ratio is not None:
                 line += f", measured bubble {par.bubble_ratio:.2f} (planner (p-1)/(m*v) = {(par.pp - 1) / (par.micro_batches * par.vpp):.2f})"
         console.print(line, highlight=False, soft_wrap=True)

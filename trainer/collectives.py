@@ -61,20 +61,20 @@ def iterations(size_bytes: int) -> tuple[int, int]:
     return 1, 4
 
 
-def _one(op: str, size_bytes: int, device, world: int) -> float:
+def _one(op: str, size_bytes: int, device, world: int, group=None) -> float:
     import torch
     import torch.distributed as dist
 
     numel = max(world, size_bytes // 4 // world * world)
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     if op == "all_reduce":
-        call = lambda: dist.all_reduce(buf)  # noqa: E731
+        call = lambda: dist.all_reduce(buf, group=group)  # noqa: E731
     elif op == "all_gather":
         part = buf[: numel // world].clone()
-        call = lambda: dist.all_gather_into_tensor(buf, part)  # noqa: E731
+        call = lambda: dist.all_gather_into_tensor(buf, part, group=group)  # noqa: E731
     else:
         part = torch.empty(numel // world, dtype=torch.float32, device=device)
-        call = lambda: dist.reduce_scatter_tensor(part, buf)  # noqa: E731
+        call = lambda: dist.reduce_scatter_tensor(part, buf, group=group)  # noqa: E731
     warm, reps = iterations(size_bytes)
     for _ in range(warm):
         call()
@@ -121,16 +121,32 @@ def bench_rank(ops: list[str], sizes: list[int], nnodes: int, progress: bool) ->
                 bar.advance(task)
     if bar is not None:
         bar.stop()
+    intranode = _intranode_busbw(max(sizes), device, world, nnodes) if "all_reduce" in ops else None
     dist.barrier()
     if rank != 0:
         return None
     ok = [r for r in results if r.op == "all_reduce" and r.busbw_gbps is not None]
     largest = max(ok, key=lambda r: r.size_bytes).busbw_gbps if ok else None
+    if nnodes == 1:
+        intranode = largest
     report = BenchReport(
         nproc=world, nnodes=nnodes, gpus_per_node=world // nnodes, backend=dist.get_backend(),
         results=results,
-        busbw_gbps={"intranode": largest if nnodes == 1 else None, "internode": largest if nnodes > 1 else None})
+        busbw_gbps={"intranode": intranode, "internode": largest if nnodes > 1 else None})
     return report.model_dump(mode="json")
+
+
+def _intranode_busbw(size_bytes: int, device, world: int, nnodes: int) -> float | None:
+    """With several nodes: all-reduce busbw inside each node at once (consecutive ranks form a
+    node under torchrun/srun and the static rendezvous), next to the all-ranks figure."""
+    import torch.distributed as dist
+
+    per_node = world // nnodes
+    if nnodes == 1 or per_node < 2:
+        return None
+    node_group, _ = dist.new_subgroups(group_size=per_node)
+    t = _one("all_reduce", size_bytes, device, per_node, group=node_group)
+    return size_bytes * 8 / t / 1e9 * bus_factor("all_reduce", per_node)
 
 
 def run_bench(ops: list[str], sizes: list[int], nproc: int, nnodes: int = 1, node_rank: int = 0,

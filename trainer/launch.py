@@ -13,7 +13,6 @@ import signal
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from planner.errors import PlanError
@@ -37,6 +36,14 @@ def launch(cfg: TrainConfig) -> TrainResult:
     Path(result_path).unlink(missing_ok=True)
     clear_rank_errors(result_path)
     t0 = time.perf_counter()
+    from trainer.dist import env_from_slurm, launched_externally
+
+    external = launched_externally()
+    if external:  # torchrun / srun decide the ranks: validate against them
+        env_from_slurm(cfg.rdzv_endpoint)
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        cfg = cfg.model_copy(update={"nproc": local, "nnodes": max(1, world // local)})
     try:
         validate_config(cfg)
         if cfg.spec is None:
@@ -45,20 +52,16 @@ def launch(cfg: TrainConfig) -> TrainResult:
     except PlanError as e:
         return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
 
-    from trainer.dist import env_from_slurm, launched_externally
-
     exit_codes: dict[str, int] = {}
     launch_error = ""
-    if launched_externally():
-        env_from_slurm(cfg.rdzv_endpoint)
-        world = int(os.environ["WORLD_SIZE"])  # the outer launcher decides the ranks
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        cfg = cfg.model_copy(update={"nproc": local, "nnodes": max(1, world // local)})
+    if external:
         run_rank(cfg.model_dump_json(), result_path)  # this process is one rank
         if int(os.environ["RANK"]) != 0:
             return TrainResult(status="ok", config=cfg.knobs())  # rank 0 reports
     else:
         exit_codes, launch_error = _elastic(cfg, result_path)
+        if cfg.node_rank > 0 and not launch_error:  # node 0 holds rank 0, which reports
+            return _finish(cfg, result_path, TrainResult(status="ok", config=cfg.knobs(), exit_codes=exit_codes))
     result = collect(cfg, result_path, exit_codes, launch_error)
     if result.wall_s is None:
         result.wall_s = time.perf_counter() - t0
@@ -69,22 +72,18 @@ def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
     import torch
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     from trainer.bind import bound_stores, local_addr, loopback_comm_env
     from trainer.dist import free_port
+    from trainer.ranks import launch_config
 
     if not torch.cuda.is_available():
         os.environ["OMP_NUM_THREADS"] = str(threads_per_rank(cfg.nproc))
     endpoint = cfg.rdzv_endpoint or f"127.0.0.1:{free_port()}"
     loopback_comm_env(cfg.nnodes)
-    lc = LaunchConfig(
-        min_nodes=cfg.nnodes, max_nodes=cfg.nnodes, nproc_per_node=cfg.nproc,
-        run_id=f"plan-train-{uuid.uuid4().hex[:8]}" if cfg.nnodes == 1 else "plan-train",
-        rdzv_backend="c10d", rdzv_endpoint=endpoint,
-        rdzv_configs={"is_host": cfg.node_rank == 0} if cfg.nnodes > 1 else {},
-        max_restarts=0, monitor_interval=0.1, start_method="spawn",
-        local_addr=local_addr(endpoint.rpartition(":")[0].strip("[]"), cfg.nnodes))
+    lc = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, endpoint, "plan-train",
+                       local_addr=local_addr(endpoint.rpartition(":")[0].strip("[]"), cfg.nnodes))
     backstop = threading.Timer(cfg.timeout_s + LAUNCH_GRACE_S, lambda: os.kill(os.getpid(), signal.SIGTERM))
     backstop.daemon = True
     backstop.start()

@@ -73,7 +73,7 @@ def train(cfg: TrainConfig) -> TrainResult | None:
         if rank == 0:  # the tuner tells a start-up timeout from a slow run by these lines
             print(f"{STEP_MARK} {step + 1}/{cfg.steps} {times_s[-1]:.4f} s", file=sys.stderr, flush=True)
         losses.append(step_loss)
-    per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.warmup_steps) if cfg.measure_memory else None
+    per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.warmup_steps)
 
     result = None
     if rank == 0:

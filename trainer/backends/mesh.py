@@ -14,12 +14,15 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 
 @dataclass
-class ParallelMesh:  # noqa: D101 - see the module docstring
+class ParallelMesh:
+    """The (pp, dp_replicate, dp_shard, tp) mesh of this run and this rank's place in it."""
+
     mesh: DeviceMesh
     pp: int
     dp: int
     tp: int
     hybrid_replicate: int = 1  # fsdp_hybrid: replica groups of the dp dimension
+    _dp_flat: DeviceMesh | None = None  # dp_replicate x dp_shard flattened (built once)
 
     @classmethod
     def build(cls, cfg, device_type: str) -> "ParallelMesh":
