@@ -101,7 +101,6 @@ def reserve_s(tuner, rounds: int) -> float:
 def remeasure(tuner, rounds: int) -> dict | None:
     """Run the top candidates again, interleaved, as the budget allows; rank them."""
     from tuner.budget import trial_timeout_s
-    from tuner.trial import deepspeed_json
 
     top = candidates(tuner.study)
     if rounds <= 0 or len(top) < 2:
