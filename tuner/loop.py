@@ -86,8 +86,10 @@ class Tuner:
         if not untried and not self._waiting():
             return "every configuration of the space has been tried or ruled out"
         shortest = min((self.expected_s(k) for k in untried), default=0.0)
-        if not self.budget.allows(shortest + self.reserve_s()):
-            return f"budget: {self.budget.left_s:.0f} s left, the shortest untried trial needs ~{shortest:.0f} s"
+        reserve = self.reserve_s()
+        if not self.budget.allows(shortest + reserve):
+            kept = f" (~{reserve:.0f} s of it re-measure the top candidates)" if reserve else ""
+            return f"budget: {self.budget.left_s:.0f} s left{kept}, the shortest untried trial needs ~{shortest:.0f} s"
         if self.skipped_in_a_row >= 200:
             return "the sampler keeps proposing configurations already tried"
         return ""
