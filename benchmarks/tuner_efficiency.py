@@ -129,8 +129,11 @@ def tuner_search(st: dict, space: str, budget: int, seed: int, top_k: int, templ
         ctx = open_study(cfg)
         if space == "prior":
             ctx.predictor = PriorOff(ctx.predictor, PRIOR_OFF)
-            ranked = sorted(ctx.space.configs(), key=lambda k: -(ctx.predictor(k).tokens_per_s or 0))
-            ctx.meta["planner_top_k"] = [k for k in ranked if ctx.predictor(k).fits][:top_k]
+            from tuner.final import tie_order
+
+            fits = [k for k in ctx.space.configs() if ctx.predictor(k).fits]  # the planner's rule, on the off prior
+            order = tie_order(fits, [ctx.predictor(k).tokens_per_s for k in fits])
+            ctx.meta["planner_top_k"] = [fits[i] for i in order][:top_k]
         runner = ReplayRunner(st, random.Random(seed))
         Tuner(ctx, Budget(10**6), runner=runner).run()
         trials = ctx.study.get_trials(deepcopy=False)

@@ -14,9 +14,20 @@ if [ "${1:-}" = "--full" ]; then
     "${PIP[@]}" install "torch==2.13.0"
   fi
   "${PIP[@]}" install -e ".[test]"
-  # DeepSpeed JIT-builds its CPU Adam op on first use (~30 s): build it once here, serially,
-  # so that trials and tests never race on (or time out waiting for) the build lock.
-  "$VENV/bin/python" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" >/dev/null
+  # DeepSpeed JIT-builds the ops the trainer uses on CPU on first use (CPU Adam for offload,
+  # the shared-memory collectives on every CPU run; ~30-80 s each on a busy machine): build
+  # them once here, serially, so that trials and tests never race on (or time out waiting
+  # for) a build lock. FusedAdam is never built: CPU configs set "torch_adam".
+  "$VENV/bin/python" - >/dev/null <<'PY'
+from deepspeed.accelerator import get_accelerator
+for name in ("CPUAdamBuilder", "ShareMemCommBuilder"):
+    try:
+        builder = get_accelerator().create_op_builder(name)
+    except Exception:  # an accelerator without that op (e.g. no shm comm on CUDA)
+        builder = None
+    if builder is not None and builder.is_compatible():
+        builder.load()
+PY
 else
   "${PIP[@]}" install -e .
 fi

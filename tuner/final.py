@@ -78,9 +78,11 @@ def rank_final(study, remeasured: dict[str, list[float]]) -> dict:
                      "spread_pct": 100 * spread(samples)})
     spreads = [r["spread_pct"] / 100 for r in rows if len(r["samples_tokens_per_s"]) > 1]
     noise = statistics.median(spreads) if spreads else 0.0
-    window = max(api.TIE_FRACTION, noise)
+    # the medians are surer than one run: their noise shrinks as 1/sqrt(runs)
+    runs = statistics.median(len(r["samples_tokens_per_s"]) for r in rows) if rows else 1
+    window = max(api.TIE_FRACTION, noise / math.sqrt(runs))
     order = tie_order([r["knobs"] for r in rows], [r["median_tokens_per_s"] for r in rows], window)
-    final = {"rows": [rows[i] for i in order], "noise_pct": 100 * noise, "tie_window_pct": 100 * window,
+    final = {"rows": [rows[i] for i in order], "noise_pct": 100 * noise, "tie_window_pct": 100 * window, "runs": runs,
              "n_completed": len(completed(study))}
     study.set_user_attr(FINAL_KEY, final)
     return final
@@ -99,7 +101,6 @@ def reserve_s(tuner, rounds: int) -> float:
 def remeasure(tuner, rounds: int) -> dict | None:
     """Run the top candidates again, interleaved, as the budget allows; rank them."""
     from tuner.budget import trial_timeout_s
-    from tuner.trial import deepspeed_json
 
     top = candidates(tuner.study)
     if rounds <= 0 or len(top) < 2:

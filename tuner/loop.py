@@ -87,8 +87,10 @@ class Tuner:
         if not untried and not self._waiting():
             return "every configuration of the space has been tried or ruled out"
         shortest = min((self.expected_s(k) for k in untried), default=0.0)
-        if not self.budget.allows(shortest + self.reserve_s()):
-            return f"budget: {self.budget.left_s:.0f} s left, the shortest untried trial needs ~{shortest:.0f} s"
+        reserve = self.reserve_s()
+        if not self.budget.allows(shortest + reserve):
+            kept = f" (~{reserve:.0f} s of it re-measure the top candidates)" if reserve else ""
+            return f"budget: {self.budget.left_s:.0f} s left{kept}, the shortest untried trial needs ~{shortest:.0f} s"
         if self.skipped_in_a_row >= 200:
             return "the sampler keeps proposing configurations already tried"
         return ""
@@ -136,8 +138,11 @@ class Tuner:
         from the trials; ties (the planner's 2% rule) go to the simpler plan."""
         top = [complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
                for k in self.ctx.meta.get("planner_top_k") or []]
-        untried = {config_key(k) for k in self.untried(launchable_only=True)}
-        pool = [k for k in top if config_key(k) in untried and self.ctx.predictor(k).fits]
+        untried = self.untried(launchable_only=True)
+        keys = {config_key(k) for k in untried}
+        pool = [k for k in top if config_key(k) in keys and self.ctx.predictor(k).fits]
+        if not pool and self._completed():  # top-k done: the corrected planner over the space
+            pool = [k for k in untried if self.ctx.predictor(k).fits]
         if not self._completed():
             return pool  # nothing measured yet: the planner's own order
         cal = self.calibration
@@ -161,16 +166,22 @@ class Tuner:
         trials = self.study.get_trials(deepcopy=False)
         if self._waiting():
             return  # a retry or a proposal is already queued
-        if sum(1 for t in trials if t.user_attrs.get("source") == "planner"
-               and t.user_attrs.get("status") not in ("skipped_budget", "duplicate")) >= self.cfg.top_k:
-            return
+        run = [t for t in trials if t.user_attrs.get("status") not in ("skipped_budget", "duplicate")]
+        if sum(1 for t in run if t.user_attrs.get("source") == "planner") >= self.cfg.top_k:
+            # after the planner's top-k: every other trial from the corrected planner, the
+            # others from the sampler (it explores what the planner's model cannot see)
+            if self.cfg.top_k == 0 or sum(1 for t in run if t.user_attrs.get("source") in ("model", self.cfg.sampler)) % 2:
+                return
         reserve = self.reserve_s()
         ranked = [k for k in self.ranked_proposals() if self.budget.allows(self.expected_s(k) + reserve)]
         if not ranked:
             return
         best = ranked[0]
         params = {k: best[k] for k in self.distributions}
-        self.study.enqueue_trial(params, user_attrs={"source": "planner", "config_key": config_key(best)},
+        tops = {config_key(complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc))
+                for k in self.ctx.meta.get("planner_top_k") or []}
+        source = "planner" if config_key(best) in tops else "model"
+        self.study.enqueue_trial(params, user_attrs={"source": source, "config_key": config_key(best)},
                                  skip_if_exists=False)
 
     # ---- timing ---------------------------------------------------------------------------

@@ -123,6 +123,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         return config_text(deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model))
 
     ds = lambda: json.loads(ds_text())  # noqa: E731
+    ran_deepspeed = is_deepspeed(plan) or chosen.deepspeed_json is not None  # (ZeRO-0 trials too)
     if fmt == "deepspeed":
         files = [ExportFile(name=options.deepspeed_file, content=ds_text())]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
@@ -133,7 +134,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
             files.append(ExportFile(name=options.deepspeed_file, content=ds_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "torchrun":
-        ds_file = options.deepspeed_file if is_deepspeed(plan) else None
+        ds_file = options.deepspeed_file if ran_deepspeed else None
         argv = torchrun_command(plan, chosen.system, model=chosen.model_ref, steps=steps, recipe=recipe,
                                 deepspeed_config_file=ds_file)
         files = [ExportFile(name="torchrun.sh", content="#!/bin/bash\nset -euo pipefail\n" + render(argv) + "\n")]
@@ -148,7 +149,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     script = sbatch_script(
         plan, chosen.system, model=chosen.model_ref, time_limit=limit, cpus_per_task=cpus, target=target,
         job_name=options.job_name, partition=options.partition, account=options.account, steps=steps,
-        recipe=recipe, deepspeed_config=ds() if is_deepspeed(plan) else None, notes=notes)
+        recipe=recipe, deepspeed_config=ds() if ran_deepspeed else None, notes=notes)
     return ExportResult(format=fmt, plan=plan, source=chosen.source, steps=steps, time_limit=limit,
                         notes=notes, files=[ExportFile(name="job.sbatch", content=script)])
 
