@@ -21,7 +21,8 @@ Methods, each with the same number of trainer runs (`--budget`):
           re-measurement of the top candidates (those runs count in the budget);
   random  uniform random subset; its score is also given EXACTLY in expectation (over all
           subsets and all draws of the noisy runs), not only simulated;
-  grid    evenly spaced configurations of the space in enumeration order.
+  grid    a coarse grid: evenly spaced levels of each knob (e.g. 3 shardings x 3 micro
+          batches for 9 runs), at most the budget.
 Each method keeps the configuration it measured fastest; its score is that configuration's
 TRUE speed / the true best. `--seeds` (>= 20) repetitions; medians compared.
 
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from tuner_truth import CHOICES, ground_truth, medians, noise_summary, space_configs  # noqa: E402
+from tuner_truth import CHOICES, ground_truth, medians, noise_summary  # noqa: E402
 from tuner.config import TuneConfig  # noqa: E402
 from tuner.runner import TrialOutcome  # noqa: E402
 from tuner.space import config_key  # noqa: E402
@@ -157,10 +158,25 @@ def random_search(st: dict, budget: int, seed: int) -> dict:
     return {"pick": pick_noisy(keys, st, rng), "runs": budget, "predicted_oom_launched": None}
 
 
-def grid_search(st: dict, order: list[str], budget: int, seed: int) -> dict:
-    step = len(order) / budget
-    keys = [order[int(i * step)] for i in range(budget)]
-    return {"pick": pick_noisy(keys, st, random.Random(seed)), "runs": budget, "predicted_oom_launched": None}
+def grid_levels(choices: dict[str, tuple], budget: int) -> list[dict]:
+    """A coarse grid: evenly spaced levels of each knob; the level counts whose product is
+    the largest within the budget, the most even coverage of the knobs first."""
+    import itertools
+
+    multi = {k: v for k, v in choices.items() if len(v) > 1}
+    combos = [c for c in itertools.product(*(range(1, len(v) + 1) for v in multi.values())) if math.prod(c) <= budget]
+    cover = [[n / len(v) for n, v in zip(c, multi.values())] for c in combos]
+    best = max(range(len(combos)), key=lambda i: (math.prod(combos[i]), min(cover[i]), sum(cover[i])))
+    levels = dict(zip(multi, combos[best]))
+    picked = {k: [v[round(i * (len(v) - 1) / (levels[k] - 1))] for i in range(levels[k])] if levels[k] > 1 else [v[0]]
+              for k, v in multi.items()}
+    fixed = {k: v[0] for k, v in choices.items() if len(v) == 1}
+    return [fixed | dict(zip(picked, vals)) for vals in itertools.product(*picked.values())]
+
+
+def grid_search(st: dict, budget: int, seed: int) -> dict:
+    keys = [config_key(k) for k in grid_levels(CHOICES, budget)]
+    return {"pick": pick_noisy(keys, st, random.Random(seed)), "runs": len(keys), "predicted_oom_launched": None}
 
 
 def _elementary(q: list[float], m: int) -> float:
@@ -206,7 +222,6 @@ def run_space(space: str, truth: dict, args) -> tuple[dict, bool]:
     st = space_truth(truth, CAP_RSS_GIB if space == "cap" else None)
     true_key = max(st, key=lambda k: st[k]["value"])
     true_best = st[true_key]["value"]
-    order = [config_key(k) for k in space_configs()]
     tuner_runs, template = [], None
     for s in range(args.seeds):
         r = tuner_search(st, space, args.budget, s, args.top_k, template)
@@ -215,7 +230,7 @@ def run_space(space: str, truth: dict, args) -> tuple[dict, bool]:
     first = tuner_runs[0]["first_guess"]
     results = [summarize("tuner", tuner_runs, st, true_best),
                summarize("random", [random_search(st, args.budget, s) for s in range(args.seeds)], st, true_best),
-               summarize("grid", [grid_search(st, order, args.budget, s) for s in range(args.seeds)], st, true_best)]
+               summarize("grid", [grid_search(st, args.budget, s) for s in range(args.seeds)], st, true_best)]
     clean, noisy = random_expected(st, args.budget, true_best)
     ooms = sum(1 for v in st.values() if v["oom"])
     print(f"\n== space {space}: {len(st)} configurations ({ooms} OOM), budget {args.budget} runs, {args.seeds} seeds")

@@ -107,9 +107,11 @@ def tune(
         from tuner.api import create_study
 
         sc = create_study(cfg)
-        msg = {"study": sc.study.study_name, "space_size": sc.space.size, "network": sc.meta.get("network_note")}
+        msg = {"study": sc.study.study_name, "space_size": sc.space.size, "network": sc.meta.get("network_note"),
+               "network_effect": sc.meta.get("network_effect")}
         print_json(msg) if json_out else console.print(
-            f"study [bold]{sc.study.study_name}[/] ready: {sc.space.size} configurations; network {msg['network']}")
+            f"study [bold]{sc.study.study_name}[/] ready: {sc.space.size} configurations; network: {msg['network']}; "
+            f"{msg['network_effect']}")
         return
     from tuner.api import start_study
 

@@ -54,6 +54,7 @@ class Tuner:
         self.runner = runner or SubprocessRunner(ctx)
         self.on_trial = on_trial
         self.calibration = current_calibration(self.study)
+        self._startup_memo: dict[str, float] = {}
         self.launched = 0
         self.skipped_in_a_row = 0
         self.stop_reason = ""
@@ -65,6 +66,7 @@ class Tuner:
     def run(self) -> str:
         st.fail_dead_local_trials(self.study)
         while True:
+            self._startup_memo = {}  # start-up estimates: once per trial, not once per configuration
             reason = self._should_stop()
             if reason:
                 if reason.startswith("every configuration"):
@@ -196,6 +198,12 @@ class Tuner:
             return run_backend(k or {}, self.ctx.meta.get("backend", "any"))
 
         backend = of(knobs)
+        if backend in self._startup_memo:
+            return self._startup_memo[backend]
+        self._startup_memo[backend] = value = self._measured_startup_s(backend, of)
+        return value
+
+    def _measured_startup_s(self, backend: str, of) -> float:
         trials = self.study.get_trials(deepcopy=False)
         walls = [t.user_attrs["startup_s"] for t in self._completed()
                  if t.user_attrs.get("startup_s") and of(t.user_attrs.get("knobs")) == backend]
