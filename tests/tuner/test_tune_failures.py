@@ -69,7 +69,8 @@ def _procs_with(marker: str) -> list[int]:
 def test_timeout_is_classified_and_the_group_reaped(tmp_path):
     db = f"sqlite:///{tmp_path}/t.db"
     wd = tmp_path / "trials"
-    r = plan(["tune", *FAST, "--choices", "micro_batch=2", "--trial-timeout", "4s", "--budget", "2m",
+    # 2000 steps cannot finish in 4 s on any machine (idle, a tiny model takes >= 5 ms a step)
+    r = plan(["tune", *FAST, "--steps", "2000", "--choices", "micro_batch=2", "--trial-timeout", "4s", "--budget", "2m",
               "--storage", db, "--study", "slow", "--workdir", str(wd), "--json"], tmp_path)
     rep = json.loads(r.stdout)
     assert rep["by_status"] == {"timeout": 1}
