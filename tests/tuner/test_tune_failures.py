@@ -70,7 +70,7 @@ def test_timeout_is_classified_and_the_group_reaped(tmp_path):
     db = f"sqlite:///{tmp_path}/t.db"
     wd = tmp_path / "trials"
     # 2000 steps cannot finish in 4 s on any machine (idle, a tiny model takes >= 5 ms a step)
-    r = plan(["tune", *FAST, "--steps", "2000", "--choices", "micro_batch=2", "--trial-timeout", "4s", "--budget", "2m",
+    r = plan(["tune", *FAST, "--steps", "2000", "--choices", "micro_batch=2", "--trial-timeout", "4s", "--budget", "10m",
               "--storage", db, "--study", "slow", "--workdir", str(wd), "--json"], tmp_path)
     rep = json.loads(r.stdout)
     assert rep["by_status"] == {"timeout": 1}
