@@ -39,8 +39,31 @@ def _start_watchdog(timeout_s: float, result_path: str, rank: int) -> threading.
     return timer
 
 
+def _die_with_launcher() -> None:
+    """A rank spawned by the elastic launcher dies when the launcher dies (Linux parent-death
+    signal): a launcher killed with SIGKILL (a tuner killed mid-trial) leaves no ranks
+    training on, or hanging on a rendezvous store that is gone."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is None or not sys.platform.startswith("linux"):
+        return  # srun / torchrun without spawn: the launcher owns the rank's life
+    try:
+        import ctypes
+        import ctypes.util
+        import signal
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent.pid:  # the launcher died before the signal was armed
+        os._exit(137)
+
+
 def run_rank(cfg_json: str, result_path: str) -> str | None:
     """Entry point of one rank (elastic_launch, torchrun or srun). Returns rank 0's JSON."""
+    _die_with_launcher()
     cfg = TrainConfig.model_validate_json(cfg_json)
     rank = int(os.environ.get("RANK", "0"))
     timer = _start_watchdog(cfg.timeout_s, result_path, rank)

@@ -23,6 +23,10 @@ from trainer.result import TrainResult
 # Failure kinds a trial can end in (the trainer's statuses, plus what only the tuner sees).
 TrialStatus = str  # "ok" | "oom" | "timeout" | "crash" | "bad_config" | "interrupted"
 
+# set on every trial's trainer (inherited by its ranks): lets a resumed tuner tell that a
+# leftover process group really is that trial's (tuner/storage.py end_orphan_group)
+TRIAL_MARKER_ENV = "PLAN_TRIAL_WORKDIR"
+
 _OOM_PATTERNS = re.compile(
     r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory|"
     r"MemoryError|std::bad_alloc|failed to allocate|RLIMIT_AS",

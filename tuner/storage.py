@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover
 from optuna.trial import FrozenTrial, TrialState
 
 from planner.errors import PlanError
-from tuner.runner import kill_group
+from tuner.runner import TRIAL_MARKER_ENV, kill_group
 from tuner.worker_id import worker_alive
 
 DEFAULT_STORAGE = "sqlite:///plan-tune.db"
@@ -135,11 +135,16 @@ def end_orphan_group(trial: FrozenTrial) -> None:
     pgid, marker = trial.user_attrs.get("pgid"), trial.user_attrs.get("workdir")
     if not pgid or not marker or worker_alive(trial.user_attrs.get("worker_id")) is not False:
         return
+    tag = f"{TRIAL_MARKER_ENV}={marker}".encode()
     for d in Path("/proc").iterdir():  # only when a member is really that trial's trainer
         if not d.name.isdigit():
             continue
         try:
-            if os.getpgid(int(d.name)) == pgid and marker in (d / "cmdline").read_bytes().decode(errors="replace"):
+            if os.getpgid(int(d.name)) != pgid:
+                continue
+            # the launcher names the workdir on its command line; its ranks (spawned by
+            # torch's elastic launch) carry it in their environment
+            if marker.encode() in (d / "cmdline").read_bytes() or tag in (d / "environ").read_bytes().split(b"\0"):
                 kill_group(pgid)
                 return
         except (OSError, ProcessLookupError):

@@ -11,7 +11,7 @@ from planner.exports.deepspeed_json import config_for_knobs, config_text
 from planner.model import ModelSpec
 from trainer.result import STEP_MARK
 from tuner import locks
-from tuner.runner import TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
+from tuner.runner import TRIAL_MARKER_ENV, TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
 from tuner.space import backend_of
 
 GIB = 2**30
@@ -70,7 +70,7 @@ class SubprocessRunner:
         cmd = trainer_command(run_knobs, model=ctx.meta["model"], nproc=ctx.nproc, steps=ctx.steps,
                               json_out=json_out, extra_args=extra)
         return run_guarded(cmd, json_out=json_out, timeout_s=timeout_s, memory_cap_bytes=self.memory_cap_bytes,
-                           env=rank_env(ctx.nproc), log_path=wd / "trainer.log",
+                           env={**rank_env(ctx.nproc), TRIAL_MARKER_ENV: str(wd)}, log_path=wd / "trainer.log",
                            on_start=lambda pid: on_start(pid, str(wd)))
 
 

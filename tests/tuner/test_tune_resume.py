@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import optuna
 import pytest
@@ -30,12 +31,22 @@ def _wait_for(pred, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
+def _live_members(pgid: int) -> list[str]:
+    """Members of the process group that still run (a zombie is dead: where PID 1 does not
+    reap orphans, as in some CI containers, killpg(pgid, 0) would still find it)."""
+    live = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(f"{d.name} {fields[0]} {cmd[:200]}")
+    return live
 
 
 def test_kill_9_mid_trial_then_resume(tmp_path):
@@ -62,13 +73,17 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    # its trainer dies with it (PDEATHSIG), or the resumed tuner ends what is left of the group
+    # its trainer and the trainer's ranks die with it (parent-death signal on each)
+    deadline = time.monotonic() + 20
+    while _live_members(victim.user_attrs["pgid"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _live_members(victim.user_attrs["pgid"]), "ranks outlived the killed tuner"
     finished_key = done[0].user_attrs["config_key"]
     victim_key = victim.user_attrs["config_key"]
 
     r = plan([*args, "--json", "--no-progress"], tmp_path)
     rep = json.loads(r.stdout)
-    assert not _group_alive(victim.user_attrs["pgid"])
+    assert not _live_members(victim.user_attrs["pgid"]), "the interrupted trial's ranks still run"
     st = optuna.load_study(study_name="resume", storage=db)
     old = st.trials[victim.number]
     assert old.state == TrialState.FAIL and old.user_attrs["status"] == "interrupted"
@@ -127,7 +142,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_everything(tmp_path):
             proc.kill()
     assert proc.returncode == 0, err[-2000:]
     assert "Ctrl-C" in out
-    assert not _group_alive(victim.user_attrs["pgid"])
+    assert not _live_members(victim.user_attrs["pgid"]), "the interrupted trial's ranks still run"
     st = optuna.load_study(study_name="ctrlc", storage=db)
     t = st.trials[victim.number]
     assert t.state == TrialState.FAIL and t.user_attrs["status"] == "interrupted"
