@@ -320,6 +320,21 @@ def _measured(row, spec: ModelSpec, plan: ExecutionPlan, system: System, notes) 
     return tokens_step / it / gpus, it
 
 
+def _recompute_from_counts(row, spec: ModelSpec, plan: ExecutionPlan, tps: float | None, notes) -> ExecutionPlan:
+    """Checkpointing not stated, but the row gives TFLOPs next to a measured speed: TFLOPs that
+    count 4/3 of the model FLOPs (HFU, Narayanan et al. SC21 eq. 3) say the run recomputed every
+    block, so the run is read as full recomputation (Megatron-LM 2020's README tables)."""
+    tf = _num(row, "measured_tflops_per_gpu")
+    given = _num(row, "measured_iter_time_s") or _num(row, "measured_tokens_per_sec_per_gpu")
+    if (row.get("activation_checkpointing") or "").strip() or not (tf and tps and given):
+        return plan
+    ratio = tf * 1e12 / (tps * float(flops.model_flops_per_token(spec, plan.seq_len)))
+    if ratio < 1.2 or plan.activation_checkpointing == "full":
+        return plan
+    notes.append(f"checkpointing not stated: full (the TFLOPs count {ratio:.2f}x the model FLOPs: recompute)")
+    return plan.model_copy(update={"activation_checkpointing": "full", "checkpoint_fraction": 1.0})
+
+
 def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
     """Every row of a runs CSV as a `Run` (an unusable row is an error naming it)."""
     if catalog is None:
@@ -333,6 +348,7 @@ def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
         system = _system(row, catalog, notes)
         plan = _plan(row, spec, system, notes)
         tps, it = _measured(row, spec, plan, system, notes)
+        plan = _recompute_from_counts(row, spec, plan, tps, notes)
         mem = _num(row, "measured_peak_mem_GB")
         outcome = (row.get("outcome") or "ok").strip() or "ok"
         stated = bool((row.get("tp") or "").strip() or (row.get("pp") or "").strip())
