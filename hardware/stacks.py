@@ -65,6 +65,10 @@ class StackProfile(BaseModel):
     # --- memory: the caching allocator ---------------------------------------------------
     allocator_transient_factor: float = Field(default=1.0, ge=0, description="x the largest transient buffer kept cached")
     allocator_fraction: float = Field(default=0.03, ge=0, lt=1, description="share of HBM lost to fragmentation")
+    loss_saved_bytes_per_logit: float = Field(
+        default=4.0, ge=0, le=8, description="bytes per logit the loss keeps for backward (4: fp32 softmax)")
+    loss_grad_bytes_per_logit: float = Field(
+        default=4.0, ge=0, le=8, description="bytes per logit of the logits' gradient buffer (0: written in place)")
     # --- how it was fitted ---------------------------------------------------------------
     fit_method: str = "prior (not fitted)"
     fit_sources: list[str] = Field(default_factory=list)

@@ -285,7 +285,7 @@ def _eager_core_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     return (spec.n_heads / layout.tp) * layout.micro_batch * (s / layout.cp) * s * compute_dtype_bytes(layout)
 
 
-def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) -> np.ndarray:
     """Activation bytes on the busiest GPU.
 
     - full recompute keeps each block's input (sbh, /t with sequence parallelism) and
@@ -298,8 +298,9 @@ def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     - pipeline parallelism: with 1F1B the first stage holds `pp` micro batches in flight
       (Narayanan et al. 2021), interleaving multiplies by (1 + (p-1)/(p*v)) (Korthikanti eq. 6);
       with uneven stages the second stage (one more block, pp-1 in flight) may be the busiest;
-    - the output layer: the fp32 log-softmax (s*b*V/t) kept by the cross-entropy loss, on the
-      last stage (the first when pp = 1).
+    - the output layer: what the cross-entropy loss keeps of the s*b*V/t logits (the stack's
+      `loss_saved_bytes_per_logit`: an fp32 softmax, Megatron's vocab-parallel loss and
+      torchtitan's `.float()`, or 16-bit), on the last stage (the first when pp = 1).
     """
     s, b, h, t = layout.seq_len / layout.cp, layout.micro_batch, spec.hidden, layout.tp
     a = compute_dtype_bytes(layout)
@@ -325,18 +326,19 @@ def activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     held = np.where(uneven, np.maximum(light * in_flight, heavy * np.maximum(in_flight - 1, 1)),
                     heavy * in_flight)
     first_stage = per_block * held * interleave + working
-    logits = sb * spec.vocab_padded / t * 4
+    logits = sb * spec.vocab_padded / t * loss_bytes_per_logit
     final = sb * h * a * 2 / sp_div  # final norm input + output
     last_stage = per_block * light + working + logits + final
     return np.where(layout.pp == 1, first_stage + logits + final, np.maximum(first_stage, last_stage))
 
 
-def transient_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+def transient_bytes(spec: ModelSpec, layout: Layout, grad_bytes_per_logit=4.0) -> np.ndarray:
     """The largest short-lived buffers of a step that the caching allocator keeps reserved:
-    the fp32 gradient of the logits (s*b*V/t, next to the log-softmax) and the 16-bit working
-    copy of the largest gathered or recomputed module."""
+    the gradient of the logits (s*b*V/t next to what the loss kept; fp32, or none where a
+    fused loss writes it in place) and the 16-bit working copy of the largest gathered or
+    recomputed module."""
     sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
-    logits_grad = 4.0 * sb * spec.vocab_padded / layout.tp
+    logits_grad = grad_bytes_per_logit * sb * spec.vocab_padded / layout.tp
     return logits_grad + compute_dtype_bytes(layout) * _unit_params(spec, layout)
 
 
@@ -368,19 +370,20 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     """Every memory term for every plan in `layout` (bytes), plus totals and capacities."""
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
+    from planner.settings import stack_profiles
+    from planner.stacks import per_candidate
+
+    prof = per_candidate(stack_profiles(settings), layout)
     if settings.fragmentation_margin is not None:
         reserve = np.full(shape, settings.fragmentation_margin * capacity)
     else:  # the stack's caching-allocator model
-        from planner.settings import stack_profiles
-        from planner.stacks import per_candidate
-
-        prof = per_candidate(stack_profiles(settings), layout)
-        reserve = prof["allocator_fraction"] * capacity + prof["allocator_transient_factor"] * transient_bytes(spec, layout)
+        transient = transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
+        reserve = prof["allocator_fraction"] * capacity + prof["allocator_transient_factor"] * transient
     out = {
         "weights_bytes": weights_bytes(spec, layout, system),
         "grads_bytes": grads_bytes(spec, layout, system),
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
-        "activations_bytes": activation_bytes(spec, layout),
+        "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"]),
         "comm_buffers_bytes": comm_buffer_bytes(spec, layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),

@@ -66,10 +66,11 @@ class Run:
     gpu_type: str
     assumptions: list[str] = field(default_factory=list)
     layout_stated: bool = True  # False: tp/pp not in the row, the planner's best layout is used
+    inconsistent: str | None = None  # why the row cannot be scored as stated (kept, reported)
 
     @property
     def scored(self) -> bool:
-        return bool(self.measured_tokens_per_s_per_gpu) and self.outcome == "ok"
+        return bool(self.measured_tokens_per_s_per_gpu) and self.outcome == "ok" and self.inconsistent is None
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -130,9 +131,21 @@ def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
         llama = bool(kv and kv != heads) or "llama" in name.lower()
         if ffn and ffn != 4 * hidden and ffn % 2 == 0 and not ("mpt" in name.lower()):
             llama = llama or abs(ffn - 8 * hidden / 3) / hidden < 1.2
-        shape = dict(mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False, bias=False) if llama else {}
-        return ModelSpec(name=name or "custom", n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=kv,
-                         ffn_hidden=ffn, vocab=vocab, vocab_multiple=128, max_positions=max(seq, 2048), **shape)
+        gated = dict(mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False, bias=False)
+
+        def build(shape: dict) -> ModelSpec:
+            return ModelSpec(name=name or "custom", n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=kv,
+                             ffn_hidden=ffn, vocab=vocab, vocab_multiple=128, max_positions=max(seq, 2048), **shape)
+
+        spec = build(gated if llama else {})
+        stated = _num(row, "n_params_B")
+        if stated and not _num(row, "ffn_hidden"):
+            # MLP width not stated: the MLP form (gated or not) whose size matches the stated one
+            other = build({} if llama else gated)
+            if abs(other.n_params / 1e9 - stated) < abs(spec.n_params / 1e9 - stated):
+                notes.append(f"MLP not stated: {other.mlp} ({other.n_params / 1e9:.0f}B, as stated {stated:g}B)")
+                spec = other
+        return spec
     params = _num(row, "n_params_B")
     if params is None:
         raise PlanError("model", f"row {row['id']}: give the model shape (n_layers, hidden, n_heads) or n_params_B")
@@ -352,9 +365,14 @@ def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
         mem = _num(row, "measured_peak_mem_GB")
         outcome = (row.get("outcome") or "ok").strip() or "ok"
         stated = bool((row.get("tp") or "").strip() or (row.get("pp") or "").strip())
+        inconsistent = None
+        if plan.gpus != system.gpus:
+            inconsistent = (f"tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp {plan.dp} = {plan.gpus} GPUs, "
+                            f"the row says {system.gpus}: not scored")
+            notes.append(inconsistent)
         if not stated:
             notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
         runs.append(Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
                         (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
-                        stated))
+                        stated, inconsistent))
     return runs
