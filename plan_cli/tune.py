@@ -55,6 +55,7 @@ def tune(
     calibration: Annotated[Optional[Path], Opt(help="Start from this Calibration JSON", rich_help_panel=RUN)] = None,
     calibration_out: Annotated[Optional[Path], Opt(help="Write the fitted Calibration JSON here (for plan estimate --calibration)", rich_help_panel=OUT)] = None,
     csv: Annotated[Optional[Path], Opt(help="Write the trial table as CSV", rich_help_panel=OUT)] = None,
+    stack_out: Annotated[Optional[Path], Opt(help="Write the bundled stack's profile fitted on the trials (DIR/stacks/bundled.toml, for --catalog DIR)", rich_help_panel=OUT)] = None,
     no_network: Annotated[bool, Opt("--no-network-bench", help="Skip the all-reduce measurement", rich_help_panel=RUN)] = False,
     init_only: Annotated[bool, Opt(help="Create the study (and measure) but run no trial: do this once before starting several workers", rich_help_panel=RUN)] = False,
     heartbeat_interval: Annotated[int, Opt(min=1, hidden=True)] = 10,
@@ -116,6 +117,7 @@ def tune(
     from tuner.api import start_study
 
     report = start_study(cfg, console=err_console)
+    _write_profile(report.study, cfg.storage, stack_out, json_out)
     _show(report, cfg.storage, json_out)
 
 
@@ -125,6 +127,7 @@ def report(
     study: Annotated[str, Opt(help="Study name")],
     storage: Annotated[Optional[str], Opt(help="Optuna RDB URL (default sqlite:///plan-tune.db)")] = None,
     csv: Annotated[Optional[Path], Opt(help="Write the trial table as CSV")] = None,
+    stack_out: Annotated[Optional[Path], Opt(help="Write the bundled stack's profile fitted on the trials (DIR/stacks/bundled.toml)")] = None,
     json_out: Annotated[bool, Opt("--json", help="Print JSON")] = False,
 ) -> None:
     """What a study has found so far: best configuration, trial table, prediction errors."""
@@ -134,7 +137,21 @@ def report(
     rep = build_report(st, storage)
     if csv:
         trials_frame(st).to_csv(csv, index=False)
+    _write_profile(study, storage, stack_out, json_out)
     _show(rep, storage, json_out)
+
+
+def _write_profile(study: str, storage: str | None, out: Path | None, json_out: bool) -> None:
+    if out is None:
+        return
+    from tuner.report import load
+    from tuner.stack_profile import write_study_profile
+
+    prof = write_study_profile(load(study, storage), out)
+    cv = f"{prof.cv_mape_pct:.1f}%" if prof.cv_mape_pct is not None else "n/a (one trial)"
+    (err_console if json_out else console).print(
+        f"stack profile written to {out} (leave-one-run-out CV error of tokens/s: {cv}); "
+        f"use it with --catalog {out.parent.parent} --stack bundled", highlight=False)
 
 
 def _show(rep, storage: str | None, json_out: bool) -> None:

@@ -71,6 +71,24 @@ def test_short_real_study_on_two_cpu_ranks(tmp_path):
     assert c.compute != 1.0 and "plan tune" in c.source
     est = runner.invoke(app, ["estimate", "--model", "tiny", "--gpus", "8", "--calibration", str(cal), "--json"])
     assert est.exit_code == 0, est.output
+    # the bundled stack's profile fitted on the trials, read back by --catalog DIR --stack bundled
+    out = tmp_path / "mine" / "stacks" / "bundled.toml"
+    wr = runner.invoke(app, ["tune", "report", "--study", "short", "--storage", db, "--stack-out", str(out)])
+    assert wr.exit_code == 0, wr.output
+    assert "stack profile written" in wr.output and out.is_file()
+    from hardware.catalog import load_catalog
+
+    prof = load_catalog([tmp_path / "mine"]).stacks["bundled"]
+    shipped = load_catalog().stacks["bundled"]
+    assert prof.fit_sources == ["plan tune short"] and prof.cv_by_source[0].rows == 2
+    assert "leave-one-run-out" in prof.fit_method and prof.cv_mape_pct is not None
+    assert prof.gemm_time_factor != shipped.gemm_time_factor  # fitted on the CPU trials, not copied
+    est = runner.invoke(app, ["estimate", "--model", "tiny", "--gpus", "8", "--catalog", str(tmp_path / "mine"),
+                              "--stack", "bundled", "--json"])
+    assert est.exit_code == 0, est.output
+    bad = runner.invoke(app, ["tune", "report", "--study", "short", "--storage", db, "--stack-out",
+                              str(tmp_path / "x.toml")])
+    assert bad.exit_code == 2 and "stack_out" in bad.output
     # both configurations are done: a resume has nothing left and launches nothing
     r2 = plan(["tune", *FAST, "--choices", "micro_batch=2,8", "--budget", "3m", "--storage", db,
                "--study", "short", "--json"], tmp_path)

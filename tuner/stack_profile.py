@@ -1,0 +1,73 @@
+"""A stack profile fitted on a study's measured trials: what `plan calibrate` fits from a runs
+CSV, fitted here from the trainer runs of `plan tune` (the bundled stack).
+
+Each completed trial is a run: the configuration it ran (the trainer's ExecutionPlan), the
+System the study measured (catalog GPUs or CPU ranks, measured bus bandwidth) and its measured
+tokens/s. `profile_fit.fit_one` fits the profile's time factors with its own leave-one-run-out
+cross-validated error; the file is read back by `--catalog DIR --stack bundled`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from hardware.catalog import load_catalog
+from hardware.stacks import StackProfile, profile_to_toml
+from planner import profile_fit
+from planner.errors import PlanError
+from planner.resolve import resolve_model
+from planner.runs import Run
+from planner.scenario import Scenario
+from planner.system import System
+from tuner.setup import META_KEY
+from tuner.space import to_plan
+
+STACK = "bundled"
+
+
+def study_runs(study: optuna.Study) -> list[Run]:
+    """The study's completed trials as runs of the bundled stack."""
+    meta = study.user_attrs.get(META_KEY)
+    if meta is None:
+        raise PlanError("study", f"{study.study_name!r} was not created by plan tune")
+    system = System.model_validate(meta["system"])
+    spec = resolve_model(Scenario(model=meta["model"]))
+    runs = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if not t.value or "knobs" not in t.user_attrs:
+            continue
+        plan = to_plan(t.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
+        if plan.gpus != system.gpus:
+            continue
+        runs.append(Run(
+            id=f"trial-{t.number}", source=f"plan tune {study.study_name}", spec=spec, plan=plan, system=system,
+            outcome="ok", measured_tokens_per_s_per_gpu=float(t.value) / plan.gpus,
+            measured_iter_time_s=t.user_attrs.get("step_time_s"),
+            measured_peak_mem_gib=t.user_attrs.get("measured_memory_gib"), model=spec.name,
+            gpu_type=system.gpu.name))
+    return runs
+
+
+def fit_study_profile(study: optuna.Study, prior: StackProfile | None = None) -> StackProfile:
+    runs = study_runs(study)
+    if not runs:
+        raise PlanError("study", f"{study.study_name!r} has no completed trial to fit a stack profile on")
+    prior = prior or load_catalog().stacks.get(STACK) or StackProfile(id=STACK, name=STACK)
+    return profile_fit.fit_one(runs, prior)
+
+
+def write_study_profile(study: optuna.Study, out: Path) -> StackProfile:
+    """Fit and write DIR/stacks/bundled.toml (the file name must be the stack id to be loaded)."""
+    out = Path(out)
+    if out.suffix != ".toml" or out.stem != STACK:
+        raise PlanError("stack_out", f"{out}: the file must be named {STACK}.toml (under DIR/stacks/ for --catalog DIR)")
+    prof = fit_study_profile(study)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = profile_to_toml(prof)
+    tomllib.loads(text)
+    out.write_text(text)
+    return prof
