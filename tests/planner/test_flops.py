@@ -25,7 +25,7 @@ def test_swiglu_and_gqa_count_six_n_plus_attention():
     s = 4096
     extra = 3 * (spec.n_layers * flops.attention_core_forward_flops_per_token(spec, s)
                  + flops.logits_forward_flops_per_token(spec))
-    six_n = 6 * spec.n_params_non_embedding
+    six_n = 6 * spec.n_layers * spec.params_per_layer
     # 6N over the matmul weights; norms are a rounding error
     assert flops.model_flops_per_token(spec, s) - extra == pytest.approx(six_n, rel=2e-4)
     full_heads = spec.model_copy(update={"n_kv_heads": None})
