@@ -10,8 +10,6 @@ import typer
 from plan_cli import options as opts
 from plan_cli.common import console, err_console, handle_errors, print_json
 
-EXIT_CODES = {"ok": 0, "bad_config": 2, "oom": 3, "timeout": 4, "crash": 1}
-
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
@@ -51,6 +49,7 @@ def train(
     """Train the bundled GPT with the given knobs and report speed, MFU and memory."""
     from trainer.config import TrainConfig
     from trainer.launch import launch, summary_line
+    from trainer.result import EXIT_CODES
 
     cfg = TrainConfig(
         model=model, nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from hardware.models import Catalog
 from planner import search as search_mod
-from planner import throughput
+from planner import rules, throughput
 from planner.errors import PlanError
 from planner.layout import Layout
 from planner.model import ModelSpec
@@ -178,19 +178,16 @@ def _estimate_at(found, i: int, perf: dict | None, j: int, errors: dict | None =
     if speed is not None and errors:
         speed = speed.model_copy(update={"expected_error_pct": errors.get(plan.stack)})
     reason_i = int(found.reason[i])
-    reason = "" if reason_i < 0 else search_mod.REASONS[reason_i]
-    if reason_i == search_mod.GPU_OOM:
-        reason = f"needs {mem.total_bytes / GIB:.1f} GiB per GPU > {mem.capacity_bytes / GIB:.1f} GiB"
-    elif reason_i == search_mod.HOST_OOM:
-        reason = (f"needs {mem.host_bytes_per_node / GIB:.0f} GiB host RAM per node > "
-                  f"{mem.host_capacity_bytes_per_node / GIB:.0f} GiB")
+    reason = "" if reason_i < 0 else rules.RULES[reason_i].reason
+    if reason_i in rules.MEMORY:  # with the numbers: "needs 93.1 GiB per GPU > 80.0 GiB"
+        reason = rules.RULES[reason_i].explain(rules.Knobs(mem=mem.model_dump()))
     return Estimate(plan=plan, memory=mem, time=time, performance=speed,
                     fits=reason_i < 0, reason=reason)
 
 
 def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
     """Candidates that failed only on memory, least overshoot first."""
-    mem_fail = (found.reason == search_mod.GPU_OOM) | (found.reason == search_mod.HOST_OOM)
+    mem_fail = np.isin(found.reason, sorted(rules.MEMORY))
     idx = np.flatnonzero(mem_fail)
     if idx.size == 0:
         idx = np.arange(len(found.layout))

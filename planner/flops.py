@@ -33,16 +33,18 @@ def _ffn_matrices(spec: ModelSpec) -> int:
 
 def layer_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
     """One block's forward FLOPs per token: projections, MLP and the attention core."""
-    h, kv, f = spec.hidden, spec.kv_dim, spec.ffn
-    # Narayanan et al. SC21 eq. (3), with GQA's smaller K/V projections and SwiGLU's 3 matrices.
-    proj = 2 * h * (h + 2 * kv) + 2 * h * h
+    h, q, kv, f = spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn
+    # Narayanan et al. SC21 eq. (3), with GQA's smaller K/V projections, a query width other
+    # than hidden (Gemma: n_heads x head_dim) and SwiGLU's 3 matrices.
+    proj = 2 * h * (q + 2 * kv) + 2 * q * h
     mlp = 2 * h * f * _ffn_matrices(spec)
     return proj + mlp + attention_core_forward_flops_per_token(spec, seq_len)
 
 
 def attention_core_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
-    # QK^T and attention x V: 2 * 2 * s * h per token (PaLM appendix B; queries use all heads).
-    return 4.0 * np.asarray(seq_len, dtype=np.float64) * spec.hidden
+    # QK^T and attention x V: 2 * 2 * s * q_dim per token (PaLM appendix B's 2 * 2 * s * H * Q:
+    # every query head, whatever the number of kv heads).
+    return 4.0 * np.asarray(seq_len, dtype=np.float64) * spec.q_dim
 
 
 def logits_forward_flops_per_token(spec: ModelSpec) -> float:
@@ -83,13 +85,11 @@ def recompute_flops_per_token(spec: ModelSpec, seq_len, checkpointing, fraction=
 
 
 def hardware_flops_per_token(spec: ModelSpec, seq_len, checkpointing, fraction=1.0) -> np.ndarray:
+    """Model FLOPs plus what activation checkpointing recomputes (the 'hardware FLOPs' of HFU);
+    `checkpointing` is a Layout code (CKPT) or its name."""
+    if isinstance(checkpointing, str):
+        checkpointing = CKPT[checkpointing]
     return model_flops_per_token(spec, seq_len) + recompute_flops_per_token(spec, seq_len, checkpointing, fraction)
-
-
-def seed002_tflops_per_gpu(params, seq_len, global_batch, iter_time_s, gpus, checkpointing: bool):
-    """Seed 002's figure: params * (4 with checkpointing, else 3) * 2 * seq * gbs / (t * gpus)."""
-    factor = 4 if checkpointing else 3
-    return params * factor * 2 * seq_len * global_batch / (iter_time_s * gpus * 1e12)
 
 
 def efficiency(points: tuple[tuple[float, float], ...] | list, gemm_gflop) -> np.ndarray:
@@ -106,11 +106,11 @@ def block_gemms(spec: ModelSpec, tokens, tp) -> list[tuple[np.ndarray, np.ndarra
     `tokens` is the GEMM's m dimension (tokens per micro batch); `tp` splits n or k (Megatron
     column/row parallel linears, Shoeybi et al. 2019).
     """
-    h, kv, f = spec.hidden, spec.kv_dim, spec.ffn
+    h, q, kv, f = spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn
     m = np.asarray(tokens, dtype=np.float64)
     t = np.asarray(tp, dtype=np.float64)
     up = f * (_ffn_matrices(spec) - 1)
-    shapes = [(h + 2 * kv, h), (h, h), (up, h), (h, f)]  # (n, k) before the tp split
+    shapes = [(q + 2 * kv, h), (h, q), (up, h), (h, f)]  # (n, k) before the tp split: qkv, o, up, down
     out = []
     for n, k in shapes:
         per_token = 2.0 * n * k / t

@@ -129,12 +129,6 @@ class Layout:
         return (self.sharding >= SHARD["zero1"]) & (self.sharding <= SHARD["zero3"])
 
     @property
-    def shards_params(self) -> np.ndarray:
-        """ZeRO-3 and FSDP full-shard/hybrid shard the parameters between steps."""
-        s = self.sharding
-        return (s == SHARD["zero3"]) | (s == SHARD["fsdp_full_shard"]) | (s == SHARD["fsdp_hybrid"])
-
-    @property
     def shards_grads(self) -> np.ndarray:
         s = self.sharding
         return (s >= SHARD["zero2"])

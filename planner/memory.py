@@ -16,7 +16,6 @@ import numpy as np
 
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
-from planner.scenario import MemoryBreakdown
 from planner.settings import Settings
 from planner.system import System
 
@@ -393,9 +392,3 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
     out["host_capacity_bytes_per_node"] = np.full(shape, system.host_ram_gib * GIB)
     return out
-
-
-def memory_breakdown(spec: ModelSpec, layout: Layout, system: System, settings: Settings, i: int = 0) -> MemoryBreakdown:
-    """The breakdown of plan `i` of `layout` as a pydantic model."""
-    arrays = memory_arrays(spec, layout, system, settings)
-    return MemoryBreakdown(**{k: float(np.asarray(v).reshape(-1)[i]) for k, v in arrays.items()})

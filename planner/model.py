@@ -149,10 +149,6 @@ class ModelSpec(BaseModel):
         return self.n_layers * self.params_per_layer + self.embedding_params
 
     @property
-    def n_params_non_embedding(self) -> int:
-        return self.n_layers * self.params_per_layer
-
-    @property
     def largest_layer_params(self) -> int:
         """Largest single module's parameter count (ZeRO-3 gathers one module at a time)."""
         block = self.params_per_layer

@@ -13,22 +13,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import memory
+from planner import memory, rules
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
-from planner.pinned import check_structure
+from planner.pinned import check_pinned
 from planner.scenario import CHECKPOINTINGS, SHARDINGS, Scenario
 from planner.settings import Settings, stack_profiles
-from planner.stacks import default_stack, unsupported
+from planner.stacks import default_stack
 from planner.system import System
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 GRAD_ACCUMS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# Without a pinned global batch, batches stay at or under this many tokens (LLaMA 2 trained
-# with 4M-token batches, Touvron et al. 2023); pin --global-batch to plan a given one.
-MAX_DEFAULT_BATCH_TOKENS = 4 * 2**20
-
 # Context-parallel degrees the search tries (ring attention pays off on long sequences only:
 # each GPU keeps at least this many tokens of the sequence).
 CONTEXT_PARALLEL = (1, 2, 4, 8)
@@ -36,25 +32,8 @@ MIN_TOKENS_PER_CP_RANK = 4096
 # "blocks" checkpointing: the share of blocks recomputed when the scenario does not pin it.
 DEFAULT_CHECKPOINT_FRACTION = 0.5
 
-# Rejection reasons, in the order they are checked (the first that applies is counted).
-REASONS = (
-    "tp does not divide n_heads",
-    "interleaved pipeline: pp x vpp does not divide n_layers",
-    "vpp > 1 needs pp > 1",
-    "sequence_parallel needs tp > 1",
-    "offload needs ZeRO or FSDP sharding",
-    "parameter offload needs ZeRO-3 or FSDP",
-    "FSDP offloads parameters with the optimizer (use optimizer+params)",
-    "DeepSpeed pipeline parallelism supports ZeRO-1 only",
-    "global_batch not divisible by micro_batch x dp",
-    "batch above 4M tokens (pin --global-batch to plan a larger one)",
-    "the stack cannot run this plan (see catalog/stacks)",
-    "does not fit in GPU memory",
-    "does not fit in host RAM",
-)
-GPU_OOM = REASONS.index("does not fit in GPU memory")
-HOST_OOM = REASONS.index("does not fit in host RAM")
-FITS = -1
+# Rejection reasons: the rules of planner/rules.py, in table order (the first broken is counted).
+REASONS, GPU_OOM, HOST_OOM, FITS = rules.REASONS, rules.GPU_OOM, rules.HOST_OOM, rules.FITS
 
 
 @dataclass(frozen=True)
@@ -90,8 +69,8 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
                global_batch: int | None = None) -> Layout:
     """The cartesian product of every searched knob, as one Layout of arrays."""
     gpus = system.gpus
-    _check_pinned(spec, system, scenario, seq_len)
-    check_structure(spec, system, scenario, global_batch if global_batch is not None else _global_batch(scenario, seq_len))
+    check_pinned(spec, system, scenario, seq_len,
+                 global_batch if global_batch is not None else _global_batch(scenario, seq_len))
     tps = _values(scenario.tp, [d for d in _divisors(system.gpus_per_node) if gpus % d == 0])
     # pp need not divide n_layers (uneven stages); at most one block per stage
     pps = _values(scenario.pp, [d for d in _divisors(gpus, min(64, spec.n_layers))])
@@ -171,76 +150,21 @@ def _global_batch(scenario: Scenario, seq_len: int) -> int | None:
     return scenario.global_batch
 
 
-def _check_pinned(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int) -> None:
-    """Pinned knobs that can never work are an error, not a row of rejections."""
-    tp, pp, cp = scenario.tp or 1, scenario.pp or 1, scenario.cp or 1
-    if system.gpus % (tp * pp * cp):
-        raise PlanError("gpus", f"{system.gpus} is not divisible by tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp}")
-    if pp > spec.n_layers:
-        raise PlanError("pp", f"{pp} pipeline stages for {spec.n_layers} layers: every stage needs at least "
-                        f"one layer (allowed: pp <= {spec.n_layers})")
-    if scenario.vpp and scenario.vpp > 1 and spec.n_layers % (pp * scenario.vpp):
-        raise PlanError("vpp", f"interleaving needs pp x vpp = {pp * scenario.vpp} to divide n_layers ({spec.n_layers})")
-    if cp > 1 and seq_len % cp:
-        raise PlanError("cp", f"{cp} does not divide seq_len ({seq_len})")
-    if cp > 1 and spec.n_heads % cp:
-        raise PlanError("cp", f"{cp} does not divide n_heads ({spec.n_heads})")
-    if scenario.precision == "fp8" and not system.gpu.fp8_tflops:
-        raise PlanError("precision", f"{system.gpu.id} has no fp8 tensor cores (fp8 needs H100/H200/B200/MI300X "
-                        "class GPUs; allowed here: bf16, fp16, fp32)")
-    if scenario.tp and scenario.tp > system.gpus_per_node:
-        raise PlanError("tp", f"{scenario.tp} exceeds gpus_per_node ({system.gpus_per_node}); "
-                        "tensor parallelism stays inside a node")
-    if scenario.precision in ("bf16", "bf16_pure") and not system.gpu.bf16_tflops:
-        raise PlanError("precision", f"{system.gpu.id} has no bf16 support (allowed: fp16, fp32)")
-    gb, mb, ga = scenario.global_batch, scenario.micro_batch, scenario.grad_accum
-    if scenario.tp and scenario.pp and gb and mb and ga:
-        dp = system.gpus // (tp * pp * cp)
-        if mb * ga * dp != gb:
-            raise PlanError("global_batch", f"{gb} != micro_batch x grad_accum x dp = "
-                            f"{mb} x {ga} x {dp} = {mb * ga * dp}")
-
-
-def reject_reasons(spec: ModelSpec, lay: Layout, scenario: Scenario, seq_len: int,
-                   global_batch: int | None = None, profiles=None) -> np.ndarray:
-    """Index of the first structural reason that rules each candidate out (FITS if none)."""
-    s, off = lay.sharding, lay.offload
-    global_batch = global_batch if global_batch is not None else _global_batch(scenario, seq_len)
-    batch = lay.micro_batch * lay.grad_accum * lay.dp
-    if global_batch is not None:
-        batch_bad = batch != global_batch
-        too_big = np.zeros(len(lay), dtype=bool)
-    else:
-        batch_bad = np.zeros(len(lay), dtype=bool)
-        too_big = (batch * seq_len > MAX_DEFAULT_BATCH_TOKENS) & (lay.grad_accum > 1)
-    checks = [
-        spec.n_heads % lay.tp != 0,
-        (lay.vpp > 1) & (spec.n_layers % (lay.pp * lay.vpp) != 0),
-        (lay.vpp > 1) & (lay.pp == 1),
-        (lay.sequence_parallel == 1) & (lay.tp == 1),
-        (off != OFFLOAD["none"]) & (s == SHARD["none"]),
-        (off == OFFLOAD["optimizer+params"]) & ((s == SHARD["zero1"]) | (s == SHARD["zero2"])),
-        (off == OFFLOAD["optimizer"]) & lay.is_fsdp,
-        (lay.pp > 1) & ((s == SHARD["zero2"]) | (s == SHARD["zero3"])),
-        batch_bad,
-        too_big,
-        unsupported(profiles, lay) if profiles is not None else np.zeros(len(lay), dtype=bool),
-    ]
-    reason = np.full(len(lay), FITS, dtype=np.int64)
-    for i, bad in reversed(list(enumerate(checks))):
-        reason = np.where(bad, i, reason)
-    return reason
+def reject_reasons(spec: ModelSpec, system: System, lay: Layout, seq_len: int, global_batch: int | None,
+                   profiles=None, mem: dict | None = None) -> np.ndarray:
+    """Index into REASONS of the first rule each candidate breaks (FITS if none); the memory
+    rules count only where `mem` is given."""
+    k = rules.Knobs.of_layout(lay, spec=spec, system=system, seq_len=seq_len, global_batch=global_batch,
+                              profiles=profiles, mem=mem)
+    return rules.first_violation(k, rules.RULES if mem is not None else rules.structural())
 
 
 def search(spec: ModelSpec, system: System, scenario: Scenario, settings: Settings, seq_len: int,
            global_batch: int | None = None) -> SearchResult:
     lay = candidates(spec, system, scenario, seq_len, global_batch)
-    reason = reject_reasons(spec, lay, scenario, seq_len, global_batch, stack_profiles(settings))
     mem = memory.memory_arrays(spec, lay, system, settings)
-    structural_ok = reason == FITS
-    reason = np.where(structural_ok & (mem["total_bytes"] > mem["capacity_bytes"]), GPU_OOM, reason)
-    host_bad = mem["host_bytes_per_node"] > mem["host_capacity_bytes_per_node"]
-    reason = np.where((reason == FITS) & host_bad, HOST_OOM, reason)
+    global_batch = global_batch if global_batch is not None else _global_batch(scenario, seq_len)
+    reason = reject_reasons(spec, system, lay, seq_len, global_batch, stack_profiles(settings), mem)
     return SearchResult(layout=lay, reason=reason, mem=mem)
 
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 from pydantic import Field
 
-from planner import memory, search, throughput
+from planner import memory, rules, search, throughput
 from planner.layout import Layout
 from planner.runs import Run
 from planner.scenario import Frozen, Scenario
@@ -93,15 +93,11 @@ def predict(run: Run, settings: Settings) -> RunPrediction:
     """The planner's prediction of one run, with every knob pinned as published."""
     plan = resolved_plan(run, settings)
     lay = Layout.from_plan(plan)
-    profiles = stack_profiles(settings)
-    reason = search.reject_reasons(run.spec, lay, Scenario(global_batch=plan.global_batch),
-                                   plan.seq_len, plan.global_batch, profiles)
     perf = throughput.performance(run.spec, lay, run.system, settings)
     mem = memory.memory_arrays(run.spec, lay, run.system, settings)
-    structural = int(reason[0])
-    over_gpu = mem["total_bytes"][0] > mem["capacity_bytes"][0]
-    over_host = mem["host_bytes_per_node"][0] > mem["host_capacity_bytes_per_node"][0]
-    verdict = search.REASONS[structural] if structural >= 0 else ("memory" if over_gpu or over_host else "")
+    reason = int(search.reject_reasons(run.spec, run.system, lay, plan.seq_len, plan.global_batch,
+                                       stack_profiles(settings), mem)[0])
+    verdict = "" if reason == search.FITS else "memory" if reason in rules.MEMORY else search.REASONS[reason]
     pred = float(perf["tokens_per_s_per_gpu"][0])
     meas = run.measured_tokens_per_s_per_gpu
 

@@ -1,6 +1,7 @@
 """`python -m trainer`: the same flags as `plan train` (the tuner launches this as a subprocess).
 
-Exit codes: 0 ok, 2 bad_config, 3 oom, 4 timeout, 1 crash; the result file says the same.
+Exit codes: trainer/result.py EXIT_CODES (0 ok, 2 bad_config, 3 oom, 4 timeout, 1 crash); the
+result file says the same.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ import sys
 
 from planner.scenario import ATTENTIONS, CHECKPOINTINGS, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS
 from trainer.config import PP_SCHEDULES
-
-EXIT_CODES = {"ok": 0, "bad_config": 2, "oom": 3, "timeout": 4, "crash": 1}
+from trainer.result import EXIT_CODES
 
 
 def parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner import rules
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import Attention, Checkpointing, Offload, Optimizer, Precision, Sharding
@@ -110,14 +111,8 @@ def validate_config(cfg: TrainConfig) -> None:
         except json.JSONDecodeError as e:
             raise PlanError("deepspeed_config", f"not valid JSON: {e}") from None
         return
+    rules.check({"sharding": cfg.sharding, "offload": cfg.offload})  # the planner's offload rules
     b = cfg.backend_name
-    if cfg.offload != "none":
-        if b == "ddp":
-            raise PlanError("offload", "needs sharding zero1/zero2/zero3 or fsdp_* (DDP cannot offload)")
-        if b == "deepspeed" and cfg.offload == "optimizer+params" and cfg.sharding != "zero3":
-            raise PlanError("offload", "optimizer+params needs sharding zero3 (DeepSpeed offloads params only in stage 3)")
-        if b == "fsdp2" and cfg.offload == "optimizer":
-            raise PlanError("offload", "FSDP2 offloads params, grads and optimizer together: use optimizer+params")
     if b == "deepspeed" and cfg.precision == "bf16_pure":
         raise PlanError("precision", "bf16_pure is not supported with DeepSpeed here (use bf16, fp16 or fp32)")
     if b == "deepspeed" and cfg.offload != "none" and cfg.optimizer != "adamw":
@@ -133,8 +128,7 @@ def validate_parallel(cfg: TrainConfig) -> None:
     if cfg.world_size % (cfg.tp * cfg.pp):
         raise PlanError("tp" if cfg.tp > 1 else "pp",
                         f"tp x pp ({cfg.tp} x {cfg.pp}) must divide the world size ({cfg.world_size})")
-    if cfg.vpp > 1 and cfg.pp == 1:
-        raise PlanError("vpp", f"{cfg.vpp} virtual stages need pp > 1")
+    rules.check({"tp": cfg.tp, "pp": cfg.pp, "vpp": cfg.vpp})  # the planner's rules: vpp needs pp
     if cfg.pp_schedule and cfg.pp == 1:
         raise PlanError("pp_schedule", "needs pp > 1")
     if cfg.pp_schedule in ("1f1b", "gpipe") and cfg.vpp > 1:
@@ -162,18 +156,14 @@ def validate_parallel(cfg: TrainConfig) -> None:
 
 def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     """tp/pp/vpp against the model's shapes: tp must split heads and matrices, pp the layers."""
+    # the planner's rules: tp divides the heads, pp at most the layers, pp x vpp divides them
+    rules.check({"tp": cfg.tp, "pp": cfg.pp, "vpp": cfg.vpp}, spec=spec)
     t = cfg.tp
     if t > 1:
-        sizes = {"n_heads": spec.n_heads, "kv_heads": spec.kv_heads, "hidden": spec.hidden, "ffn": spec.ffn,
+        sizes = {"kv_heads": spec.kv_heads, "hidden": spec.hidden, "ffn": spec.ffn,
                  "vocab_padded": spec.vocab_padded, "seq_len": cfg.seq_len}
         if spec.position == "learned":
             sizes["max_positions"] = spec.max_positions
         for name, n in sizes.items():
             if n % t:
                 raise PlanError("tp", f"{t} does not divide the model's {name} ({n})")
-    layers = spec.n_layers
-    if cfg.pp > layers:
-        raise PlanError("pp", f"{cfg.pp} stages exceed the model's {layers} layers (allowed: 1..{layers})")
-    if cfg.vpp > 1 and (layers % cfg.pp or (layers // cfg.pp) % cfg.vpp):
-        raise PlanError("vpp", f"{cfg.vpp} does not divide the layers of each pipeline stage "
-                               f"({layers} layers / pp {cfg.pp}); allowed: vpp with n_layers % (pp x vpp) == 0")

@@ -9,12 +9,12 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import PlanError
+from planner.flops import hardware_flops_per_token, model_flops_per_token
 from trainer import dist as tdist
 from trainer.backends import build_engine
 from trainer.config import TrainConfig, validate_config, validate_layout
 from trainer.data import Batches
-from trainer.metrics import (catalog_peak_tflops, host_peak_rss_bytes, hw_flops_per_token,
-                             measured_matmul_tflops, model_flops_per_token, step_stats)
+from trainer.metrics import catalog_peak_tflops, host_peak_rss_bytes, measured_matmul_tflops, step_stats
 from trainer.model import GPT
 from trainer.result import STEP_MARK, MemoryStats, TrainResult
 from trainer.spec import resolve_spec
@@ -94,8 +94,10 @@ def report(cfg, spec, engine, device, world, times_s, losses, saved, state, meas
     if peak is None:
         sizes = (1024, 2048, 4096) if device.type == "cuda" else (256, 512, 1024)
         peak = (measured_matmul_tflops(precision, sizes), f"measured matmul (best of {sizes} x 3, {precision})")
-    model_tflops = model_flops_per_token(spec, cfg.seq_len) * tps / world / 1e12
-    hw_tflops = hw_flops_per_token(spec, cfg.seq_len, engine.knobs["activation_checkpointing"]) * tps / world / 1e12
+    # the planner's FLOP count, so that measured and predicted MFU use one formula
+    model_tflops = float(model_flops_per_token(spec, cfg.seq_len)) * tps / world / 1e12
+    hw_tflops = float(hardware_flops_per_token(spec, cfg.seq_len, engine.knobs["activation_checkpointing"])) \
+        * tps / world / 1e12
     if hw_tflops > peak[0]:  # the run itself proves the peak was measured low (a busy machine)
         peak = (hw_tflops, f"{peak[1]}, raised to the run's own hardware rate")
     memory = None

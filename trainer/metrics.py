@@ -1,12 +1,10 @@
-"""Step-time statistics, FLOPs per step and the peak to compute MFU against."""
+"""Step-time statistics and the peak to compute MFU against (the FLOPs: planner/flops.py)."""
 
 from __future__ import annotations
 
 import os
 import statistics
 from pathlib import Path
-
-from planner.model import ModelSpec
 
 USER_CATALOG = Path("~/.config/plan/catalog").expanduser()
 
@@ -16,27 +14,6 @@ def step_stats(times_s: list[float]) -> dict[str, float]:
     p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
     return {"step_time_s_median": statistics.median(ordered),
             "step_time_s_mean": statistics.fmean(ordered), "step_time_s_p90": p90}
-
-
-def matmul_params(spec: ModelSpec) -> int:
-    """Parameters that take part in matmuls: the blocks and the output head (not positions)."""
-    return spec.n_params_non_embedding + spec.vocab_padded * spec.hidden
-
-
-def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
-    # PaLM (Chowdhery et al. 2022, App. B): 6N + 12 * L * H * Q * T per token, H*Q = hidden
-    return 6 * matmul_params(spec) + 12 * spec.n_layers * spec.hidden * seq_len
-
-
-def hw_flops_per_token(spec: ModelSpec, seq_len: int, checkpointing: str) -> float:
-    """Model FLOPs plus what recomputation adds (one more forward: 2N + 4*L*h*s; attention core: 4*L*h*s)."""
-    base = model_flops_per_token(spec, seq_len)
-    attn_fwd = 4 * spec.n_layers * spec.hidden * seq_len
-    if checkpointing == "full":
-        return base + 2 * spec.n_params_non_embedding + attn_fwd
-    if checkpointing == "selective":
-        return base + attn_fwd
-    return base
 
 
 def _catalog_dirs() -> list[Path]:

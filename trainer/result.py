@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 STEP_MARK = "[trainer] step"
 
 Status = Literal["ok", "oom", "timeout", "crash", "bad_config"]
+# The exit code of `python -m trainer` and `plan train` for each status (one table for both).
+EXIT_CODES: dict[str, int] = {"ok": 0, "bad_config": 2, "oom": 3, "timeout": 4, "crash": 1}
+assert set(EXIT_CODES) == set(Status.__args__)  # type: ignore[attr-defined]
 
 
 class MemoryStats(BaseModel):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from trainer.result import TrainResult
+from trainer.result import EXIT_CODES, TrainResult
 
 # Failure kinds a trial can end in (the trainer's statuses, plus what only the tuner sees).
 TrialStatus = str  # "ok" | "oom" | "timeout" | "crash" | "bad_config" | "interrupted"
@@ -170,7 +170,7 @@ def classify(json_out: Path, exit_code: int | None, timed_out: bool, wall_s: flo
 def _status_from_log(log_tail: str, exit_code: int | None) -> str:
     if _OOM_PATTERNS.search(log_tail) or exit_code in (-signal.SIGKILL, 137):
         return "oom"
-    if _BAD_CONFIG_PATTERNS.search(log_tail) and exit_code == 2:
+    if _BAD_CONFIG_PATTERNS.search(log_tail) and exit_code == EXIT_CODES["bad_config"]:
         return "bad_config"
     return "crash"
 

@@ -25,7 +25,7 @@ def test_swiglu_and_gqa_count_six_n_plus_attention():
     s = 4096
     extra = 3 * (spec.n_layers * flops.attention_core_forward_flops_per_token(spec, s)
                  + flops.logits_forward_flops_per_token(spec))
-    six_n = 6 * spec.n_params_non_embedding
+    six_n = 6 * spec.n_layers * spec.params_per_layer
     # 6N over the matmul weights; norms are a rounding error
     assert flops.model_flops_per_token(spec, s) - extra == pytest.approx(six_n, rel=2e-4)
     full_heads = spec.model_copy(update={"n_kv_heads": None})
@@ -40,9 +40,35 @@ def test_selective_recompute_adds_only_attention_core():
     assert np.all(flops.recompute_flops_per_token(GPT, s, CKPT["none"]) == 0)
 
 
-def test_seed002_tflops_formula_matches_a_seed_row():
-    # seed 002 row s002-01: 7.5B, seq 1024, gbs 4, 0.661 s, 16 GPUs, checkpointing -> 23.2 TFLOPs
-    assert flops.seed002_tflops_per_gpu(7.5e9, 1024, 4, 0.661, 16, True) == pytest.approx(23.2, abs=0.05)
+def test_hand_count_of_a_tiny_gqa_block_with_wide_queries():
+    """hidden 8, 4 heads of dim 4 (queries 16 wide, as Gemma's n_heads x head_dim > hidden),
+    2 kv heads (k, v 8 wide), GELU MLP 12, vocab 10, 2 layers, 5 tokens of context."""
+    spec = ModelSpec(n_layers=2, hidden=8, n_heads=4, attn_head_dim=4, n_kv_heads=2, ffn_hidden=12, vocab=10)
+    assert (spec.q_dim, spec.kv_dim) == (16, 8)
+    # per token, one block's forward: 2 FLOPs per multiply-add
+    q_proj, k_proj, v_proj, o_proj = 2 * 8 * 16, 2 * 8 * 8, 2 * 8 * 8, 2 * 16 * 8  # 256, 128, 128, 256
+    fc1, fc2 = 2 * 8 * 12, 2 * 12 * 8  # 192, 192
+    scores, values = 2 * 4 * 4 * 5, 2 * 4 * 4 * 5  # every query head against 5 keys, dim 4: 160, 160
+    block = q_proj + k_proj + v_proj + o_proj + fc1 + fc2 + scores + values
+    assert block == 1472
+    logits = 2 * 8 * 10
+    assert flops.layer_forward_flops_per_token(spec, 5) == block
+    assert flops.model_flops_per_token(spec, 5) == 3 * (2 * block + logits) == 9312
+    # full recompute: one more forward of the blocks; selective: of the attention core
+    assert flops.hardware_flops_per_token(spec, 5, "full") == 9312 + 2 * block
+    assert flops.hardware_flops_per_token(spec, 5, "selective") == 9312 + 2 * (scores + values)
+
+
+def test_wide_queries_match_six_n_plus_palm_attention():
+    """PaLM (Chowdhery et al. 2022, App. B): 6N + 12 L H Q T per token, H x Q the query width
+    (Gemma 7B: 16 heads x 256 = 4096 > hidden 3072), N the matmul weights with the output head."""
+    spec = ModelSpec(name="gemma-7b-like", n_layers=28, hidden=3072, n_heads=16, attn_head_dim=256,
+                     ffn_hidden=24576, vocab=256000, mlp="swiglu", norm="rmsnorm", position="rope", bias=False)
+    s = 8192
+    weights = sum(a * b for a, b in (sh for sh in spec.layer_param_shapes() if len(sh) == 2))
+    n = spec.n_layers * weights + spec.vocab_padded * spec.hidden
+    palm = 6 * n + 12 * spec.n_layers * spec.n_heads * spec.head_dim * s
+    assert flops.model_flops_per_token(spec, s) == pytest.approx(palm, rel=1e-12)
 
 
 def test_efficiency_interpolates_in_log_size_and_clamps():

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from planner import flops
+from planner.model import ModelSpec
 from trainer.probe import to_toml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,10 +27,17 @@ def test_mfu_at_most_one_against_a_low_cached_peak(tmp_path):
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "trainer", "--model", "tiny", "--nproc", "1", "--steps", "3",
-                        "--warmup-steps", "1", "--seq-len", "32", "--json", str(out)],
+                        "--warmup-steps", "1", "--seq-len", "32", "--activation-checkpointing", "selective",
+                        "--json", str(out)],
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(out.read_text())
     assert r["status"] == "ok" and 0 < r["mfu"] <= 1
     assert r["peak_source"].startswith("catalog:local") and "raised" in r["peak_source"]
     assert r["peak_tflops_per_device"] == pytest.approx(r["hw_tflops_per_device"])
+    # the trainer's MFU counts FLOPs with the planner's function (one count for both)
+    spec, rate = ModelSpec(**r["model"]), r["tokens_per_s_per_device"] / 1e12
+    assert r["model_tflops_per_device"] == pytest.approx(flops.model_flops_per_token(spec, 32) * rate, rel=1e-9)
+    assert r["hw_tflops_per_device"] == pytest.approx(flops.hardware_flops_per_token(spec, 32, "selective") * rate,
+                                                      rel=1e-9)
+    assert r["hw_tflops_per_device"] > r["model_tflops_per_device"]
