@@ -132,11 +132,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
              responses={401: {"model": ErrorBody}, 503: {"model": ErrorBody}})
     def tune_list() -> StudyList:
         """The studies of the server's storage (authenticated callers only)."""
-        from tuner.storage import masked_url, open_storage
+        from tuner.storage import masked_url
+        from tuner.study_store import list_studies
 
-        storage = open_storage(config.storage)
-        return StudyList(storage=masked_url(config.storage),
-                         studies=sorted(s.study_name for s in storage.get_all_studies()))
+        return StudyList(storage=masked_url(config.storage), studies=list_studies(config.storage))
 
     @app.get("/tune/{study}", response_model=TuneStatus, responses={404: {"model": ErrorBody}})
     def tune_status(study: Name) -> TuneStatus:

@@ -49,6 +49,7 @@ class Tuner:
                  on_trial: Callable[["Tuner"], None] | None = None):
         self.ctx = ctx
         self.study = ctx.study
+        self.store = ctx.store
         self.cfg = ctx.config
         self.budget = budget
         self.runner = runner or SubprocessRunner(ctx)
@@ -64,7 +65,7 @@ class Tuner:
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> str:
-        st.fail_dead_local_trials(self.study)
+        self.store.fail_dead_local_trials()
         while True:
             self._startup_memo = {}  # start-up estimates: once per trial, not once per configuration
             reason = self._should_stop()
@@ -230,7 +231,7 @@ class Tuner:
         key = config_key(knobs)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("knobs", knobs)
-        if self.study._storage.get_trial_system_attrs(trial._trial_id).get("failed_trial") is not None:
+        if self.store.is_retry(trial.number):
             trial.set_user_attr("source", "retry")
         elif "source" not in trial.user_attrs:
             trial.set_user_attr("source", self.cfg.sampler)
@@ -243,11 +244,11 @@ class Tuner:
             return self._not_run(trial, key, "predicted_infeasible", pred.reason, claim=True)
         holder = self._claim(trial, key)
         if holder is not None:
-            return self._not_run(trial, key, "duplicate", f"same configuration as trial id {holder}", claim=False)
+            return self._not_run(trial, key, "duplicate", f"same configuration as trial {holder}", claim=False)
         expected = self.expected_s(knobs)
         trial.set_user_attr("expected_s", expected)
         if not self.budget.allows(expected + self.reserve_s()):
-            st.release(self.study._storage, self.study.study_name, key, trial._trial_id)
+            self.store.release(key, trial.number)
             return self._not_run(trial, key, "skipped_budget",
                                  f"needs ~{expected:.0f} s, {self.budget.left_s:.0f} s left", claim=False)
         self.skipped_in_a_row = 0
@@ -262,12 +263,11 @@ class Tuner:
         if ds_json is not None:  # the exact config this trial runs: exported byte for byte
             trial.set_user_attr("deepspeed_config_json", ds_json)
         self.launched += 1
-        storage = self.study._storage
 
-        def on_start(pid: int, workdir: str) -> None:
-            storage.set_trial_user_attr(trial._trial_id, "pgid", pid)
-            storage.set_trial_user_attr(trial._trial_id, "host", st.HOST)
-            storage.set_trial_user_attr(trial._trial_id, "workdir", workdir)
+        def on_start(pid: int, workdir: str) -> None:  # called as the trainer starts, before it ends
+            trial.set_user_attr("pgid", pid)
+            trial.set_user_attr("host", st.HOST)
+            trial.set_user_attr("workdir", workdir)
 
         kw = {"deepspeed_json": ds_json} if ds_json is not None else {}
         try:
@@ -297,16 +297,13 @@ class Tuner:
         raise TrialFailed(f"interrupted: {why}")
 
     def _claim(self, trial: Trial, key: str) -> int | None:
-        storage = self.study._storage
-
-        def reclaimable(holder_id: int) -> bool:
-            holder = storage.get_trial(holder_id)
+        def reclaimable(holder: FrozenTrial) -> bool:
             status = holder.user_attrs.get("status")
             if holder.state == TrialState.FAIL and status not in FINAL:
                 return True  # interrupted or heartbeat-failed: no result, run it again
             return status == "predicted_infeasible" and self.cfg.explore_infeasible
 
-        return st.claim(storage, self.study.study_name, key, trial._trial_id, is_reclaimable=reclaimable)
+        return self.store.claim(key, trial.number, is_reclaimable=reclaimable)
 
     def _not_run(self, trial: Trial, key: str, status: str, reason: str, *, claim: bool) -> float:
         if claim and self._claim(trial, key) is not None:

@@ -22,7 +22,8 @@ from tuner.predict import Predictor
 from tuner.setup import META_KEY, current_calibration
 from tuner.space import TUNED_KNOBS, to_plan
 from tuner.trial import run_backend
-from tuner.storage import masked_url, normalize_url, open_storage, study_exists
+from tuner.storage import masked_url
+from tuner.study_store import load
 
 COLUMNS = (
     "trial", "state", "status", "source", *TUNED_KNOBS,
@@ -55,19 +56,6 @@ class TuneReport(BaseModel):
     no_result: list[str] = []  # backends of the space with no completed trial
     winner: str | None = None  # which backend won and why
     final_ranking: dict | None = None  # the re-measured top candidates, noise and tie window
-
-
-def load(study_name: str, storage_url: str | None, *, list_studies: bool = True) -> optuna.Study:
-    """A study of the storage; an unknown name is a PlanError that lists the storage's studies
-    only with `list_studies` (the HTTP service shows them to authenticated callers only)."""
-    storage = open_storage(storage_url)
-    if not study_exists(storage, study_name):
-        where = f"no study {study_name!r} in {masked_url(storage_url)}"
-        if list_studies:
-            names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
-            where += f" (studies: {names})"
-        raise PlanError("study", where)
-    return optuna.load_study(study_name=study_name, storage=storage)
 
 
 def status_of(t: FrozenTrial) -> str:

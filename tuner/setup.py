@@ -26,7 +26,8 @@ from tuner.config import TuneConfig
 from tuner.network import measure_busbw
 from tuner.predict import Predictor
 from tuner.space import Space, build_space, ranked_parallel_choices
-from tuner.storage import masked_url, open_storage, study_exists
+from tuner.storage import masked_url, open_storage
+from tuner.study_store import StudyStore, study_exists
 
 META_KEY = "plan_tune"
 
@@ -44,6 +45,7 @@ class StudyContext:
     on_gpu: bool
     steps: int
     meta: dict
+    store: StudyStore  # the study's records on its storage (tuner/study_store.py)
     spec: ModelSpec | None = None  # the model the trials train (what the DeepSpeed builder sizes)
 
 
@@ -100,7 +102,8 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
     device_id = "gpu" if on_gpu else "cpu"
     name = cfg.study or default_study_name(cfg.model, nproc, device_id, cfg.backend)
     if study_exists(storage, name):
-        study = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(cfg))
+        store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=False)
+        study = store.study
         meta = study.user_attrs.get(META_KEY)
         if meta is None:
             raise PlanError("study", f"{name!r} exists but was not created by plan tune")
@@ -109,13 +112,13 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
         raise PlanError("study", f"no study {name!r} in {masked_url(cfg.storage)}")
     else:
         meta = _new_meta(cfg, nproc, on_gpu)
-        study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                    sampler=_sampler(cfg), load_if_exists=True)
+        store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=True)
+        study = store.study
         if META_KEY in study.user_attrs:  # another worker created it in the meantime
             meta = study.user_attrs[META_KEY]
         else:
             study.set_user_attr(META_KEY, meta)
-    return _context(cfg, study, meta)
+    return _context(cfg, store, meta)
 
 
 def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
@@ -178,13 +181,13 @@ def _sampler(cfg: TuneConfig) -> optuna.samplers.BaseSampler:
                                       constant_liar=True)
 
 
-def _context(cfg: TuneConfig, study: optuna.Study, meta: dict) -> StudyContext:
+def _context(cfg: TuneConfig, store: StudyStore, meta: dict) -> StudyContext:
     system = System.model_validate(meta["system"])
     space = Space(choices={k: tuple(v) for k, v in meta["space"].items()})
     base = Scenario(model=meta["model"], gpus=meta["nproc"], seq_len=meta["seq_len"],
                     global_batch=meta.get("global_batch"))
     predictor = Predictor(base, system, Settings.model_validate(meta.get("settings") or {}))
-    return StudyContext(config=cfg, study=study, space=space, system=system, base=base,
+    return StudyContext(config=cfg, study=store.study, store=store, space=space, system=system, base=base,
                         predictor=predictor, nproc=meta["nproc"], seq_len=meta["seq_len"],
                         on_gpu=meta["on_gpu"], steps=meta["steps"], meta=meta, spec=resolve_model(base))
 
