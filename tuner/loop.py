@@ -23,10 +23,11 @@ from tuner.budget import Budget, trial_duration_s, trial_timeout_s
 from tuner.calibrate import Observation, fit_calibration
 from tuner.residual import ResidualModel
 from tuner.runner import TrialOutcome
-from tuner.setup import StudyContext, current_calibration, save_calibration
+from tuner.setup import StudyContext, export_calibration
+from tuner.study_store import current_calibration, save_calibration
 from tuner.space import complete, config_key
 from tuner import final
-from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, run_backend, started_steps
+from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, started_steps
 
 # Trial statuses that are results: a configuration with one of these is never run again.
 FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
@@ -59,7 +60,7 @@ class Tuner:
         self.launched = 0
         self.skipped_in_a_row = 0
         self.stop_reason = ""
-        self.configs = [complete(p, global_batch=ctx.meta.get("global_batch"), dp=ctx.nproc)
+        self.configs = [complete(p, global_batch=ctx.meta.global_batch, dp=ctx.nproc)
                         for p in ctx.space.configs()]
         self.distributions = ctx.space.distributions()
 
@@ -139,8 +140,8 @@ class Tuner:
         """The planner's top-k (one `estimate` call when the study was made: tuner/proposals.py)
         not tried yet, re-ranked by the calibrated planner and the per-knob corrections learned
         from the trials; ties (the planner's 2% rule) go to the simpler plan."""
-        top = [complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
-               for k in self.ctx.meta.get("planner_top_k") or []]
+        top = [complete(k, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc)
+               for k in self.ctx.meta.planner_top_k]
         untried = self.untried(launchable_only=True)
         keys = {config_key(k) for k in untried}
         pool = [k for k in top if config_key(k) in keys and self.ctx.predictor(k).fits]
@@ -181,8 +182,8 @@ class Tuner:
             return
         best = ranked[0]
         params = {k: best[k] for k in self.distributions}
-        tops = {config_key(complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc))
-                for k in self.ctx.meta.get("planner_top_k") or []}
+        tops = {config_key(complete(k, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc))
+                for k in self.ctx.meta.planner_top_k}
         source = "planner" if config_key(best) in tops else "model"
         self.study.enqueue_trial(params, user_attrs={"source": source, "config_key": config_key(best)},
                                  skip_if_exists=False)
@@ -196,7 +197,7 @@ class Tuner:
         """Start-up of a trial of this backend: the median measured on completed trials of the
         same backend; before any, the backend's default, doubled for each start-up timeout."""
         def of(k: dict | None) -> str:
-            return run_backend(k or {}, self.ctx.meta.get("backend", "any"))
+            return self.ctx.meta.run_backend(k or {})
 
         backend = of(knobs)
         if backend in self._startup_memo:
@@ -227,7 +228,7 @@ class Tuner:
         trial.set_user_attr("worker_host", st.HOST)  # for people reading the trial
         trial.set_user_attr("worker_pid", os.getpid())
         params = {k: trial.suggest_categorical(k, d.choices) for k, d in self.distributions.items()}
-        knobs = complete(params, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
+        knobs = complete(params, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc)
         key = config_key(knobs)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("knobs", knobs)
@@ -259,7 +260,7 @@ class Tuner:
         trial.set_user_attr("timeout_s", timeout)
         ds_json = deepspeed_json(knobs, dp=self.ctx.nproc, seq_len=self.ctx.seq_len,
                                  model=self.ctx.spec, on_gpu=self.ctx.on_gpu,
-                                 study_backend=self.ctx.meta.get("backend", "any"))
+                                 study_backend=self.ctx.meta.backend)
         if ds_json is not None:  # the exact config this trial runs: exported byte for byte
             trial.set_user_attr("deepspeed_config_json", ds_json)
         self.launched += 1
@@ -361,7 +362,8 @@ class Tuner:
             # run with them, predicts the completed trials better than with the current ones.
             if self._planner_error(fitted) <= self._planner_error(self.calibration):
                 self.calibration = fitted
-            save_calibration(self.study, self.calibration, self.cfg.calibration_out)
+            save_calibration(self.study, self.calibration)
+            export_calibration(self.calibration, self.cfg.calibration_out)
         return self.calibration
 
     def _planner_error(self, cal: Calibration) -> float:

@@ -2,7 +2,8 @@
 
 tuner/storage.py opens a storage (URL, password masking, heartbeats, the claims table); this
 module is what the rest of the code calls on it: list, load and create studies, a study's id,
-and, for the tuning loop, the per-trial records Optuna's study API has no call for (a trial of
+what `plan tune` records on a study (`StudyMeta`, the fitted calibration), and, for the tuning
+loop, the per-trial records Optuna's study API has no call for (a trial of
 another worker failed, a configuration claimed). Only Optuna's public API is used: the
 `RDBStorage` we open ourselves (`get_trial_id_from_study_id_trial_number`, `get_trial`,
 `set_trial_user_attr`, `engine`) and `Study.tell` with a trial number; never a study's
@@ -12,15 +13,106 @@ another worker failed, a configuration claimed). Only Optuna's public API is use
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import PlanError
+from planner.scenario import ExecutionPlan, Scenario
+from planner.settings import Calibration, Settings
+from planner.system import System
+from tuner.config import Backend
 from tuner.storage import claims_table, masked_url, open_storage
 from tuner.worker_id import worker_alive
+
+
+class UnknownStudy(PlanError):
+    """No such study in the storage, or one that `plan tune` did not create (HTTP: 404)."""
+
+    def __init__(self, message: str):
+        super().__init__("study", message)
+
+
+META_KEY = "plan_tune"  # the study user attribute holding its StudyMeta
+CALIBRATION_KEY = "calibration"  # the calibration fitted so far (updated after every trial)
+
+
+class StudyMeta(BaseModel):
+    """What `plan tune` measured and chose when it created the study, stored on it (user attr
+    `plan_tune`) so that every later worker, resume, report and export predicts with the same
+    System and searches the same space. Studies stored before this model (a plain dict,
+    possibly without the later keys) load with the defaults below."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(description="preset id, size or config.json the trials train")
+    nproc: int = Field(gt=0, description="ranks of every trial")
+    seq_len: int = Field(gt=0)
+    system: System = Field(description="the system the trials run on, with the measured all-reduce busbw")
+    on_gpu: bool = False
+    backend: Backend = "any"
+    steps: int = Field(default=4, gt=0, description="trainer steps per trial")
+    warmup_steps: int = Field(default=1, ge=0)
+    global_batch: int | None = None
+    device_memory_gib: float | None = None
+    space: dict[str, list[Any]] = Field(default_factory=dict, description="knob -> values searched")
+    network_note: str | None = None  # how the network was measured (or not)
+    network_effect: str | None = None  # what the measured busbw changed in the planner's ranking
+    planner_top_k: list[dict] = Field(default_factory=list, description="the planner's proposals, best first")
+    calibration: Calibration = Calibration()  # the calibration the study started from (--calibration-in)
+    settings: Settings = Settings()  # the planner settings of the predictions
+
+    @classmethod
+    def load(cls, study: optuna.Study) -> "StudyMeta":
+        stored = study.user_attrs.get(META_KEY)
+        if stored is None:
+            raise UnknownStudy(f"{study.study_name!r} was not created by plan tune")
+        return cls.model_validate(stored)
+
+    def save(self, study: optuna.Study) -> None:
+        study.set_user_attr(META_KEY, self.model_dump(mode="json"))
+
+    @property
+    def choices(self) -> dict[str, tuple]:
+        return {k: tuple(v) for k, v in self.space.items()}
+
+    def base(self) -> Scenario:
+        """The scenario every trial's prediction starts from (the knobs are pinned on it)."""
+        return Scenario(model=self.model, gpus=self.nproc, seq_len=self.seq_len, global_batch=self.global_batch)
+
+    def predictor(self):
+        from tuner.predict import Predictor
+
+        return Predictor(self.base(), self.system, self.settings)
+
+    def plan(self, knobs: dict) -> ExecutionPlan:
+        """A trial's knobs as the ExecutionPlan it ran."""
+        from tuner.space import to_plan
+
+        return to_plan(knobs, dp=self.nproc, seq_len=self.seq_len)
+
+    def run_backend(self, knobs: dict) -> str:
+        """The framework a trial of `knobs` runs under in this study (tuner/trial.py)."""
+        from tuner.trial import run_backend
+
+        return run_backend(knobs, self.backend)
+
+
+def current_calibration(study: optuna.Study) -> Calibration:
+    """The calibration fitted so far, else the one the study started from."""
+    fitted = study.user_attrs.get(CALIBRATION_KEY)
+    if fitted:
+        return Calibration.model_validate(fitted)
+    stored = study.user_attrs.get(META_KEY) or {}
+    return Calibration.model_validate(stored.get("calibration") or {})
+
+
+def save_calibration(study: optuna.Study, cal: Calibration) -> None:
+    study.set_user_attr(CALIBRATION_KEY, cal.model_dump(mode="json"))
 
 
 def study_names(storage: RDBStorage) -> list[str]:
@@ -39,7 +131,7 @@ def load(study_name: str, storage_url: str | None, *, list_studies: bool = True)
         where = f"no study {study_name!r} in {masked_url(storage_url)}"
         if list_studies:
             where += f" (studies: {', '.join(study_names(storage)) or 'none'})"
-        raise PlanError("study", where)
+        raise UnknownStudy(where)
     return optuna.load_study(study_name=study_name, storage=storage)
 
 

@@ -53,7 +53,7 @@ class SubprocessRunner:
 
     def __init__(self, ctx):
         self.ctx = ctx
-        cap = ctx.meta.get("device_memory_gib")
+        cap = ctx.meta.device_memory_gib
         self.memory_cap_bytes = int(cap * GIB) if cap and not ctx.on_gpu else None
 
     def __call__(self, knobs: dict, *, trial_number: int, timeout_s: float, on_start,
@@ -61,13 +61,13 @@ class SubprocessRunner:
         cfg, ctx = self.ctx.config, self.ctx
         wd = fresh_workdir(Path(cfg.workdir) if cfg.workdir else None, trial_number)
         json_out = wd / "result.json"
-        extra = ["--seq-len", str(ctx.seq_len), "--warmup-steps", str(ctx.meta.get("warmup_steps", 1)),
+        extra = ["--seq-len", str(ctx.seq_len), "--warmup-steps", str(ctx.meta.warmup_steps),
                  "--timeout-s", str(int(timeout_s)), *cfg.trainer_args]
         run_knobs = dict(knobs)
         if deepspeed_json is not None:
             (wd / DS_FILE).write_text(deepspeed_json)
             extra += ["--deepspeed-config", str(wd / DS_FILE)]
-        cmd = trainer_command(run_knobs, model=ctx.meta["model"], nproc=ctx.nproc, steps=ctx.steps,
+        cmd = trainer_command(run_knobs, model=ctx.meta.model, nproc=ctx.nproc, steps=ctx.steps,
                               json_out=json_out, extra_args=extra)
         return run_guarded(cmd, json_out=json_out, timeout_s=timeout_s, memory_cap_bytes=self.memory_cap_bytes,
                            env={**rank_env(ctx.nproc), TRIAL_MARKER_ENV: str(wd)}, log_path=wd / "trainer.log",
