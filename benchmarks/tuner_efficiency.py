@@ -100,10 +100,10 @@ class PriorOff:
         self.model = getattr(predictor, "model", None)
 
     def __call__(self, knobs: dict, calibration=None):
-        from tuner.space import backend_of
+        from tuner.trial import run_backend
 
         p = self.inner(knobs, calibration)
-        f = self.factors.get(backend_of(knobs["sharding"]), 1.0)
+        f = self.factors.get(run_backend(knobs, "any"), 1.0)
         if f == 1.0 or p.step_time_s is None:
             return p
         return p.__class__(**{**p.__dict__, "tokens_per_s": p.tokens_per_s * f, "step_time_s": p.step_time_s / f,

@@ -31,7 +31,6 @@ from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, sta
 
 # Trial statuses that are results: a configuration with one of these is never run again.
 FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
-NOT_RUN = ("duplicate", "predicted_infeasible", "skipped_budget")
 GIB = 2**30
 # A trial cut by the budget or killed before its first step is "interrupted" and run again,
 # with a longer start-up allowance; after this many interruptions it is a final "timeout".

@@ -12,7 +12,6 @@ from planner.model import ModelSpec
 from trainer.result import STEP_MARK
 from tuner import locks
 from tuner.runner import TRIAL_MARKER_ENV, TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
-from tuner.space import backend_of
 
 GIB = 2**30
 DS_FILE = "ds_config.json"
@@ -26,7 +25,10 @@ DEFAULT_STARTUP_S = {"cpu": {"ddp": 15.0, "fsdp": 20.0, "deepspeed": 45.0},
 def run_backend(knobs: dict, study_backend: str) -> str:
     """The framework a trial runs under: in a `--backend deepspeed` study every trial is a
     DeepSpeed run (sharding none is ZeRO stage 0), otherwise the sharding says."""
-    return "deepspeed" if study_backend == "deepspeed" else backend_of(knobs.get("sharding", "none"))
+    sharding = knobs.get("sharding", "none")
+    if study_backend == "deepspeed" or sharding.startswith("zero"):
+        return "deepspeed"
+    return "fsdp" if sharding.startswith("fsdp") else "ddp"
 
 
 def deepspeed_json(knobs: dict, *, dp: int, seq_len: int, model: ModelSpec, on_gpu: bool,
