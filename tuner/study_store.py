@@ -19,7 +19,7 @@ import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.errors import PlanError
 from planner.scenario import ExecutionPlan, Scenario
@@ -71,7 +71,13 @@ class StudyMeta(BaseModel):
         stored = study.user_attrs.get(META_KEY)
         if stored is None:
             raise UnknownStudy(f"{study.study_name!r} was not created by plan tune")
-        return cls.model_validate(stored)
+        try:
+            return cls.model_validate(stored)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise PlanError("study", f"{study.study_name!r}: its {META_KEY} record is not readable "
+                                     f"({where}: {err['msg']})") from None
 
     def save(self, study: optuna.Study) -> None:
         study.set_user_attr(META_KEY, self.model_dump(mode="json"))

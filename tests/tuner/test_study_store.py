@@ -136,3 +136,7 @@ def test_studies_plan_tune_did_not_make_are_unknown_studies(tmp_path):
     with pytest.raises(PlanError, match="no completed trial") as e:
         chosen_from_study("old", url)
     assert not isinstance(e.value, UnknownStudy)
+    study = load("old", url)
+    study.set_user_attr("plan_tune", {**OLD_META, "system": _system_json(), "nproc": "two"})
+    with pytest.raises(PlanError, match=r"'old': its plan_tune record is not readable \(nproc: "):
+        StudyMeta.load(study)
