@@ -100,10 +100,10 @@ class PriorOff:
         self.model = getattr(predictor, "model", None)
 
     def __call__(self, knobs: dict, calibration=None):
-        from tuner.space import backend_of
+        from tuner.trial import run_backend
 
         p = self.inner(knobs, calibration)
-        f = self.factors.get(backend_of(knobs["sharding"]), 1.0)
+        f = self.factors.get(run_backend(knobs, "any"), 1.0)
         if f == 1.0 or p.step_time_s is None:
             return p
         return p.__class__(**{**p.__dict__, "tokens_per_s": p.tokens_per_s * f, "step_time_s": p.step_time_s / f,
@@ -116,7 +116,8 @@ def tuner_search(st: dict, space: str, budget: int, seed: int, top_k: int, templ
     from tuner.budget import Budget
     from tuner.final import best_trial
     from tuner.loop import Tuner
-    from tuner.setup import META_KEY, open_study
+    from tuner.setup import open_study
+    from tuner.study_store import StudyMeta
 
     rounds, top_n = 1, 3
     with tempfile.TemporaryDirectory() as d:
@@ -126,7 +127,7 @@ def tuner_search(st: dict, space: str, budget: int, seed: int, top_k: int, templ
                          seed=seed, measure_network=False, progress=False, remeasure_rounds=rounds,
                          infeasible_margin=0.0, device_memory_gib=PLANNER_CAP_GIB if space == "cap" else None)
         if template is not None:  # the same measured system for every seed
-            optuna.create_study(study_name="b", storage=url, direction="maximize").set_user_attr(META_KEY, template)
+            StudyMeta.model_validate(template).save(optuna.create_study(study_name="b", storage=url, direction="maximize"))
         ctx = open_study(cfg)
         if space == "prior":
             ctx.predictor = PriorOff(ctx.predictor, PRIOR_OFF)
@@ -134,17 +135,17 @@ def tuner_search(st: dict, space: str, budget: int, seed: int, top_k: int, templ
 
             fits = [k for k in ctx.space.configs() if ctx.predictor(k).fits]  # the planner's rule, on the off prior
             order = tie_order(fits, [ctx.predictor(k).tokens_per_s for k in fits])
-            ctx.meta["planner_top_k"] = [fits[i] for i in order][:top_k]
+            ctx.meta.planner_top_k = [fits[i] for i in order][:top_k]
         runner = ReplayRunner(st, random.Random(seed))
         Tuner(ctx, Budget(10**6), runner=runner).run()
         trials = ctx.study.get_trials(deepcopy=False)
         launched = [t for t in trials if t.user_attrs.get("status") in ("ok", "oom", "timeout", "crash")]
         bad = sum(1 for t in launched if t.user_attrs.get("predicted_fits") is False)
         best = best_trial(ctx.study)
-        meta = ctx.study.user_attrs[META_KEY]
+        meta = StudyMeta.load(ctx.study).model_dump(mode="json")
         return {"pick": best.user_attrs["config_key"] if best else None, "runs": runner.runs,
                 "predicted_oom_launched": bad, "first_guess": config_key(meta["planner_top_k"][0]) if space != "prior"
-                else config_key(ctx.meta["planner_top_k"][0]), "meta": meta}
+                else config_key(ctx.meta.planner_top_k[0]), "meta": meta}
 
 
 def pick_noisy(keys: list[str], st: dict, rng: random.Random) -> str:

@@ -83,7 +83,9 @@ def export(
         cpus_per_task=cpus_per_task,
         deepspeed_file=str(out) if format == "deepspeed" and out else str(companion_dir / "ds_config.json"))
     if from_study is not None:
-        chosen = _from_study(from_study, storage, catalog)
+        from tuner.report import chosen_from_study  # the winner, on the system it ran on
+
+        chosen = chosen_from_study(from_study, storage)
     else:
         scenario_fields = dict(
             model=model or "7b", gpus=gpus, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
@@ -122,14 +124,6 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
     report = api.estimate(scenario, catalog=cat, objective=objective, top=500)
     cluster = cat.clusters.get(report.system.cluster_id or "")
     return choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
-
-
-def _from_study(name: str, storage: str | None, catalog_dirs):
-    """The winner of a `plan tune` study, on the system it ran on; a DeepSpeed plan with the
-    exact JSON its trial ran."""
-    from tuner.report import chosen_from_study
-
-    return chosen_from_study(name, storage)
 
 
 def _write(result, out: Path | None) -> list[str]:

@@ -108,8 +108,8 @@ def tune(
         from tuner.api import create_study
 
         sc = create_study(cfg)
-        msg = {"study": sc.study.study_name, "space_size": sc.space.size, "network": sc.meta.get("network_note"),
-               "network_effect": sc.meta.get("network_effect")}
+        msg = {"study": sc.study.study_name, "space_size": sc.space.size, "network": sc.meta.network_note,
+               "network_effect": sc.meta.network_effect}
         print_json(msg) if json_out else console.print(
             f"study [bold]{sc.study.study_name}[/] ready: {sc.space.size} configurations; network: {msg['network']}; "
             f"{msg['network_effect']}")

@@ -132,11 +132,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
              responses={401: {"model": ErrorBody}, 503: {"model": ErrorBody}})
     def tune_list() -> StudyList:
         """The studies of the server's storage (authenticated callers only)."""
-        from tuner.storage import masked_url, open_storage
+        from tuner.storage import masked_url
+        from tuner.study_store import list_studies
 
-        storage = open_storage(config.storage)
-        return StudyList(storage=masked_url(config.storage),
-                         studies=sorted(s.study_name for s in storage.get_all_studies()))
+        return StudyList(storage=masked_url(config.storage), studies=list_studies(config.storage))
 
     @app.get("/tune/{study}", response_model=TuneStatus, responses={404: {"model": ErrorBody}})
     def tune_status(study: Name) -> TuneStatus:
@@ -159,7 +158,13 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         """The DeepSpeed JSON config of a study's best trial."""
         from planner.exports.bundle import ExportOptions, export
 
-        chosen = _chosen_from_study(study, config.storage)
+        from tuner.report import chosen_from_study
+        from tuner.study_store import UnknownStudy
+
+        try:  # no completed trial yet: a PlanError, 422
+            chosen = chosen_from_study(study, config.storage, list_studies=False)
+        except UnknownStudy as e:
+            raise HTTPException(404, str(e)) from None
         result = export("deepspeed", chosen, ExportOptions(target=target))
         return json.loads(result.files[0].content)
 
@@ -213,17 +218,3 @@ def _report(study: str, storage: str) -> dict | None:
         return build_report(load(study, storage, list_studies=False), storage).model_dump(mode="json")
     except PlanError:
         return None
-
-
-def _chosen_from_study(study: str, storage: str):
-    from tuner import load
-    from tuner.report import chosen_from_study
-    from tuner.setup import META_KEY
-
-    try:
-        meta = load(study, storage, list_studies=False).user_attrs.get(META_KEY)
-    except PlanError as e:
-        raise HTTPException(404, str(e)) from None
-    if meta is None:
-        raise HTTPException(404, f"{study!r} was not created by plan tune")
-    return chosen_from_study(study, storage, list_studies=False)  # PlanError (no completed trial) -> 422

@@ -95,6 +95,7 @@ class Group:
                    node_scale=links.gpus_per_node / np.asarray(m, dtype=np.float64))
 
     def allreduce_s(self, nbytes, calls=1):
+        """`calls` all-reduces moving `nbytes` in total (0 for a group of one)."""
         return 2.0 * self.f * nbytes * self.inv_bw + calls * self.lat
 
     def allgather_s(self, nbytes, calls=1):
@@ -102,31 +103,9 @@ class Group:
         return self.f * nbytes * self.inv_bw + calls * self.lat
 
     def node_bytes(self, nbytes, factor: float):
+        """Bytes one node sends across the network for a collective (0 inside a node);
+        factor: 2 for all-reduce, 1 for all-gather / reduce-scatter."""
         return self.spans * (factor * self.f * self.node_scale) * nbytes
-
-
-def allreduce_s(links: Links, nbytes, group, m, calls=1) -> np.ndarray:
-    """`calls` all-reduces moving `nbytes` in total, in a group of `group` GPUs."""
-    n = np.asarray(group, dtype=np.float64)
-    bw = 2.0 * (n - 1) / n * nbytes / group_busbw_Bps(links, group, m)
-    return np.where(n > 1, bw + calls * latency_s(group, m), 0.0)
-
-
-def allgather_s(links: Links, nbytes, group, m, calls=1) -> np.ndarray:
-    """All-gather or reduce-scatter of `nbytes` (the full, unsharded size) in total."""
-    n = np.asarray(group, dtype=np.float64)
-    bw = (n - 1) / n * nbytes / group_busbw_Bps(links, group, m)
-    return np.where(n > 1, bw + calls * latency_s(group, m), 0.0)
-
-
-def node_bytes(nbytes, group, m, gpus_per_node: int, factor: float) -> np.ndarray:
-    """Bytes one node sends across the network for a collective (0 inside a node).
-
-    factor: 2 for all-reduce, 1 for all-gather / reduce-scatter.
-    """
-    n = np.asarray(group, dtype=np.float64)
-    per_group = factor * (n - 1) / n * nbytes
-    return np.where(group > m, per_group * gpus_per_node / m, 0.0)
 
 
 def p2p_s(links: Links, nbytes, inter_node) -> np.ndarray:

@@ -147,25 +147,24 @@ def best_trial(study) -> FrozenTrial | None:
 
 def why_it_won(study) -> str:
     """One line: the winner against the best of every other backend (and the noise)."""
-    from tuner.setup import META_KEY
-    from tuner.trial import run_backend
+    from tuner.study_store import StudyMeta
 
-    study_backend = (study.user_attrs.get(META_KEY) or {}).get("backend", "any")
+    meta = StudyMeta.load(study)
 
-    def backend_of(sharding: str) -> str:
-        return run_backend({"sharding": sharding}, study_backend)
+    def backend_for(sharding: str) -> str:
+        return meta.run_backend({"sharding": sharding})
 
     best = best_trial(study)
     if best is None:
         return ""
     final = final_ranking(study) or {}
     med = {r["trial"]: r["median_tokens_per_s"] for r in final.get("rows", [])}
-    win_b = backend_of(best.user_attrs["knobs"]["sharding"])
+    win_b = backend_for(best.user_attrs["knobs"]["sharding"])
     win_v = med.get(best.number, best.value)
     window = final.get("tie_window_pct", 100 * api.TIE_FRACTION)
     parts = []
-    for b in sorted({backend_of(t.user_attrs["knobs"]["sharding"]) for t in completed(study)} - {win_b}):
-        rival = max((t for t in completed(study) if backend_of(t.user_attrs["knobs"]["sharding"]) == b),
+    for b in sorted({backend_for(t.user_attrs["knobs"]["sharding"]) for t in completed(study)} - {win_b}):
+        rival = max((t for t in completed(study) if backend_for(t.user_attrs["knobs"]["sharding"]) == b),
                     key=lambda t: med.get(t.number, t.value))
         rv = med.get(rival.number, rival.value)
         gap = 100 * (win_v / rv - 1)
@@ -181,12 +180,7 @@ def why_it_won(study) -> str:
             verdict = (f"inside the {window:.0f}% noise window: a tie the planner's rule gives to the simpler plan"
                        if abs(gap) <= window else f"{gap:+.0f}%")
             parts.append(f"vs trial {rows[1]['trial']} ({rows[1]['median_tokens_per_s']:,.0f} tok/s): {verdict}")
-        parts.append("the only backend with a result" if len({backend_of(s) for s in study_shardings(study)}) > 1
+        parts.append("the only backend with a result" if len({backend_for(s) for s in meta.space.get("sharding", [])}) > 1
                      else f"{win_b} is the only backend of the space")
     return head + "; " + "; ".join(parts)
 
-
-def study_shardings(study) -> list[str]:
-    from tuner.setup import META_KEY
-
-    return (study.user_attrs.get(META_KEY) or {}).get("space", {}).get("sharding", [])

@@ -23,14 +23,14 @@ from tuner.budget import Budget, trial_duration_s, trial_timeout_s
 from tuner.calibrate import Observation, fit_calibration
 from tuner.residual import ResidualModel
 from tuner.runner import TrialOutcome
-from tuner.setup import StudyContext, current_calibration, save_calibration
+from tuner.setup import StudyContext, export_calibration
+from tuner.study_store import current_calibration, save_calibration
 from tuner.space import complete, config_key
 from tuner import final
-from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, run_backend, started_steps
+from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, started_steps
 
 # Trial statuses that are results: a configuration with one of these is never run again.
 FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
-NOT_RUN = ("duplicate", "predicted_infeasible", "skipped_budget")
 GIB = 2**30
 # A trial cut by the budget or killed before its first step is "interrupted" and run again,
 # with a longer start-up allowance; after this many interruptions it is a final "timeout".
@@ -49,6 +49,7 @@ class Tuner:
                  on_trial: Callable[["Tuner"], None] | None = None):
         self.ctx = ctx
         self.study = ctx.study
+        self.store = ctx.store
         self.cfg = ctx.config
         self.budget = budget
         self.runner = runner or SubprocessRunner(ctx)
@@ -58,13 +59,13 @@ class Tuner:
         self.launched = 0
         self.skipped_in_a_row = 0
         self.stop_reason = ""
-        self.configs = [complete(p, global_batch=ctx.meta.get("global_batch"), dp=ctx.nproc)
+        self.configs = [complete(p, global_batch=ctx.meta.global_batch, dp=ctx.nproc)
                         for p in ctx.space.configs()]
         self.distributions = ctx.space.distributions()
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> str:
-        st.fail_dead_local_trials(self.study)
+        self.store.fail_dead_local_trials()
         while True:
             self._startup_memo = {}  # start-up estimates: once per trial, not once per configuration
             reason = self._should_stop()
@@ -138,8 +139,8 @@ class Tuner:
         """The planner's top-k (one `estimate` call when the study was made: tuner/proposals.py)
         not tried yet, re-ranked by the calibrated planner and the per-knob corrections learned
         from the trials; ties (the planner's 2% rule) go to the simpler plan."""
-        top = [complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
-               for k in self.ctx.meta.get("planner_top_k") or []]
+        top = [complete(k, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc)
+               for k in self.ctx.meta.planner_top_k]
         untried = self.untried(launchable_only=True)
         keys = {config_key(k) for k in untried}
         pool = [k for k in top if config_key(k) in keys and self.ctx.predictor(k).fits]
@@ -180,8 +181,8 @@ class Tuner:
             return
         best = ranked[0]
         params = {k: best[k] for k in self.distributions}
-        tops = {config_key(complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc))
-                for k in self.ctx.meta.get("planner_top_k") or []}
+        tops = {config_key(complete(k, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc))
+                for k in self.ctx.meta.planner_top_k}
         source = "planner" if config_key(best) in tops else "model"
         self.study.enqueue_trial(params, user_attrs={"source": source, "config_key": config_key(best)},
                                  skip_if_exists=False)
@@ -195,7 +196,7 @@ class Tuner:
         """Start-up of a trial of this backend: the median measured on completed trials of the
         same backend; before any, the backend's default, doubled for each start-up timeout."""
         def of(k: dict | None) -> str:
-            return run_backend(k or {}, self.ctx.meta.get("backend", "any"))
+            return self.ctx.meta.run_backend(k or {})
 
         backend = of(knobs)
         if backend in self._startup_memo:
@@ -226,11 +227,11 @@ class Tuner:
         trial.set_user_attr("worker_host", st.HOST)  # for people reading the trial
         trial.set_user_attr("worker_pid", os.getpid())
         params = {k: trial.suggest_categorical(k, d.choices) for k, d in self.distributions.items()}
-        knobs = complete(params, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
+        knobs = complete(params, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc)
         key = config_key(knobs)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("knobs", knobs)
-        if self.study._storage.get_trial_system_attrs(trial._trial_id).get("failed_trial") is not None:
+        if self.store.is_retry(trial.number):
             trial.set_user_attr("source", "retry")
         elif "source" not in trial.user_attrs:
             trial.set_user_attr("source", self.cfg.sampler)
@@ -243,11 +244,11 @@ class Tuner:
             return self._not_run(trial, key, "predicted_infeasible", pred.reason, claim=True)
         holder = self._claim(trial, key)
         if holder is not None:
-            return self._not_run(trial, key, "duplicate", f"same configuration as trial id {holder}", claim=False)
+            return self._not_run(trial, key, "duplicate", f"same configuration as trial {holder}", claim=False)
         expected = self.expected_s(knobs)
         trial.set_user_attr("expected_s", expected)
         if not self.budget.allows(expected + self.reserve_s()):
-            st.release(self.study._storage, self.study.study_name, key, trial._trial_id)
+            self.store.release(key, trial.number)
             return self._not_run(trial, key, "skipped_budget",
                                  f"needs ~{expected:.0f} s, {self.budget.left_s:.0f} s left", claim=False)
         self.skipped_in_a_row = 0
@@ -258,16 +259,15 @@ class Tuner:
         trial.set_user_attr("timeout_s", timeout)
         ds_json = deepspeed_json(knobs, dp=self.ctx.nproc, seq_len=self.ctx.seq_len,
                                  model=self.ctx.spec, on_gpu=self.ctx.on_gpu,
-                                 study_backend=self.ctx.meta.get("backend", "any"))
+                                 study_backend=self.ctx.meta.backend)
         if ds_json is not None:  # the exact config this trial runs: exported byte for byte
             trial.set_user_attr("deepspeed_config_json", ds_json)
         self.launched += 1
-        storage = self.study._storage
 
-        def on_start(pid: int, workdir: str) -> None:
-            storage.set_trial_user_attr(trial._trial_id, "pgid", pid)
-            storage.set_trial_user_attr(trial._trial_id, "host", st.HOST)
-            storage.set_trial_user_attr(trial._trial_id, "workdir", workdir)
+        def on_start(pid: int, workdir: str) -> None:  # called as the trainer starts, before it ends
+            trial.set_user_attr("pgid", pid)
+            trial.set_user_attr("host", st.HOST)
+            trial.set_user_attr("workdir", workdir)
 
         kw = {"deepspeed_json": ds_json} if ds_json is not None else {}
         try:
@@ -297,16 +297,13 @@ class Tuner:
         raise TrialFailed(f"interrupted: {why}")
 
     def _claim(self, trial: Trial, key: str) -> int | None:
-        storage = self.study._storage
-
-        def reclaimable(holder_id: int) -> bool:
-            holder = storage.get_trial(holder_id)
+        def reclaimable(holder: FrozenTrial) -> bool:
             status = holder.user_attrs.get("status")
             if holder.state == TrialState.FAIL and status not in FINAL:
                 return True  # interrupted or heartbeat-failed: no result, run it again
             return status == "predicted_infeasible" and self.cfg.explore_infeasible
 
-        return st.claim(storage, self.study.study_name, key, trial._trial_id, is_reclaimable=reclaimable)
+        return self.store.claim(key, trial.number, is_reclaimable=reclaimable)
 
     def _not_run(self, trial: Trial, key: str, status: str, reason: str, *, claim: bool) -> float:
         if claim and self._claim(trial, key) is not None:
@@ -364,7 +361,8 @@ class Tuner:
             # run with them, predicts the completed trials better than with the current ones.
             if self._planner_error(fitted) <= self._planner_error(self.calibration):
                 self.calibration = fitted
-            save_calibration(self.study, self.calibration, self.cfg.calibration_out)
+            save_calibration(self.study, self.calibration)
+            export_calibration(self.calibration, self.cfg.calibration_out)
         return self.calibration
 
     def _planner_error(self, cal: Calibration) -> float:

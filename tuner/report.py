@@ -14,15 +14,14 @@ from planner.errors import PlanError
 from planner.exports.common import target_for
 from planner.resolve import resolve_model
 from planner.scenario import ExecutionPlan, Scenario
-from planner.settings import Calibration, Settings
+from planner.settings import Calibration
 from planner.system import System
 from tuner import final
 from tuner.calibrate import relative_errors, summarize_errors
 from tuner.predict import Predictor
-from tuner.setup import META_KEY, current_calibration
-from tuner.space import TUNED_KNOBS, to_plan
-from tuner.trial import run_backend
-from tuner.storage import masked_url, normalize_url, open_storage, study_exists
+from tuner.space import TUNED_KNOBS
+from tuner.storage import masked_url
+from tuner.study_store import StudyMeta, current_calibration, load
 
 COLUMNS = (
     "trial", "state", "status", "source", *TUNED_KNOBS,
@@ -55,19 +54,6 @@ class TuneReport(BaseModel):
     no_result: list[str] = []  # backends of the space with no completed trial
     winner: str | None = None  # which backend won and why
     final_ranking: dict | None = None  # the re-measured top candidates, noise and tie window
-
-
-def load(study_name: str, storage_url: str | None, *, list_studies: bool = True) -> optuna.Study:
-    """A study of the storage; an unknown name is a PlanError that lists the storage's studies
-    only with `list_studies` (the HTTP service shows them to authenticated callers only)."""
-    storage = open_storage(storage_url)
-    if not study_exists(storage, study_name):
-        where = f"no study {study_name!r} in {masked_url(storage_url)}"
-        if list_studies:
-            names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
-            where += f" (studies: {names})"
-        raise PlanError("study", where)
-    return optuna.load_study(study_name=study_name, storage=storage)
 
 
 def status_of(t: FrozenTrial) -> str:
@@ -123,23 +109,17 @@ def chosen_from_study(study_name: str, storage_url: str | None = None, *, list_s
     from planner.exports.bundle import Chosen
 
     study = load(study_name, storage_url, list_studies=list_studies)
-    meta = study.user_attrs.get(META_KEY)
-    if meta is None:
-        raise PlanError("study", f"{study_name!r} was not created by plan tune")
+    meta = StudyMeta.load(study)
     best = best_trial(study)
     if best is None:
         raise PlanError("study", f"{study_name!r} has no completed trial yet")
-    plan = to_plan(best.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
-    return Chosen(plan=plan, model_ref=meta["model"], system=System.model_validate(meta["system"]),
+    return Chosen(plan=meta.plan(best.user_attrs["knobs"]), model_ref=meta.model, system=meta.system,
                   step_time_s=best.user_attrs.get("step_time_s"), source=f"study {study_name} trial {best.number}",
                   deepspeed_json=best.user_attrs.get("deepspeed_config_json"))
 
 
 def predictor_of(study: optuna.Study) -> Predictor:
-    meta = study.user_attrs[META_KEY]
-    base = Scenario(model=meta["model"], gpus=meta["nproc"], seq_len=meta["seq_len"],
-                    global_batch=meta.get("global_batch"))
-    return Predictor(base, System.model_validate(meta["system"]), Settings.model_validate(meta.get("settings") or {}))
+    return StudyMeta.load(study).predictor()
 
 
 def prediction_errors(study: optuna.Study, cal: Calibration) -> tuple[dict, dict]:
@@ -174,9 +154,7 @@ def exports_for(plan: ExecutionPlan, system: System, model: str,
 
 
 def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None) -> TuneReport:
-    meta = study.user_attrs.get(META_KEY)
-    if meta is None:
-        raise PlanError("study", f"{study.study_name!r} was not created by plan tune")
+    meta = StudyMeta.load(study)
     trials = study.get_trials(deepcopy=False)
     by_status: dict[str, int] = {}
     for t in trials:
@@ -187,18 +165,17 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
     before, after = prediction_errors(study, cal)
     best = best_trial(study)
     report = TuneReport(
-        study=study.study_name, storage=masked_url(storage_url), model=meta["model"], ranks=meta["nproc"],
-        device=System.model_validate(meta["system"]).gpu.name, trials=len(trials),
+        study=study.study_name, storage=masked_url(storage_url), model=meta.model, ranks=meta.nproc,
+        device=meta.system.gpu.name, trials=len(trials),
         launched=sum(1 for t in trials if ran(t)), by_status=by_status, duplicates=dups, best=None,
         calibration=cal.model_dump(mode="json"), error_before=before, error_after=after,
-        stop_reason=stop_reason, network=meta.get("network_note"), network_effect=meta.get("network_effect"),
+        stop_reason=stop_reason, network=meta.network_note, network_effect=meta.network_effect,
         winner=final.why_it_won(study) or None, final_ranking=final.final_ranking(study),
     )
     report.by_backend, report.no_result = backend_counts(study, meta)
     if best is not None:
-        system = System.model_validate(meta["system"])
-        plan = to_plan(best.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
-        ds, settings, cmd = _safe_exports(plan, system, meta["model"], best.user_attrs.get("deepspeed_config_json"))
+        plan = meta.plan(best.user_attrs["knobs"])
+        ds, settings, cmd = _safe_exports(plan, meta.system, meta.model, best.user_attrs.get("deepspeed_config_json"))
         row = next((r for r in (report.final_ranking or {}).get("rows", []) if r["trial"] == best.number), {})
         report.best = {"trial": best.number, **best.user_attrs["knobs"], "tokens_per_s": best.value,
                        "median_tokens_per_s": row.get("median_tokens_per_s"), "spread_pct": row.get("spread_pct"),
@@ -210,16 +187,16 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
     return report
 
 
-def backend_counts(study: optuna.Study, meta: dict) -> tuple[dict[str, dict[str, int]], list[str]]:
+def backend_counts(study: optuna.Study, meta: StudyMeta) -> tuple[dict[str, dict[str, int]], list[str]]:
     """Launched trials per backend by outcome, and the backends of the space with no result."""
     counts: dict[str, dict[str, int]] = {}
     for t in study.get_trials(deepcopy=False):
         knobs = t.user_attrs.get("knobs")
         if not knobs or not ran(t):
             continue
-        row = counts.setdefault(run_backend(knobs, meta.get("backend", "any")), {})
+        row = counts.setdefault(meta.run_backend(knobs), {})
         row[status_of(t)] = row.get(status_of(t), 0) + 1
-    space = {run_backend({"sharding": s}, meta.get("backend", "any")) for s in meta["space"].get("sharding", [])}
+    space = {meta.run_backend({"sharding": s}) for s in meta.space.get("sharding", [])}
     return counts, sorted(b for b in space if not counts.get(b, {}).get("ok"))
 
 

@@ -20,9 +20,6 @@ from pydantic import BaseModel, ValidationError
 
 from trainer.result import EXIT_CODES, TrainResult
 
-# Failure kinds a trial can end in (the trainer's statuses, plus what only the tuner sees).
-TrialStatus = str  # "ok" | "oom" | "timeout" | "crash" | "bad_config" | "interrupted"
-
 # set on every trial's trainer (inherited by its ranks): lets a resumed tuner tell that a
 # leftover process group really is that trial's (tuner/storage.py end_orphan_group)
 TRIAL_MARKER_ENV = "PLAN_TRIAL_WORKDIR"
@@ -38,7 +35,7 @@ _BAD_CONFIG_PATTERNS = re.compile(r"^usage: |error: argument|invalid choice", re
 class TrialOutcome(BaseModel):
     """What the tuner stores on an Optuna trial about one real run."""
 
-    status: str
+    status: str  # ok | oom | timeout | crash | bad_config (trainer), interrupted (tuner)
     error: str | None = None
     tokens_per_s: float | None = None
     step_time_s: float | None = None

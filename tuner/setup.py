@@ -26,9 +26,9 @@ from tuner.config import TuneConfig
 from tuner.network import measure_busbw
 from tuner.predict import Predictor
 from tuner.space import Space, build_space, ranked_parallel_choices
-from tuner.storage import masked_url, open_storage, study_exists
+from tuner.storage import masked_url, open_storage
+from tuner.study_store import META_KEY, StudyMeta, StudyStore, study_exists
 
-META_KEY = "plan_tune"
 
 
 @dataclass
@@ -43,7 +43,8 @@ class StudyContext:
     seq_len: int
     on_gpu: bool
     steps: int
-    meta: dict
+    meta: StudyMeta
+    store: StudyStore  # the study's records on its storage (tuner/study_store.py)
     spec: ModelSpec | None = None  # the model the trials train (what the DeepSpeed builder sizes)
 
 
@@ -100,25 +101,24 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
     device_id = "gpu" if on_gpu else "cpu"
     name = cfg.study or default_study_name(cfg.model, nproc, device_id, cfg.backend)
     if study_exists(storage, name):
-        study = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(cfg))
-        meta = study.user_attrs.get(META_KEY)
-        if meta is None:
-            raise PlanError("study", f"{name!r} exists but was not created by plan tune")
+        store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=False)
+        study = store.study
+        meta = StudyMeta.load(study)
         _check_same(cfg, meta, nproc)
     elif not create:
         raise PlanError("study", f"no study {name!r} in {masked_url(cfg.storage)}")
     else:
         meta = _new_meta(cfg, nproc, on_gpu)
-        study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                    sampler=_sampler(cfg), load_if_exists=True)
+        store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=True)
+        study = store.study
         if META_KEY in study.user_attrs:  # another worker created it in the meantime
-            meta = study.user_attrs[META_KEY]
+            meta = StudyMeta.load(study)
         else:
-            study.set_user_attr(META_KEY, meta)
-    return _context(cfg, study, meta)
+            meta.save(study)
+    return _context(cfg, store, meta)
 
 
-def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
+def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> StudyMeta:
     spec = resolve_model(Scenario(model=cfg.model))
     seq_len = cfg.seq_len or min(seq_len_of(Scenario(model=cfg.model), spec), 2048)
     system, note, assumed = _system_for(cfg, nproc, on_gpu)
@@ -131,17 +131,11 @@ def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> dict:
     base = Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len, global_batch=cfg.global_batch)
     top = proposals.planner_top_k(base, system, settings, space.choices, cfg.top_k, global_batch=cfg.global_batch)
     effect = proposals.network_effect(base, system, assumed, settings, space.choices, cfg.global_batch)
-    return {
-        "model": cfg.model, "nproc": nproc, "on_gpu": on_gpu, "backend": cfg.backend,
-        "seq_len": seq_len, "steps": cfg.steps, "warmup_steps": cfg.warmup_steps,
-        "global_batch": cfg.global_batch, "device_memory_gib": cfg.device_memory_gib,
-        "space": {k: list(v) for k, v in space.choices.items()},
-        "system": system.model_dump(mode="json"), "network_note": note, "network_effect": effect,
-        "planner_top_k": top,
-        "calibration": calibration.model_dump(mode="json"),
-        "settings": settings.model_dump(mode="json"),
-        "calibration_default": True,
-    }
+    return StudyMeta(
+        model=cfg.model, nproc=nproc, on_gpu=on_gpu, backend=cfg.backend, seq_len=seq_len, steps=cfg.steps,
+        warmup_steps=cfg.warmup_steps, global_batch=cfg.global_batch, device_memory_gib=cfg.device_memory_gib,
+        space={k: list(v) for k, v in space.choices.items()}, system=system, network_note=note,
+        network_effect=effect, planner_top_k=top, calibration=calibration, settings=settings)
 
 
 def _settings_for(on_gpu: bool) -> Settings:
@@ -163,11 +157,11 @@ def _initial_calibration(cfg: TuneConfig) -> Calibration:
         raise PlanError("calibration", f"{cfg.calibration_in}: not a Calibration JSON ({str(e).splitlines()[0]})") from None
 
 
-def _check_same(cfg: TuneConfig, meta: dict, nproc: int) -> None:
-    if meta["model"] != cfg.model:
-        raise PlanError("study", f"was created for model {meta['model']!r}, not {cfg.model!r}; use another --study")
-    if cfg.gpus is not None and meta["nproc"] != nproc:
-        raise PlanError("study", f"was created for {meta['nproc']} ranks, not {nproc}; use another --study")
+def _check_same(cfg: TuneConfig, meta: StudyMeta, nproc: int) -> None:
+    if meta.model != cfg.model:
+        raise PlanError("study", f"was created for model {meta.model!r}, not {cfg.model!r}; use another --study")
+    if cfg.gpus is not None and meta.nproc != nproc:
+        raise PlanError("study", f"was created for {meta.nproc} ranks, not {nproc}; use another --study")
 
 
 def _sampler(cfg: TuneConfig) -> optuna.samplers.BaseSampler:
@@ -178,24 +172,17 @@ def _sampler(cfg: TuneConfig) -> optuna.samplers.BaseSampler:
                                       constant_liar=True)
 
 
-def _context(cfg: TuneConfig, study: optuna.Study, meta: dict) -> StudyContext:
-    system = System.model_validate(meta["system"])
-    space = Space(choices={k: tuple(v) for k, v in meta["space"].items()})
-    base = Scenario(model=meta["model"], gpus=meta["nproc"], seq_len=meta["seq_len"],
-                    global_batch=meta.get("global_batch"))
-    predictor = Predictor(base, system, Settings.model_validate(meta.get("settings") or {}))
-    return StudyContext(config=cfg, study=study, space=space, system=system, base=base,
-                        predictor=predictor, nproc=meta["nproc"], seq_len=meta["seq_len"],
-                        on_gpu=meta["on_gpu"], steps=meta["steps"], meta=meta, spec=resolve_model(base))
+def _context(cfg: TuneConfig, store: StudyStore, meta: StudyMeta) -> StudyContext:
+    if not meta.space:
+        raise PlanError("study", f"{store.study.study_name!r} stores no search space: it cannot be resumed")
+    base = meta.base()
+    return StudyContext(config=cfg, study=store.study, store=store, space=Space(choices=meta.choices),
+                        system=meta.system, base=base, predictor=meta.predictor(), nproc=meta.nproc,
+                        seq_len=meta.seq_len, on_gpu=meta.on_gpu, steps=meta.steps, meta=meta,
+                        spec=resolve_model(base))
 
 
-def current_calibration(study: optuna.Study) -> Calibration:
-    meta = study.user_attrs.get(META_KEY, {})
-    cal = study.user_attrs.get("calibration") or meta.get("calibration")
-    return Calibration.model_validate(cal) if cal else Calibration()
-
-
-def save_calibration(study: optuna.Study, cal: Calibration, path: str | None) -> None:
-    study.set_user_attr("calibration", cal.model_dump(mode="json"))
+def export_calibration(cal: Calibration, path: str | None) -> None:
+    """Write the calibration as JSON (--calibration-out; what --calibration-in reads)."""
     if path:
         Path(path).write_text(json.dumps(cal.model_dump(mode="json"), indent=2) + "\n")

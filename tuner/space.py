@@ -29,14 +29,6 @@ _ALLOWED = {
 }
 
 
-def backend_of(sharding: str) -> str:
-    if sharding.startswith("zero"):
-        return "deepspeed"
-    if sharding.startswith("fsdp"):
-        return "fsdp"
-    return "ddp"
-
-
 @dataclass(frozen=True)
 class Space:
     """Choices per knob (Optuna categorical distributions), in a fixed order."""

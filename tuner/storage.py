@@ -1,5 +1,7 @@
 """Optuna storage: SQLite by default (one embedded, resumable file), any RDB URL (PostgreSQL).
 
+This module opens a storage; tuner/study_store.py is what reads and writes studies on it.
+
 Heartbeats mark a trial whose worker died (kill -9) as failed; the stale-trial callback retries
 it (optuna's RetryFailedTrialCallback) and ends what is left of its process group. A claims
 table with a unique key on (study, configuration) makes sure that several workers on one
@@ -21,7 +23,7 @@ try:  # optuna >= 4.9 renamed the callback
     from optuna.storages import RetryHeartbeatStaleTrialCallback as _Retry
 except ImportError:  # pragma: no cover
     from optuna.storages import RetryFailedTrialCallback as _Retry
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from planner.errors import PlanError
 from tuner.runner import TRIAL_MARKER_ENV, kill_group
@@ -149,75 +151,3 @@ def end_orphan_group(trial: FrozenTrial) -> None:
                 return
         except (OSError, ProcessLookupError):
             continue
-
-
-def fail_dead_local_trials(study: optuna.Study) -> list[int]:
-    """RUNNING trials whose worker is known dead here (its liveness lock is free): fail them now
-    (no need to wait for the heartbeat grace period), then run the stale-trial callback on
-    them. A worker that cannot be told here (another machine or container) is left to
-    Optuna's heartbeat."""
-    storage = study._storage
-    failed = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if worker_alive(t.user_attrs.get("worker_id")) is not False:
-            continue
-        try:
-            storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
-            if storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
-                failed.append(t._trial_id)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
-    callback = storage.get_heartbeat_stale_trial_callback()
-    for trial_id in failed:
-        if callback is not None:
-            callback(study, storage.get_trial(trial_id))
-    return failed
-
-
-def rdb(storage) -> RDBStorage:
-    """The RDBStorage under optuna's caching wrapper (a study's `_storage`)."""
-    return getattr(storage, "_backend", storage)
-
-
-def claim(storage: RDBStorage, study_name: str, config_key: str, trial_id: int, *,
-          is_reclaimable) -> int | None:
-    """Claim a configuration for a trial. Returns None when claimed, else the holder's trial id.
-
-    The primary key makes the insert atomic across workers; a holder whose trial produced no
-    result (interrupted, heartbeat-failed) is taken over with a compare-and-set update.
-    """
-    eng = rdb(storage).engine
-    row = {"study_name": study_name, "config_key": config_key, "trial_id": trial_id}
-    try:
-        with eng.begin() as conn:
-            conn.execute(claims_table.insert().values(**row))
-        return None
-    except sa.exc.IntegrityError:
-        pass
-    with eng.begin() as conn:
-        holder = conn.execute(
-            sa.select(claims_table.c.trial_id).where(
-                claims_table.c.study_name == study_name, claims_table.c.config_key == config_key)
-        ).scalar_one()
-    if holder != trial_id and not is_reclaimable(holder):
-        return holder
-    with eng.begin() as conn:
-        res = conn.execute(
-            claims_table.update()
-            .where(claims_table.c.study_name == study_name, claims_table.c.config_key == config_key,
-                   claims_table.c.trial_id == holder)
-            .values(trial_id=trial_id)
-        )
-    return None if res.rowcount == 1 else holder
-
-
-def release(storage: RDBStorage, study_name: str, config_key: str, trial_id: int) -> None:
-    """Give a claim back (a trial that was not run after all, e.g. it did not fit the budget)."""
-    with rdb(storage).engine.begin() as conn:
-        conn.execute(claims_table.delete().where(
-            claims_table.c.study_name == study_name, claims_table.c.config_key == config_key,
-            claims_table.c.trial_id == trial_id))
-
-
-def study_exists(storage: RDBStorage, name: str) -> bool:
-    return any(s.study_name == name for s in storage.get_all_studies())

@@ -12,7 +12,6 @@ from planner.model import ModelSpec
 from trainer.result import STEP_MARK
 from tuner import locks
 from tuner.runner import TRIAL_MARKER_ENV, TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
-from tuner.space import backend_of
 
 GIB = 2**30
 DS_FILE = "ds_config.json"
@@ -26,7 +25,10 @@ DEFAULT_STARTUP_S = {"cpu": {"ddp": 15.0, "fsdp": 20.0, "deepspeed": 45.0},
 def run_backend(knobs: dict, study_backend: str) -> str:
     """The framework a trial runs under: in a `--backend deepspeed` study every trial is a
     DeepSpeed run (sharding none is ZeRO stage 0), otherwise the sharding says."""
-    return "deepspeed" if study_backend == "deepspeed" else backend_of(knobs.get("sharding", "none"))
+    sharding = knobs.get("sharding", "none")
+    if study_backend == "deepspeed" or sharding.startswith("zero"):
+        return "deepspeed"
+    return "fsdp" if sharding.startswith("fsdp") else "ddp"
 
 
 def deepspeed_json(knobs: dict, *, dp: int, seq_len: int, model: ModelSpec, on_gpu: bool,
@@ -53,7 +55,7 @@ class SubprocessRunner:
 
     def __init__(self, ctx):
         self.ctx = ctx
-        cap = ctx.meta.get("device_memory_gib")
+        cap = ctx.meta.device_memory_gib
         self.memory_cap_bytes = int(cap * GIB) if cap and not ctx.on_gpu else None
 
     def __call__(self, knobs: dict, *, trial_number: int, timeout_s: float, on_start,
@@ -61,13 +63,13 @@ class SubprocessRunner:
         cfg, ctx = self.ctx.config, self.ctx
         wd = fresh_workdir(Path(cfg.workdir) if cfg.workdir else None, trial_number)
         json_out = wd / "result.json"
-        extra = ["--seq-len", str(ctx.seq_len), "--warmup-steps", str(ctx.meta.get("warmup_steps", 1)),
+        extra = ["--seq-len", str(ctx.seq_len), "--warmup-steps", str(ctx.meta.warmup_steps),
                  "--timeout-s", str(int(timeout_s)), *cfg.trainer_args]
         run_knobs = dict(knobs)
         if deepspeed_json is not None:
             (wd / DS_FILE).write_text(deepspeed_json)
             extra += ["--deepspeed-config", str(wd / DS_FILE)]
-        cmd = trainer_command(run_knobs, model=ctx.meta["model"], nproc=ctx.nproc, steps=ctx.steps,
+        cmd = trainer_command(run_knobs, model=ctx.meta.model, nproc=ctx.nproc, steps=ctx.steps,
                               json_out=json_out, extra_args=extra)
         return run_guarded(cmd, json_out=json_out, timeout_s=timeout_s, memory_cap_bytes=self.memory_cap_bytes,
                            env={**rank_env(ctx.nproc), TRIAL_MARKER_ENV: str(wd)}, log_path=wd / "trainer.log",

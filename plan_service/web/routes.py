@@ -130,19 +130,19 @@ def web_router() -> APIRouter:
 
         from tuner import load
         from tuner.report import trials_frame
-        from tuner.storage import masked_url, open_storage
+        from tuner.storage import masked_url
+        from tuner.study_store import study_id
 
         storage = request.app.state.config.storage
         try:
             st = load(study, storage, list_studies=False)  # study names: authenticated callers only
         except PlanError as e:
             raise HTTPException(404, str(e)) from None
-        study_id = open_storage(storage).get_study_id_from_name(study)
         rows = trials_frame(st).to_dict(orient="records")
         clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
         base = getattr(request.app.state, "dashboard_url", None) or DEFAULT_DASHBOARD_URL
         return {"study": study, "trials": clean,
-                "dashboard_url": f"{base.rstrip('/')}/dashboard/studies/{study_id}",
+                "dashboard_url": f"{base.rstrip('/')}/dashboard/studies/{study_id(storage, study)}",
                 "dashboard_command": f"optuna-dashboard {masked_url(storage)}"}
 
     return router

@@ -118,7 +118,7 @@ def _stored_study(tmp_path, knobs: dict) -> str:
     import optuna
 
     from planner.resolve import resolve_system
-    from tuner.setup import META_KEY
+    from tuner.study_store import META_KEY
     from tuner.storage import open_storage
 
     url = f"sqlite:///{tmp_path / 'tune.db'}"

@@ -17,17 +17,22 @@ def _system(**kw) -> System:
 def test_ring_factors_and_single_gpu():
     links = comm.Links.of(_system(), Settings())
     nbytes = 1e9
-    ar = comm.allreduce_s(links, nbytes, 8, 8, 0)
-    ag = comm.allgather_s(links, nbytes, 8, 8, 0)
+    node = comm.Group.of(links, 8, 8)
+    ar = node.allreduce_s(nbytes, 0)
     assert ar == pytest.approx(2 * 7 / 8 * nbytes / links.intra_Bps)
-    assert ag == pytest.approx(ar / 2)
-    assert comm.allreduce_s(links, nbytes, 1, 1, 5) == 0
+    assert node.allgather_s(nbytes, 0) == pytest.approx(ar / 2)
+    assert comm.Group.of(links, 1, 1).allreduce_s(nbytes, 5) == 0
+    assert comm.Group.of(links, 1, 1).allgather_s(nbytes, 5) == 0
+    # the search's shape: one Group per kind, the terms as arrays over candidates
+    many = comm.Group.of(links, np.array([1, 8, 16]), np.array([1, 8, 8]))
+    assert many.allreduce_s(nbytes)[:2] == pytest.approx([0, ar + 2 * 3 * comm.INTRANODE_LATENCY_S])
 
 
 def test_latency_term_grows_with_calls():
     links = comm.Links.of(_system(), Settings())
-    one = comm.allreduce_s(links, 1e3, 16, 8, 1)
-    many = comm.allreduce_s(links, 1e3, 16, 8, 100)
+    group = comm.Group.of(links, 16, 8)
+    one = group.allreduce_s(1e3, 1)
+    many = group.allreduce_s(1e3, 100)
     assert many - one == pytest.approx(99 * 2 * 4 * comm.INTERNODE_LATENCY_S)
 
 
@@ -51,5 +56,8 @@ def test_measured_busbw_replaces_catalog_and_calibration_scales():
 
 
 def test_node_bytes_zero_inside_a_node():
-    assert comm.node_bytes(1e9, 8, 8, 8, 2.0) == 0
-    assert comm.node_bytes(1e9, 16, 8, 8, 2.0) == pytest.approx(2 * 15 / 16 * 1e9)
+    links = comm.Links.of(_system(), Settings())
+    assert comm.Group.of(links, 8, 8).node_bytes(1e9, 2.0) == 0
+    assert comm.Group.of(links, 16, 8).node_bytes(1e9, 2.0) == pytest.approx(2 * 15 / 16 * 1e9)
+    # 4 members per node (every other rank): the node's two groups share its NICs
+    assert comm.Group.of(links, 16, 4).node_bytes(1e9, 1.0) == pytest.approx(15 / 16 * 1e9 * 2)

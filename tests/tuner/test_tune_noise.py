@@ -64,7 +64,7 @@ def startup_timeout() -> TrialOutcome:
 
 def test_planner_top_k_comes_from_one_estimate_and_is_tried_first(tmp_path):
     ctx = _ctx(tmp_path, top_k=2, remeasure_rounds=0)
-    top = ctx.meta["planner_top_k"]
+    top = ctx.meta.planner_top_k
     assert 1 <= len(top) <= 2 and all(k["precision"] == "fp32" for k in top)
     script = Script({(s, m): [ok(1000.0 * m)] for s in ("none", "zero1") for m in (2, 4)})
     Tuner(ctx, Budget(3600), runner=script).run()

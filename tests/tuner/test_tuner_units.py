@@ -18,6 +18,7 @@ from tuner.budget import Budget, parse_duration_s, trial_duration_s
 from tuner.calibrate import Observation, fit_calibration, predicted_step_s
 from tuner.runner import classify, kill_group, rank_env, run_command
 from tuner.space import build_space, complete, config_key, parse_choices
+from tuner.trial import run_backend
 
 
 @pytest.mark.parametrize("text,seconds", [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45), ("120", 120), ("1.5m", 90)])
@@ -176,3 +177,9 @@ def test_gpu_name_from_nvidia_smi_maps_to_the_catalog():
     assert guess_gpu_id(cat, "NVIDIA H100", 94.5) == "h100-96gb"
     assert guess_gpu_id(cat, "NVIDIA B200", 178.4) == "b200"
     assert guess_gpu_id(cat, "Some Unknown Card", 16) is None
+
+
+def test_run_backend_follows_the_sharding_unless_the_study_is_deepspeed_only():
+    assert [run_backend({"sharding": s}, "any") for s in ("none", "zero1", "zero3", "fsdp_full_shard")] == \
+        ["ddp", "deepspeed", "deepspeed", "fsdp"]
+    assert run_backend({}, "any") == "ddp" and run_backend({"sharding": "none"}, "deepspeed") == "deepspeed"

@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner import storage as st
+from tuner.study_store import StudyStore
 from tuner.runner import run_command
 from tuner.worker_id import worker_alive, worker_id
 
@@ -43,7 +44,8 @@ def test_worker_id_is_unique_and_its_lock_tells_life():
 
 def test_only_trials_of_known_dead_workers_are_failed(tmp_path):
     url = f"sqlite:///{tmp_path / 'w.db'}"
-    study = optuna.create_study(study_name="w", storage=st.open_storage(url))
+    store = StudyStore.open(st.open_storage(url), "w", create=True)
+    study = store.study
     live, live_id = _holder()
     dead, dead_id = _holder()
     dead.kill()
@@ -57,9 +59,14 @@ def test_only_trials_of_known_dead_workers_are_failed(tmp_path):
         t.set_user_attr("worker_pid", 1)
         trials[name] = t.number
     try:
-        st.fail_dead_local_trials(study)
+        assert store.fail_dead_local_trials() == [trials["dead"]]
         state = {name: study.trials[n].state for name, n in trials.items()}
         assert state == {"live": TrialState.RUNNING, "dead": TrialState.FAIL, "elsewhere": TrialState.RUNNING}
+        assert study.trials[trials["dead"]].user_attrs["status"] == "interrupted"
+        retry = study.trials[-1]  # the stale-trial callback queued it again, marked as a retry
+        assert retry.state == TrialState.WAITING and store.is_retry(retry.number)
+        assert not store.is_retry(trials["live"])
+        assert store.fail_dead_local_trials() == []  # done once: nothing left to fail
     finally:
         live.kill()
         live.wait()
