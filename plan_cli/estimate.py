@@ -78,7 +78,7 @@ def estimate(
     from plan_cli import estimate_view as view
     from planner import api
     from planner.scenario import Scenario
-    from planner.units import parse_count, parse_gpu_range
+    from planner.units import parse_gpu_range
 
     cat = load_catalog(catalog)
     settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib)
@@ -101,8 +101,7 @@ def estimate(
         precision=precision, optimizer=optimizer, attention=attention, compile=compile, async_tp=async_tp,
         micro_batch=micro_batch, grad_accum=grad_accum,
         global_batch=global_batch,
-        global_batch_tokens=int(parse_count("global_batch_tokens", global_batch_tokens)) if global_batch_tokens else None,
-        tokens=parse_count("tokens", tokens) if tokens else None,
+        global_batch_tokens=global_batch_tokens, tokens=tokens,
         price_per_gpu_hour=price_per_gpu_hour,
     )
     top = top or 10

@@ -113,10 +113,6 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
     from planner import api
     from planner.exports.bundle import choose_from_estimate
     from planner.scenario import Scenario
-    from planner.units import parse_count
-
-    if fields.get("tokens") is not None:
-        fields["tokens"] = parse_count("tokens", fields["tokens"])
     cat = load_catalog(catalog_dirs)
     scenario = Scenario(**fields)
     report = api.estimate(scenario, catalog=cat, objective=objective, top=500)

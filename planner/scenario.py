@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.units import Count, IntCount
+
 Sharding = Literal[
     "none", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid"
 ]
@@ -71,10 +73,10 @@ class ExecutionPlan(Frozen):
     grad_accum: int = Field(default=1, gt=0)
     seq_len: int = Field(default=2048, gt=0)
     # DeepSpeed / FSDP communication buffers (elements), chosen by the planner.
-    reduce_bucket_elems: int = Field(default=500_000_000, gt=0)
-    allgather_bucket_elems: int = Field(default=500_000_000, gt=0)
-    stage3_prefetch_elems: int = Field(default=50_000_000, ge=0)
-    stage3_max_live_params: int = Field(default=1_000_000_000, ge=0)
+    reduce_bucket_elems: IntCount = Field(default=500_000_000, gt=0)
+    allgather_bucket_elems: IntCount = Field(default=500_000_000, gt=0)
+    stage3_prefetch_elems: IntCount = Field(default=50_000_000, ge=0)
+    stage3_max_live_params: IntCount = Field(default=1_000_000_000, ge=0)
 
     @property
     def gpus(self) -> int:
@@ -188,7 +190,7 @@ class Scenario(Frozen):
     micro_batch: int | None = Field(default=None, gt=0, le=1_000_000)
     grad_accum: int | None = Field(default=None, gt=0, le=1_000_000)
     global_batch: int | None = Field(default=None, gt=0, le=1_000_000_000)  # sequences per optimizer step
-    global_batch_tokens: int | None = Field(default=None, gt=0)
+    global_batch_tokens: IntCount | None = Field(default=None, gt=0)
     # what to train, and what it costs
-    tokens: float | None = Field(default=None, gt=0)
+    tokens: Count | None = Field(default=None, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import PlanError
 from planner.model import ModelSpec
+from planner.units import Seconds
 from planner.scenario import Attention, Checkpointing, Offload, Optimizer, Precision, Sharding
 
 PipelineSchedule = Literal["1f1b", "gpipe", "interleaved_1f1b"]
@@ -53,7 +54,7 @@ class TrainConfig(BaseModel):
     lr: float = Field(default=1e-3, gt=0)
     seed: int = 0
     data: str = "synthetic"  # or a path to a local text file (byte-level tokens)
-    timeout_s: float = Field(default=1800.0, gt=0)
+    timeout_s: Seconds = Field(default=1800.0, gt=0)
     measure_memory: bool = True
     json_out: str | None = None
 
