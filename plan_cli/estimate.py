@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-@opts.model_options(cli_fields(Scenario, skip=("gpus",)), into="knobs", blank=True, panel=SCEN)
+@opts.model_options(cli_fields(Scenario, skip=("gpus",)), into="knobs", panel=SCEN)
 def estimate(
     knobs: dict,
     gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
-@opts.model_options(cli_fields(Scenario), into="knobs", blank=True, panel=SCEN)
+@opts.model_options(cli_fields(Scenario), into="knobs", panel=SCEN)
 def export(
     format: Annotated[str, typer.Argument(help="deepspeed | accelerate | torchrun | slurm")],
     knobs: dict,

@@ -2,8 +2,8 @@
 
 `model_options` adds one option per model field (planner/fields.py: type, default, help from
 the field's description) to a command and hands the command their values as one dict.
-Scenario knobs (`plan estimate`, `plan export`): Optional, blank = the planner chooses.
-Trainer knobs (`plan train`): TrainConfig's fields with their defaults.
+Scenario knobs (`plan estimate`, `plan export`): blank = the planner chooses.
+Trainer knobs (`plan train`): TrainConfig's fields; left out = the model's default.
 """
 
 from __future__ import annotations
@@ -29,25 +29,25 @@ NodeRank = Annotated[int, typer.Option(min=0)]
 RdzvEndpoint = Annotated[Optional[str], typer.Option(help="host:port of the rendezvous.")]
 
 
-def option(field: CliField, *, blank: bool, panel: str | None) -> inspect.Parameter:
-    """One typer option: `blank` makes it Optional with no default (the planner chooses)."""
-    default = None if blank else field.default
+def option(field: CliField, *, panel: str | None, show_default: bool) -> inspect.Parameter:
+    """One typer option, None when not given: the model applies its own default (the planner
+    chooses, for a scenario; `show_default` names the model's default in the help)."""
     decls = [f"{field.flag}/--no-{field.flag[2:]}"] if field.kind is bool else [field.flag]
-    info = typer.Option(*decls, help=field.help or None, rich_help_panel=panel, show_default=not blank)
-    kind: Any = Optional[field.kind] if default is None else field.kind
-    return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=Annotated[kind, info])
+    text = field.help_with_default() if show_default else field.help
+    info = typer.Option(*decls, help=text or None, rich_help_panel=panel, show_default=False)
+    return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[field.kind], info])
 
 
-def model_options(fields: Sequence[CliField], *, into: str, blank: bool = False,
-                  panel: str | None = None) -> Callable[[Callable], Callable]:
+def model_options(fields: Sequence[CliField], *, into: str, panel: str | None = None,
+                  show_default: bool = False) -> Callable[[Callable], Callable]:
     """Decorate a typer command: its `into` parameter (a dict) is replaced by one option per
-    field; the command gets {field name: value} for every field."""
+    field; the command gets {field name: value} of the options given (None: left out)."""
 
     def decorate(fn: Callable) -> Callable:
         sig = inspect.signature(fn, eval_str=True)
         own = [p for p in sig.parameters.values() if p.name != into]
-        generated = [option(f, blank=blank, panel=panel) for f in fields]
+        generated = [option(f, panel=panel, show_default=show_default) for f in fields]
         clash = {p.name for p in own} & {p.name for p in generated}
         assert not clash, f"{fn.__name__}: options declared twice: {clash}"
         names = [f.name for f in fields]

@@ -36,9 +36,12 @@ class CliField:
     choices: tuple[str, ...] | None = None  # a Literal's values
     path: tuple[str, ...] = ()  # where the field sits in nested models ("plan",)
 
-    @property
-    def required(self) -> bool:
-        return self.default is ...
+    def help_with_default(self) -> str:
+        """The help text and the default a face shows for a flag left out."""
+        if self.default is None:
+            return self.help
+        shown = str(self.default).lower() if isinstance(self.default, bool) else self.default
+        return f"{self.help} (default: {shown})".strip()
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:

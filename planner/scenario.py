@@ -57,8 +57,8 @@ class ExecutionPlan(Frozen):
     scenario columns, the service schema): a knob is declared here once (see planner/fields.py).
     """
 
-    stack: Stack = Field(default="megatron", description="Software stack that runs the plan; its efficiency "
-                         "profile is catalog/stacks/<id>.toml (default: by sharding)")
+    stack: Stack = Field(default="megatron", description="Software stack that runs the plan (its efficiency "
+                         "profile: catalog/stacks/<id>.toml)")
     tp: int = Field(default=1, gt=0, le=1024, description="Tensor-parallel degree (each block's matrices split over tp GPUs)")
     pp: int = Field(default=1, gt=0, le=10_000, description="Pipeline stages (need not divide n_layers: "
                     "the heaviest stage sets the pace)")
@@ -75,7 +75,7 @@ class ExecutionPlan(Frozen):
         default="none", description="Recomputation in backward: selective (attention core), op (every other matmul "
         "output saved), blocks (--checkpoint-fraction of the blocks), full (every block)")
     checkpoint_fraction: float = Field(default=1.0, gt=0, le=1, description="Share of blocks recomputed with "
-                                       "--activation-checkpointing blocks (planner default 0.5)")
+                                       "--activation-checkpointing blocks (the planner's guess: 0.5)")
     precision: Precision = Field(default="bf16", description="Number format (bf16_pure: no fp32 master weights; "
                                  "fp8: block GEMMs in fp8, H100-class GPUs)")
     optimizer: Optimizer = Field(default="adamw", description="Optimizer (its states per parameter)")
