@@ -10,6 +10,8 @@ import typer
 from plan_cli import options as opts
 from plan_cli.common import NOTHING_FITS_EXIT, console, handle_errors, print_json
 from planner.errors import PlanError
+from planner.fields import cli_fields
+from planner.scenario import Scenario
 
 Opt = typer.Option
 SCEN = opts.SCEN
@@ -21,41 +23,10 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
+@opts.model_options(cli_fields(Scenario, skip=("gpus",)), into="knobs", panel=SCEN)
 def estimate(
-    model: opts.Model = None,
+    knobs: dict,
     gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,
-    gpu: opts.Gpu = None,
-    cluster: opts.Cluster = None,
-    gpus_per_node: opts.GpusPerNode = None,
-    internode_gbps: opts.InternodeGbps = None,
-    seq_len: opts.SeqLen = None,
-    n_layers: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    hidden: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    n_heads: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    n_kv_heads: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    ffn_hidden: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    vocab: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    stack: opts.Stack = None,
-    tp: opts.Tp = None,
-    pp: opts.Pp = None,
-    vpp: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    cp: opts.Cp = None,
-    sequence_parallel: Annotated[Optional[bool], Opt("--sequence-parallel/--no-sequence-parallel", rich_help_panel=SCEN)] = None,
-    sharding: opts.Sharding = None,
-    offload: opts.Offload = None,
-    activation_checkpointing: opts.Checkpointing = None,
-    checkpoint_fraction: opts.CheckpointFraction = None,
-    precision: opts.Precision = None,
-    optimizer: opts.Optimizer = None,
-    attention: opts.Attention = None,
-    compile: opts.Compile = None,
-    async_tp: opts.AsyncTp = None,
-    micro_batch: opts.MicroBatch = None,
-    grad_accum: opts.GradAccum = None,
-    global_batch: opts.GlobalBatch = None,
-    global_batch_tokens: Annotated[Optional[str], Opt(help="Tokens per optimizer step (e.g. 4M)", rich_help_panel=SCEN)] = None,
-    tokens: Annotated[Optional[str], Opt(help="Tokens to train (e.g. 100B): adds days, GPU-hours, cost", rich_help_panel=SCEN)] = None,
-    price_per_gpu_hour: Annotated[Optional[float], Opt(rich_help_panel=SCEN)] = None,
     objective: opts.Objective = "tokens_per_s",
     network_from: Annotated[Optional[Path], Opt(help="JSON from `plan allreduce-bench --json`")] = None,
     calibration: Annotated[Optional[Path], Opt(help="Calibration JSON from `plan tune --calibration-out`")] = None,
@@ -77,8 +48,7 @@ def estimate(
     from hardware.catalog import load_catalog
     from plan_cli import estimate_view as view
     from planner import api
-    from planner.scenario import Scenario
-    from planner.units import parse_count, parse_gpu_range
+    from planner.units import parse_gpu_range
 
     cat = load_catalog(catalog)
     settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib)
@@ -92,21 +62,9 @@ def estimate(
         console.print(f"{n} rows written to {out} ({errors} with an error)")
         return
 
-    base = dict(
-        model=model, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
-        internode_gbps=internode_gbps, seq_len=seq_len, n_layers=n_layers, hidden=hidden,
-        n_heads=n_heads, n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden, vocab=vocab, stack=stack, tp=tp, pp=pp,
-        vpp=vpp, cp=cp, sequence_parallel=sequence_parallel, sharding=sharding, offload=offload,
-        activation_checkpointing=activation_checkpointing, checkpoint_fraction=checkpoint_fraction,
-        precision=precision, optimizer=optimizer, attention=attention, compile=compile, async_tp=async_tp,
-        micro_batch=micro_batch, grad_accum=grad_accum,
-        global_batch=global_batch,
-        global_batch_tokens=int(parse_count("global_batch_tokens", global_batch_tokens)) if global_batch_tokens else None,
-        tokens=parse_count("tokens", tokens) if tokens else None,
-        price_per_gpu_hour=price_per_gpu_hour,
-    )
+    base = dict(knobs)
     top = top or 10
-    if model is None and n_layers is None:
+    if base["model"] is None and base["n_layers"] is None:
         base["model"] = "7b"
     gpu_counts = [None] if gpus is None else parse_gpu_range(gpus, _node_size(base, cat))
     reports = []

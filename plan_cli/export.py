@@ -15,6 +15,8 @@ import typer
 
 from plan_cli import options as opts
 from plan_cli.common import err_console, handle_errors, print_json
+from planner.fields import cli_fields
+from planner.scenario import Scenario
 
 Opt = typer.Option
 SCEN = opts.SCEN
@@ -26,30 +28,10 @@ def register(app: typer.Typer) -> None:
 
 
 @handle_errors
+@opts.model_options(cli_fields(Scenario), into="knobs", panel=SCEN)
 def export(
     format: Annotated[str, typer.Argument(help="deepspeed | accelerate | torchrun | slurm")],
-    model: opts.Model = None,
-    gpus: Annotated[Optional[int], Opt(rich_help_panel=SCEN)] = None,
-    gpu: opts.Gpu = None,
-    cluster: opts.Cluster = None,
-    gpus_per_node: opts.GpusPerNode = None,
-    internode_gbps: opts.InternodeGbps = None,
-    seq_len: opts.SeqLen = None,
-    stack: opts.Stack = None,
-    tp: opts.Tp = None,
-    pp: opts.Pp = None,
-    cp: opts.Cp = None,
-    sharding: opts.Sharding = None,
-    offload: opts.Offload = None,
-    activation_checkpointing: opts.Checkpointing = None,
-    checkpoint_fraction: opts.CheckpointFraction = None,
-    precision: opts.Precision = None,
-    optimizer: opts.Optimizer = None,
-    attention: opts.Attention = None,
-    micro_batch: opts.MicroBatch = None,
-    grad_accum: opts.GradAccum = None,
-    global_batch: opts.GlobalBatch = None,
-    tokens: Annotated[Optional[str], Opt(help="Tokens to train (e.g. 100B): sets steps and the time limit", rich_help_panel=SCEN)] = None,
+    knobs: dict,
     objective: opts.Objective = "tokens_per_s",
     catalog: opts.CatalogDirs = None,
     from_study: Annotated[Optional[str], Opt(help="Export the best trial of this tuning study")] = None,
@@ -87,14 +69,9 @@ def export(
 
         chosen = chosen_from_study(from_study, storage)
     else:
-        scenario_fields = dict(
-            model=model or "7b", gpus=gpus, gpu=gpu, cluster=cluster, gpus_per_node=gpus_per_node,
-            internode_gbps=internode_gbps, seq_len=seq_len, stack=stack, tp=tp, pp=pp, cp=cp, sharding=sharding,
-            offload=offload, activation_checkpointing=activation_checkpointing,
-            checkpoint_fraction=checkpoint_fraction, precision=precision,
-            optimizer=optimizer, attention=attention, micro_batch=micro_batch, grad_accum=grad_accum,
-            global_batch=global_batch, tokens=tokens)
-        chosen = _from_scenario(scenario_fields, objective, catalog, format)
+        if knobs["model"] is None and knobs["n_layers"] is None:
+            knobs["model"] = "7b"
+        chosen = _from_scenario(knobs, objective, catalog, format)
     result = render_export(format, chosen, options)
     written = _write(result, out)
     if json_out:
@@ -114,11 +91,7 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
     from hardware.catalog import load_catalog
     from planner import api
     from planner.exports.bundle import choose_from_estimate
-    from planner.scenario import Scenario
-    from planner.units import parse_count
 
-    if fields.get("tokens") is not None:
-        fields["tokens"] = parse_count("tokens", fields["tokens"])
     cat = load_catalog(catalog_dirs)
     scenario = Scenario(**fields)
     report = api.estimate(scenario, catalog=cat, objective=objective, top=500)

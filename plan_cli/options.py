@@ -1,45 +1,25 @@
-"""Typer option types shared by several commands, so a flag reads the same everywhere.
+"""Typer options generated from the pydantic models, so a flag reads the same everywhere.
 
-Scenario knobs (`plan estimate`, `plan export`): Optional, blank = the planner chooses.
-Launch flags (`plan train`, `plan allreduce-bench`): where the ranks run.
+`model_options` adds one option per model field (planner/fields.py: type, default, help from
+the field's description) to a command and hands the command their values as one dict.
+Scenario knobs (`plan estimate`, `plan export`): blank = the planner chooses.
+Trainer knobs (`plan train`): TrainConfig's fields; left out = the model's default.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from planner.fields import CliField
+
 SCEN = "Scenario (blank = planner chooses)"
 
-
-def _scen(help: str | None = None) -> typer.models.OptionInfo:
-    return typer.Option(help=help, rich_help_panel=SCEN)
-
-
-Model = Annotated[Optional[str], _scen("Preset id, size (7b, 52b), path to a HF config.json, or hub id (org/name)")]
-Gpu = Annotated[Optional[str], _scen("GPU catalog id (plan catalog list)")]
-Cluster = Annotated[Optional[str], _scen("Cluster catalog id (default dgx-a100)")]
-GpusPerNode = Annotated[Optional[int], _scen()]
-InternodeGbps = Annotated[Optional[float], _scen("Inter-node bandwidth per node")]
-SeqLen = Annotated[Optional[int], _scen()]
-Tp = Annotated[Optional[int], _scen()]
-Pp = Annotated[Optional[int], _scen()]
-Sharding = Annotated[Optional[str], _scen("none|zero1|zero2|zero3|fsdp_full_shard|fsdp_shard_grad_op|fsdp_hybrid")]
-Offload = Annotated[Optional[str], _scen("none|optimizer|optimizer+params")]
-Checkpointing = Annotated[Optional[str], _scen("none|selective|op|blocks|full (blocks: --checkpoint-fraction of the blocks)")]
-CheckpointFraction = Annotated[Optional[float], _scen("Share of blocks recomputed with --activation-checkpointing blocks (default 0.5)")]
-Precision = Annotated[Optional[str], _scen("fp32|fp16|bf16|bf16_pure|fp8 (fp8: H100-class GPUs)")]
-Stack = Annotated[Optional[str], _scen("megatron|megatron_deepspeed|hf|fsdp|torchtitan|bundled (catalog/stacks; default: by sharding)")]
-Cp = Annotated[Optional[int], _scen("Context-parallel degree (ring attention)")]
-Compile = Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile (fused element-wise kernels)", rich_help_panel=SCEN)]
-AsyncTp = Annotated[Optional[bool], typer.Option("--async-tp/--no-async-tp", help="TP collectives overlapped with GEMMs", rich_help_panel=SCEN)]
-Optimizer = Annotated[Optional[str], _scen("adamw|adafactor|sgd")]
-Attention = Annotated[Optional[str], _scen("flash|eager")]
-MicroBatch = Annotated[Optional[int], _scen()]
-GradAccum = Annotated[Optional[int], _scen()]
-GlobalBatch = Annotated[Optional[int], _scen("Sequences per optimizer step")]
 Objective = Annotated[str, typer.Option(help="tokens_per_s|days|cost|memory-headroom")]
 CatalogDirs = Annotated[Optional[list[Path]], typer.Option(help="Extra catalog folder(s) (also $PLAN_CATALOG)")]
 
@@ -47,3 +27,42 @@ Nproc = Annotated[int, typer.Option(min=1, help="Ranks on this node.")]
 Nnodes = Annotated[int, typer.Option(min=1)]
 NodeRank = Annotated[int, typer.Option(min=0)]
 RdzvEndpoint = Annotated[Optional[str], typer.Option(help="host:port of the rendezvous.")]
+
+
+def option(field: CliField, *, panel: str | None, show_default: bool) -> inspect.Parameter:
+    """One typer option, None when not given: the model applies its own default (the planner
+    chooses, for a scenario; `show_default` names the model's default in the help)."""
+    decls = [f"{field.flag}/--no-{field.flag[2:]}"] if field.kind is bool else [field.flag]
+    text = field.help_with_default() if show_default else field.help
+    info = typer.Option(*decls, help=text or None, rich_help_panel=panel, show_default=False)
+    return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[field.kind], info])
+
+
+def model_options(fields: Sequence[CliField], *, into: str, panel: str | None = None,
+                  show_default: bool = False) -> Callable[[Callable], Callable]:
+    """Decorate a typer command: its `into` parameter (a dict) is replaced by one option per
+    field; the command gets {field name: value} of the options given (None: left out)."""
+
+    def decorate(fn: Callable) -> Callable:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != into]
+        generated = [option(f, panel=panel, show_default=show_default) for f in fields]
+        clash = {p.name for p in own} & {p.name for p in generated}
+        assert not clash, f"{fn.__name__}: options declared twice: {clash}"
+        names = [f.name for f in fields]
+
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name in names}
+            return fn(*args, **kwargs, **{into: values})
+
+        positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY and p.default is p.empty]
+        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
+        params = positional + generated + rest
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        del command.__wrapped__  # typer reads this signature, not fn's
+        return command
+
+    return decorate

@@ -16,7 +16,6 @@ from hardware.errors import CatalogError
 from planner import api
 from planner.errors import PlanError
 from planner.scenario import Scenario
-from planner.units import parse_count
 
 PASSTHROUGH = ("id", "name")
 
@@ -66,9 +65,6 @@ def _scenario(row: dict) -> Scenario:
         raise PlanError("row", row["__error__"])
     clean = {k.strip(): v for k, v in row.items() if k is not None and k.strip() not in PASSTHROUGH}
     clean = {k: v for k, v in clean.items() if v not in ("", None)}
-    for key in ("tokens", "global_batch_tokens"):
-        if key in clean and isinstance(clean[key], str):
-            clean[key] = parse_count(key, clean[key])
     return Scenario(**clean)
 
 

@@ -85,7 +85,6 @@ def tune(
         choices = pinned + list(choices or [])  # flags given now win (parsed later, last one kept)
     if budget is None:
         raise PlanError("budget", "give a wall-clock budget, e.g. --budget 2h")
-    from tuner.budget import parse_duration_s
     from tuner.config import TuneConfig
     from tuner.space import parse_choices
 
@@ -94,11 +93,11 @@ def tune(
     if sampler not in ("tpe", "random"):
         raise PlanError("sampler", f"unknown value {sampler!r} (allowed: tpe, random)")
     cfg = TuneConfig(
-        model=model, gpus=gpus, budget_s=parse_duration_s(budget), steps=steps, storage=storage, study=study,
+        model=model, gpus=gpus, budget_s=budget, steps=steps, storage=storage, study=study,
         backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=infeasible_margin,
         device_memory_gib=device_memory_gib, choices=parse_choices(choices or []), global_batch=global_batch,
         seq_len=seq_len, gpu=gpu, cluster=cluster, max_trials=max_trials,
-        trial_timeout_s=parse_duration_s(trial_timeout, "trial_timeout") if trial_timeout else None,
+        trial_timeout_s=trial_timeout,
         sampler=sampler, seed=seed, calibration_in=str(calibration) if calibration else None,
         calibration_out=str(calibration_out) if calibration_out else None, csv=str(csv) if csv else None,
         measure_network=not no_network, heartbeat_interval_s=heartbeat_interval, grace_period_s=grace_period,

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hardware.models import GPU, Cluster
 from planner.scenario import Scenario
+from planner.units import Seconds
 
 # catalog ids, model presets/sizes and study names: no paths (the server's files stay its own)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
@@ -39,7 +40,7 @@ class TuneRequest(BaseModel):
     model: str = Field(pattern=NAME_PATTERN, description="preset id or bare size (7b)")
     study: str | None = Field(default=None, pattern=NAME_PATTERN, description="default: generated")
     gpus: int | None = Field(default=None, ge=1, le=1024, description="ranks; default: the machine's devices")
-    budget_s: float = Field(gt=0, le=7 * 86400)
+    budget_s: Seconds = Field(gt=0, le=7 * 86400, description="wall-clock budget (seconds, or 2h, 90m)")
     steps: int = Field(default=4, ge=2, le=10_000)
     max_trials: int | None = Field(default=None, ge=1, le=10_000)
     backend: Literal["deepspeed", "fsdp", "any"] = "any"

@@ -7,9 +7,11 @@ the tuner's Optuna parameter names: one vocabulary everywhere.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from planner.units import Count, IntCount
 
 Sharding = Literal[
     "none", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid"
@@ -49,32 +51,49 @@ class Frozen(BaseModel):
 
 
 class ExecutionPlan(Frozen):
-    """Every knob resolved: how one training step is laid out on the GPUs."""
+    """Every knob resolved: how one training step is laid out on the GPUs.
 
-    stack: Stack = "megatron"
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)  # need not divide n_layers: the heaviest stage sets the pace
-    vpp: int = Field(default=1, gt=0)  # virtual pipeline stages per GPU (interleaved 1F1B)
-    cp: int = Field(default=1, gt=0)  # context parallelism: the sequence split over cp GPUs (ring attention)
-    dp: int = Field(default=1, gt=0)
-    sequence_parallel: bool = False
-    sharding: Sharding = "none"
-    offload: Offload = "none"
-    activation_checkpointing: Checkpointing = "none"
-    checkpoint_fraction: float = Field(default=1.0, gt=0, le=1)  # share of blocks recomputed ("blocks")
-    precision: Precision = "bf16"
-    optimizer: Optimizer = "adamw"
-    attention: Attention = "flash"
-    compile: bool = False  # torch.compile: fused element-wise kernels
-    async_tp: bool = False  # TP collectives overlapped with the GEMMs (async TP / tp-comm-overlap)
-    micro_batch: int = Field(default=1, gt=0)
-    grad_accum: int = Field(default=1, gt=0)
-    seq_len: int = Field(default=2048, gt=0)
-    # DeepSpeed / FSDP communication buffers (elements), chosen by the planner.
-    reduce_bucket_elems: int = Field(default=500_000_000, gt=0)
-    allgather_bucket_elems: int = Field(default=500_000_000, gt=0)
-    stage3_prefetch_elems: int = Field(default=50_000_000, ge=0)
-    stage3_max_live_params: int = Field(default=1_000_000_000, ge=0)
+    Each field's description is its help text everywhere (CLI flags, the trainer's flags, the
+    scenario columns, the service schema): a knob is declared here once (see planner/fields.py).
+    """
+
+    stack: Stack = Field(default="megatron", description="Software stack that runs the plan (its efficiency "
+                         "profile: catalog/stacks/<id>.toml)")
+    tp: int = Field(default=1, gt=0, le=1024, description="Tensor-parallel degree (each block's matrices split over tp GPUs)")
+    pp: int = Field(default=1, gt=0, le=10_000, description="Pipeline stages (need not divide n_layers: "
+                    "the heaviest stage sets the pace)")
+    vpp: int = Field(default=1, gt=0, le=1000, description="Virtual pipeline stages per GPU (interleaved 1F1B)")
+    cp: int = Field(default=1, gt=0, le=1024, description="Context-parallel degree: the sequence split over cp GPUs "
+                    "(ring attention)")
+    dp: int = Field(default=1, gt=0, description="Data-parallel replicas: GPUs / (tp x pp x cp)")
+    sequence_parallel: bool = Field(default=False, description="Sequence parallelism: norms and dropout split over "
+                                    "the tensor-parallel group")
+    sharding: Sharding = Field(default="none", description="Sharding of optimizer states, gradients and parameters "
+                               "(DeepSpeed ZeRO stages, FSDP modes)")
+    offload: Offload = Field(default="none", description="What moves to host memory (DeepSpeed/FSDP CPU offload)")
+    activation_checkpointing: Checkpointing = Field(
+        default="none", description="Recomputation in backward: selective (attention core), op (every other matmul "
+        "output saved), blocks (--checkpoint-fraction of the blocks), full (every block)")
+    checkpoint_fraction: float = Field(default=1.0, gt=0, le=1, description="Share of blocks recomputed with "
+                                       "--activation-checkpointing blocks (the planner's guess: 0.5)")
+    precision: Precision = Field(default="bf16", description="Number format (bf16_pure: no fp32 master weights; "
+                                 "fp8: block GEMMs in fp8, H100-class GPUs)")
+    optimizer: Optimizer = Field(default="adamw", description="Optimizer (its states per parameter)")
+    attention: Attention = Field(default="flash", description="flash (fused SDPA kernel) or eager (scores materialised)")
+    compile: bool = Field(default=False, description="torch.compile (fused element-wise kernels)")
+    async_tp: bool = Field(default=False, description="TP collectives overlapped with the GEMMs "
+                           "(async TP / tp-comm-overlap)")
+    micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="Sequences per GPU per forward/backward")
+    grad_accum: int = Field(default=1, gt=0, le=1_000_000, description="Micro batches accumulated per optimizer step")
+    seq_len: int = Field(default=2048, gt=0, description="Tokens per sequence")
+    # DeepSpeed / FSDP communication buffers (elements), chosen by the planner
+    reduce_bucket_elems: IntCount = Field(default=500_000_000, gt=0, description="DeepSpeed reduce bucket (elements)")
+    allgather_bucket_elems: IntCount = Field(default=500_000_000, gt=0,
+                                             description="DeepSpeed all-gather bucket (elements)")
+    stage3_prefetch_elems: IntCount = Field(default=50_000_000, ge=0,
+                                            description="ZeRO-3 parameter prefetch bucket (elements)")
+    stage3_max_live_params: IntCount = Field(default=1_000_000_000, ge=0,
+                                             description="ZeRO-3 parameters kept gathered at most (elements)")
 
     @property
     def gpus(self) -> int:
@@ -146,49 +165,53 @@ class Estimate(Frozen):
     reason: str = ""
 
 
-class Scenario(Frozen):
+# ExecutionPlan fields a scenario cannot pin: derived from the GPU count, or chosen by the planner
+NOT_PINNED: tuple[str, ...] = (
+    "dp", "reduce_bucket_elems", "allgather_bucket_elems", "stage3_prefetch_elems", "stage3_max_live_params")
+
+
+class _ModelAndSystem(Frozen):
+    # model: a preset id, a bare size ("7b"), or a path to a Hugging Face config.json ...
+    model: str | None = Field(default=None, description="Preset id, size (7b, 52b), path to a HF config.json, "
+                              "or hub id (org/name)")
+    # ... or the architecture columns
+    n_layers: int | None = Field(default=None, gt=0, description="Transformer blocks (instead of --model)")
+    hidden: int | None = Field(default=None, gt=0, description="Hidden size")
+    n_heads: int | None = Field(default=None, gt=0, description="Attention heads")
+    n_kv_heads: int | None = Field(default=None, gt=0, description="Key/value heads (GQA; default n_heads)")
+    ffn_hidden: int | None = Field(default=None, gt=0, description="MLP hidden size")
+    vocab: int | None = Field(default=None, gt=0, description="Vocabulary size")
+    # system
+    gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
+    gpus: int | None = Field(default=None, gt=0, le=1_000_000, description="GPU count")
+    gpus_per_node: int | None = Field(default=None, gt=0, le=1024, description="GPUs per node (default: the cluster's)")
+    cluster: str | None = Field(default=None, description="Cluster catalog id (default dgx-a100)")
+    internode_gbps: float | None = Field(default=None, gt=0, description="Inter-node bandwidth per node (Gbit/s)")
+
+
+def _pinned(name: str) -> tuple[object, object]:
+    """An ExecutionPlan field as a Scenario column: the same type, bounds and description, blank by default."""
+    f = ExecutionPlan.model_fields[name]
+    kind = Annotated[f.annotation, *f.metadata] if f.metadata else f.annotation
+    return Optional[kind], Field(default=None, description=f.description)
+
+
+_PinnedKnobs = create_model(
+    "_PinnedKnobs", __base__=_ModelAndSystem, __module__=__name__,
+    **{name: _pinned(name) for name in ExecutionPlan.model_fields if name not in NOT_PINNED})  # type: ignore[call-overload]
+
+
+class Scenario(_PinnedKnobs):  # type: ignore[misc, valid-type]
     """One row of the scenario interface: the model, the system and the pinned knobs.
 
     `None` (an empty cell) means "the planner chooses". Field names are the public column
-    names of `plan estimate --scenarios` and the CLI flag names.
+    names of `plan estimate --scenarios` and the CLI flag names. The execution-plan knobs are
+    those of `ExecutionPlan` (but NOT_PINNED), with their types, bounds and descriptions.
     """
 
-    # model: a preset id, a bare size ("7b"), or a path to a Hugging Face config.json ...
-    model: str | None = None
-    # ... or the architecture columns
-    n_layers: int | None = Field(default=None, gt=0)
-    hidden: int | None = Field(default=None, gt=0)
-    n_heads: int | None = Field(default=None, gt=0)
-    n_kv_heads: int | None = Field(default=None, gt=0)
-    ffn_hidden: int | None = Field(default=None, gt=0)
-    vocab: int | None = Field(default=None, gt=0)
-    seq_len: int | None = Field(default=None, gt=0)
-    # system
-    gpu: str | None = None
-    gpus: int | None = Field(default=None, gt=0, le=1_000_000)
-    gpus_per_node: int | None = Field(default=None, gt=0, le=1024)
-    cluster: str | None = None
-    internode_gbps: float | None = Field(default=None, gt=0)
-    # execution-plan knobs
-    stack: Stack | None = None
-    tp: int | None = Field(default=None, gt=0, le=1024)
-    pp: int | None = Field(default=None, gt=0, le=10_000)
-    vpp: int | None = Field(default=None, gt=0, le=1000)
-    cp: int | None = Field(default=None, gt=0, le=1024)
-    sequence_parallel: bool | None = None
-    sharding: Sharding | None = None
-    offload: Offload | None = None
-    activation_checkpointing: Checkpointing | None = None
-    checkpoint_fraction: float | None = Field(default=None, gt=0, le=1)
-    precision: Precision | None = None
-    optimizer: Optimizer | None = None
-    attention: Attention | None = None
-    compile: bool | None = None
-    async_tp: bool | None = None
-    micro_batch: int | None = Field(default=None, gt=0, le=1_000_000)
-    grad_accum: int | None = Field(default=None, gt=0, le=1_000_000)
-    global_batch: int | None = Field(default=None, gt=0, le=1_000_000_000)  # sequences per optimizer step
-    global_batch_tokens: int | None = Field(default=None, gt=0)
+    global_batch: int | None = Field(default=None, gt=0, le=1_000_000_000, description="Sequences per optimizer step")
+    global_batch_tokens: IntCount | None = Field(default=None, gt=0, description="Tokens per optimizer step (e.g. 4M)")
     # what to train, and what it costs
-    tokens: float | None = Field(default=None, gt=0)
-    price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    tokens: Count | None = Field(default=None, gt=0, description="Tokens to train (e.g. 100B): gives days, "
+                                 "GPU-hours and cost (export: the steps and the time limit)")
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, description="Price of one GPU-hour (for the cost)")

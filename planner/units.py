@@ -1,38 +1,72 @@
-"""Parsing of human-written quantities ("100B" tokens, "2h" budgets, "8:128" GPU ranges)."""
+"""Human-written quantities ("100B" tokens, "4M" batch tokens, "2h" budgets, "8:128" GPU ranges).
+
+`Count`, `IntCount` and `Seconds` are the field types of the pydantic models (Scenario,
+ExecutionPlan, TrainConfig, the service's requests): a model field parses its own text once,
+and every face (CLI flag, scenario CSV/TOML cell, JSON body) passes the text through as written.
+A bad value is a one-line validation error naming the field and what is allowed.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
 
 from planner.errors import PlanError
 
 _COUNT = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+COUNT_ALLOWED = "a number with an optional k/M/B/T suffix, e.g. 100B, 1.5T, 4M, 2e9"
+DURATION_ALLOWED = "seconds, or a number with s/m/h/d, e.g. 2h, 90m, 1h30m, 45s"
 
 
-def parse_count(field: str, text: str | float | int) -> float:
-    """'100B' -> 1e11, '1.5T' -> 1.5e12, '3e9' -> 3e9."""
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", str(text).lower())
-        if not m:
-            raise PlanError(field, f"{text!r} is not a count (e.g. 100B, 1.5T, 300M, 2e9)")
-        value = float(m.group(1)) * _COUNT[m.group(2)]
+def _count(text: str) -> float | None:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
+    return float(m.group(1)) * _COUNT[m.group(2)] if m else None
+
+
+def _seconds(text: str) -> float | None:
+    s = text.strip().lower()
+    if not re.fullmatch(r"(?:[0-9]*\.?[0-9]+\s*[smhd]\s*)*[0-9]*\.?[0-9]+\s*[smhd]?", s):
+        return None  # '1h 30m' and '1h30m' are 90 minutes; '1 30m' is no duration
+    return sum(float(n) * _DURATION[u or "s"] for n, u in re.findall(r"([0-9]*\.?[0-9]+)\s*([smhd]?)", s))
+
+
+def parse_duration_s(field: str, text: str | float | int) -> float:
+    """'2h' -> 7200, '90m' -> 5400, '1h30m' -> 5400, '45s', '1.5h', or plain seconds (> 0)."""
+    value = float(text) if isinstance(text, (int, float)) else _seconds(str(text))
+    if value is None:
+        raise PlanError(field, f"{text!r} is not a duration (allowed: {DURATION_ALLOWED})")
     if value <= 0:
         raise PlanError(field, f"must be > 0, got {text!r}")
     return value
 
 
-def parse_duration_s(field: str, text: str) -> float:
-    """'2h' -> 7200, '90m' -> 5400, '3m' -> 180, '45s', '1.5h', or plain seconds."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", str(text).lower())
-    if not m:
-        raise PlanError(field, f"{text!r} is not a duration (e.g. 2h, 90m, 45s)")
-    value = float(m.group(1)) * _DURATION[m.group(2) or "s"]
-    if value <= 0:
-        raise PlanError(field, f"must be > 0, got {text!r}")
-    return value
+def _field_parser(parse, kind: str, allowed: str):
+    """A BeforeValidator body: text through `parse`; anything else goes on to the type check."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        parsed = parse(value)
+        if parsed is None:
+            raise PydanticCustomError(kind, "{text} is not a {kind} (allowed: {allowed})",
+                                      {"text": repr(value), "kind": kind.replace("_", " "), "allowed": allowed})
+        return parsed
+
+    return check
+
+
+# "100B" tokens, "4M" batch tokens: a float (or an int) on the model, text on every face
+Count = Annotated[float, BeforeValidator(_field_parser(_count, "count", COUNT_ALLOWED),
+                                         json_schema_input_type=float | str)]
+IntCount = Annotated[int, BeforeValidator(_field_parser(_count, "count", COUNT_ALLOWED),
+                                          json_schema_input_type=int | str)]
+# "2h", "90m", "1h30m": seconds on the model
+Seconds = Annotated[float, BeforeValidator(_field_parser(_seconds, "duration", DURATION_ALLOWED),
+                                           json_schema_input_type=float | str)]
 
 
 def parse_gpu_range(text: str, step_default: int) -> list[int]:

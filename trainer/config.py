@@ -1,167 +1,233 @@
-"""`TrainConfig`: one trainer run, in the planner's knob vocabulary. Imports no torch.
+"""`TrainConfig`: one trainer run = {model, plan: ExecutionPlan, run: RunSettings, launch:
+LaunchSettings}, in the planner's knob vocabulary. Imports no torch.
 
-`validate_config` turns unsupported combinations into a `PlanError` naming the field (the
-launcher reports those as status `bad_config`).
+The plan is the planner's `ExecutionPlan` itself (its fields, bounds and descriptions): the
+trainer's flags are generated from these models (trainer/cli.py, plan_cli/train.py), so a knob
+is declared once. A flat dict (`TrainConfig(tp=2, steps=4)`, the result files and tuner
+configs written before the split) is sorted into the three parts by field name.
+`validate_config` turns what the bundled trainer cannot run into a `PlanError` naming the field
+(the launcher reports those as status `bad_config`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner import rules
 from planner.errors import PlanError
+from planner.fields import Flag
 from planner.model import ModelSpec
-from planner.scenario import Attention, Checkpointing, Offload, Optimizer, Precision, Sharding
+from planner.scenario import NOT_PINNED, ExecutionPlan
+from planner.units import Seconds
 
 PipelineSchedule = Literal["1f1b", "gpipe", "interleaved_1f1b"]
 PP_SCHEDULES: tuple[str, ...] = PipelineSchedule.__args__  # type: ignore[attr-defined]
 
+# The bundled trainer's plan where a flag is not given: fp32 and short sequences run on a CPU.
+TRAINER_PLAN_DEFAULTS: dict[str, Any] = {"stack": "bundled", "precision": "fp32", "seq_len": 64}
+# ExecutionPlan fields the trainer does not take as flags: dp (and sequence_parallel) follow
+# from the launch and tp, the communication buckets from the DeepSpeed config builder.
+NOT_FLAGS: tuple[str, ...] = NOT_PINNED
 
-class TrainConfig(BaseModel):
+
+class LaunchSettings(BaseModel):
+    """Where the ranks run."""
+
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "tiny"  # preset id, bare size, config.json, or a ModelSpec JSON file
-    spec: ModelSpec | None = None  # resolved from `model` when None
-    # launch
-    nproc: int = Field(default=1, gt=0)
-    nnodes: int = Field(default=1, gt=0)
-    node_rank: int = Field(default=0, ge=0)
-    rdzv_endpoint: str | None = None
-    # knobs (planner/scenario.py vocabulary)
-    sharding: Sharding = "none"
-    offload: Offload = "none"
-    activation_checkpointing: Checkpointing = "none"
-    precision: Precision = "fp32"
-    optimizer: Optimizer = "adamw"
-    attention: Attention = "flash"
-    micro_batch: int = Field(default=1, gt=0)
-    grad_accum: int = Field(default=1, gt=0)
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    vpp: int = Field(default=1, gt=0)  # virtual pipeline stages per rank (interleaved 1F1B)
-    pp_schedule: PipelineSchedule | None = None  # None: see `schedule`
-    seq_len: int = Field(default=64, gt=0)
-    deepspeed_config: str | None = None  # a DeepSpeed JSON file, used as is
-    compile: bool = False
-    low_precision_norm: bool = False
-    # run
-    steps: int = Field(default=6, gt=0)
-    warmup_steps: int = Field(default=2, ge=0)
-    lr: float = Field(default=1e-3, gt=0)
-    seed: int = 0
-    data: str = "synthetic"  # or a path to a local text file (byte-level tokens)
-    timeout_s: float = Field(default=1800.0, gt=0)
-    measure_memory: bool = True
-    json_out: str | None = None
+    nproc: int = Field(default=1, gt=0, description="Ranks on this node")
+    nnodes: int = Field(default=1, gt=0, description="Nodes")
+    node_rank: int = Field(default=0, ge=0, description="This node's rank (multi-node)")
+    rdzv_endpoint: str | None = Field(default=None, description="host:port of the rendezvous (multi-node)")
 
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
 
-    @property
-    def dp(self) -> int:
-        """Data-parallel replicas: the ranks left after tensor and pipeline parallelism."""
-        return max(1, self.world_size // (self.tp * self.pp))
+
+class RunSettings(BaseModel):
+    """How long, on what data, and the trainer's own choices that no plan models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(default=6, gt=0, description="Optimizer steps to run (warm-up included)")
+    warmup_steps: int = Field(default=2, ge=0, description="Steps excluded from the timings")
+    lr: float = Field(default=1e-3, gt=0, description="Learning rate")
+    seed: int = Field(default=0, description="Random seed")
+    data: str = Field(default="synthetic", description="'synthetic' or a local text file (byte-level tokens)")
+    timeout_s: Seconds = Field(default=1800.0, gt=0, description="Wall-clock limit per rank (seconds, or 30m, 2h)")
+    measure_memory: bool = Field(default=True, description="Measure the bytes rank 0 holds (saved-tensor hooks)")
+    json_out: Annotated[str | None, Flag("--json")] = Field(default=None, description="Write the result JSON here")
+    pp_schedule: PipelineSchedule | None = Field(
+        default=None, description="Pipeline schedule (default: 1f1b; gpipe when grad_accum < pp; "
+        "interleaved_1f1b when vpp > 1)")
+    deepspeed_config: str | None = Field(default=None, description="A DeepSpeed JSON config, run as is")
+    low_precision_norm: bool = Field(default=False, description="Norms in the low precision (no fp32 upcast)")
+
+
+_PARTS: dict[str, type[BaseModel]] = {"plan": ExecutionPlan, "run": RunSettings, "launch": LaunchSettings}
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(default="tiny", description="Preset id, bare size, config.json or ModelSpec JSON")
+    spec: ModelSpec | None = None  # resolved from `model` when None
+    plan: ExecutionPlan = Field(default_factory=lambda: ExecutionPlan(**TRAINER_PLAN_DEFAULTS))
+    run: RunSettings = Field(default_factory=RunSettings)
+    launch: LaunchSettings = Field(default_factory=LaunchSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sort_flat_fields(cls, data: Any) -> Any:
+        """Flat fields (flags, older JSON) go to the part that declares them; the plan gets the
+        trainer's defaults, and dp and sequence_parallel from the launch and tp when not given."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        parts: dict[str, dict] = {}
+        for name, model in _PARTS.items():
+            given = data.pop(name, None)
+            given = given.model_dump() if isinstance(given, BaseModel) else dict(given or {})
+            parts[name] = {k: data.pop(k) for k in list(data) if k in model.model_fields} | given
+        plan = TRAINER_PLAN_DEFAULTS | parts["plan"]
+        launch = LaunchSettings(**parts["launch"])
+        tp, pp, cp = (int(plan.get(k, 1)) for k in ("tp", "pp", "cp"))
+        plan.setdefault("dp", max(1, launch.world_size // max(1, tp * pp * cp)))
+        plan.setdefault("sequence_parallel", tp > 1)
+        return {**data, "plan": plan, "run": parts["run"], "launch": launch}
+
+    def on_ranks(self, *, nproc: int, nnodes: int) -> TrainConfig:
+        """This run on the ranks a launcher (torchrun, srun) decided: dp follows them."""
+        launch = self.launch.model_dump() | {"nproc": nproc, "nnodes": nnodes}
+        return TrainConfig(model=self.model, spec=self.spec, plan=self.plan.model_dump(exclude={"dp"}),
+                           run=self.run, launch=launch)
 
     @property
     def schedule(self) -> str:
         """The pipeline schedule run: the one asked for, else interleaved 1F1B with virtual stages,
         else 1F1B, or GPipe with fewer micro batches than stages (torch's 1F1B needs m >= pp;
         with m < pp both run all forwards, then all backwards)."""
-        if self.pp_schedule:
-            return self.pp_schedule
-        if self.vpp > 1:
+        p = self.plan
+        if self.run.pp_schedule:
+            return self.run.pp_schedule
+        if p.vpp > 1:
             return "interleaved_1f1b"
-        return "1f1b" if self.grad_accum >= self.pp else "gpipe"
+        return "1f1b" if p.grad_accum >= p.pp else "gpipe"
 
     @property
     def backend_name(self) -> str:
-        if self.pp > 1:
+        p = self.plan
+        if p.pp > 1:
             return "pipeline"
-        if self.tp > 1:
+        if p.tp > 1:
             return "tensor_parallel"
-        if self.deepspeed_config or self.sharding.startswith("zero"):
+        if self.run.deepspeed_config or p.sharding.startswith("zero"):
             return "deepspeed"
-        if self.sharding.startswith("fsdp"):
+        if p.sharding.startswith("fsdp"):
             return "fsdp2"
         return "ddp"
 
     def knobs(self) -> dict:
-        return {k: getattr(self, k) for k in (
-            "sharding", "offload", "activation_checkpointing", "precision", "optimizer",
-            "attention", "micro_batch", "grad_accum", "tp", "pp", "vpp", "seq_len")} | {
-            "dp": self.dp, "compile": self.compile, "sequence_parallel": self.tp > 1,
-            "global_batch": self.micro_batch * self.grad_accum * self.dp}
+        """The plan as the result file and the DeepSpeed builder read it (the communication
+        buckets are the builder's to size)."""
+        return self.plan.model_dump(exclude=set(NOT_FLAGS) - {"dp"}) | {"global_batch": self.plan.global_batch}
 
 
 def validate_config(cfg: TrainConfig) -> None:
     """Reject what the bundled trainer cannot run, with a one-line reason."""
-    if cfg.warmup_steps >= cfg.steps:
-        raise PlanError("warmup_steps", f"must be < steps ({cfg.steps}) so that some steps are timed")
+    p, r = cfg.plan, cfg.run
+    if r.warmup_steps >= r.steps:
+        raise PlanError("warmup_steps", f"must be < steps ({r.steps}) so that some steps are timed")
+    validate_plan(cfg)
     validate_parallel(cfg)
-    if cfg.deepspeed_config:
-        if not Path(cfg.deepspeed_config).is_file():
-            raise PlanError("deepspeed_config", f"{cfg.deepspeed_config}: file not found")
+    if r.deepspeed_config:
+        if not Path(r.deepspeed_config).is_file():
+            raise PlanError("deepspeed_config", f"{r.deepspeed_config}: file not found")
         try:
-            json.loads(Path(cfg.deepspeed_config).read_text())
+            json.loads(Path(r.deepspeed_config).read_text())
         except json.JSONDecodeError as e:
             raise PlanError("deepspeed_config", f"not valid JSON: {e}") from None
         return
-    rules.check({"sharding": cfg.sharding, "offload": cfg.offload})  # the planner's offload rules
+    rules.check({"sharding": p.sharding, "offload": p.offload})  # the planner's offload rules
     b = cfg.backend_name
-    if b == "deepspeed" and cfg.precision == "bf16_pure":
+    if b == "deepspeed" and p.precision == "bf16_pure":
         raise PlanError("precision", "bf16_pure is not supported with DeepSpeed here (use bf16, fp16 or fp32)")
-    if b == "deepspeed" and cfg.offload != "none" and cfg.optimizer != "adamw":
+    if b == "deepspeed" and p.offload != "none" and p.optimizer != "adamw":
         raise PlanError("optimizer", "DeepSpeed offload runs DeepSpeedCPUAdam: use adamw")
-    if b == "fsdp2" and cfg.optimizer == "adafactor":
+    if b == "fsdp2" and p.optimizer == "adafactor":
         raise PlanError("optimizer", "torch's Adafactor cannot step FSDP2's DTensor shards: use adamw or sgd")
-    if cfg.sharding == "fsdp_hybrid" and (cfg.dp < 2 or cfg.dp % 2):
-        raise PlanError("sharding", f"fsdp_hybrid needs an even data-parallel size >= 2 (got {cfg.dp})")
+    if p.sharding == "fsdp_hybrid" and (p.dp < 2 or p.dp % 2):
+        raise PlanError("sharding", f"fsdp_hybrid needs an even data-parallel size >= 2 (got {p.dp})")
+
+
+def validate_plan(cfg: TrainConfig) -> None:
+    """Plan knobs the bundled trainer has no implementation of (the planner models them)."""
+    p = cfg.plan
+    if p.stack != "bundled":
+        raise PlanError("stack", f"the bundled trainer runs its own stack (allowed: bundled; got {p.stack})")
+    if p.cp != 1:
+        raise PlanError("cp", "the bundled trainer has no context parallelism (allowed: 1)")
+    if p.async_tp:
+        raise PlanError("async_tp", "the bundled trainer does not overlap TP collectives (allowed: false)")
+    if p.activation_checkpointing not in ("none", "selective", "full"):
+        raise PlanError("activation_checkpointing", f"{p.activation_checkpointing} is not implemented by the "
+                        "bundled trainer (allowed: none, selective, full)")
+    if p.precision == "fp8":
+        raise PlanError("precision", "the bundled trainer has no fp8 GEMMs (allowed: fp32, fp16, bf16, bf16_pure)")
 
 
 def validate_parallel(cfg: TrainConfig) -> None:
     """tp/pp/vpp combinations the tensor- and pipeline-parallel backends run (model-free checks)."""
-    if cfg.world_size % (cfg.tp * cfg.pp):
-        raise PlanError("tp" if cfg.tp > 1 else "pp",
-                        f"tp x pp ({cfg.tp} x {cfg.pp}) must divide the world size ({cfg.world_size})")
-    rules.check({"tp": cfg.tp, "pp": cfg.pp, "vpp": cfg.vpp})  # the planner's rules: vpp needs pp
-    if cfg.pp_schedule and cfg.pp == 1:
+    p, r = cfg.plan, cfg.run
+    if cfg.launch.world_size % (p.tp * p.pp):
+        raise PlanError("tp" if p.tp > 1 else "pp",
+                        f"tp x pp ({p.tp} x {p.pp}) must divide the world size ({cfg.launch.world_size})")
+    rules.check({"tp": p.tp, "pp": p.pp, "vpp": p.vpp})  # the planner's rules: vpp needs pp
+    if r.pp_schedule and p.pp == 1:
         raise PlanError("pp_schedule", "needs pp > 1")
-    if cfg.pp_schedule in ("1f1b", "gpipe") and cfg.vpp > 1:
-        raise PlanError("pp_schedule", f"{cfg.pp_schedule} runs one stage per rank: use interleaved_1f1b with vpp > 1")
-    if cfg.pp_schedule == "interleaved_1f1b" and cfg.vpp == 1:
+    if r.pp_schedule in ("1f1b", "gpipe") and p.vpp > 1:
+        raise PlanError("pp_schedule", f"{r.pp_schedule} runs one stage per rank: use interleaved_1f1b with vpp > 1")
+    if r.pp_schedule == "interleaved_1f1b" and p.vpp == 1:
         raise PlanError("pp_schedule", "interleaved_1f1b needs vpp > 1 virtual stages per rank")
-    if cfg.pp_schedule == "1f1b" and cfg.grad_accum < cfg.pp:
-        raise PlanError("grad_accum", f"1f1b needs at least pp ({cfg.pp}) micro batches per step (got {cfg.grad_accum})")
-    if cfg.tp == 1 and cfg.pp == 1:
+    if r.pp_schedule == "1f1b" and p.grad_accum < p.pp:
+        raise PlanError("grad_accum", f"1f1b needs at least pp ({p.pp}) micro batches per step (got {p.grad_accum})")
+    if p.dp * p.tp * p.pp != cfg.launch.world_size:
+        raise PlanError("dp", f"dp x tp x pp ({p.dp} x {p.tp} x {p.pp}) must equal the world size "
+                        f"({cfg.launch.world_size}); leave dp out to take the ranks left")
+    if p.sequence_parallel != (p.tp > 1):
+        raise PlanError("sequence_parallel", "the bundled trainer splits the norms exactly when tp > 1 "
+                        f"(allowed: {str(p.tp > 1).lower()} with tp={p.tp})")
+    if p.tp == 1 and p.pp == 1:
         return
-    what = f"tp={cfg.tp}, pp={cfg.pp}"
-    if cfg.deepspeed_config or cfg.sharding.startswith("zero"):
+    what = f"tp={p.tp}, pp={p.pp}"
+    if r.deepspeed_config or p.sharding.startswith("zero"):
         raise PlanError("sharding", f"{what} composes with FSDP2 or none, not DeepSpeed ZeRO (use fsdp_* or none)")
-    if cfg.tp > 1 and cfg.sharding == "none" and cfg.dp > 1:
-        raise PlanError("sharding", f"{what} with dp={cfg.dp} needs fsdp_* (DDP cannot replicate tensor-parallel DTensors)")
-    if cfg.offload != "none":
+    if p.tp > 1 and p.sharding == "none" and p.dp > 1:
+        raise PlanError("sharding", f"{what} with dp={p.dp} needs fsdp_* (DDP cannot replicate tensor-parallel DTensors)")
+    if p.offload != "none":
         raise PlanError("offload", f"not supported with {what} (allowed: none)")
-    if cfg.precision == "fp16":
+    if p.precision == "fp16":
         raise PlanError("precision", f"fp16 loss scaling is not wired through {what}: use bf16, bf16_pure or fp32")
-    if cfg.optimizer == "adafactor":
+    if p.optimizer == "adafactor":
         raise PlanError("optimizer", "torch's Adafactor cannot step DTensor shards: use adamw or sgd")
-    if cfg.compile:
+    if p.compile:
         raise PlanError("compile", f"not supported with {what}")
 
 
 def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     """tp/pp/vpp against the model's shapes: tp must split heads and matrices, pp the layers."""
+    p = cfg.plan
     # the planner's rules: tp divides the heads, pp at most the layers, pp x vpp divides them
-    rules.check({"tp": cfg.tp, "pp": cfg.pp, "vpp": cfg.vpp}, spec=spec)
-    t = cfg.tp
+    rules.check({"tp": p.tp, "pp": p.pp, "vpp": p.vpp}, spec=spec)
+    t = p.tp
     if t > 1:
         sizes = {"kv_heads": spec.kv_heads, "hidden": spec.hidden, "ffn": spec.ffn,
-                 "vocab_padded": spec.vocab_padded, "seq_len": cfg.seq_len}
+                 "vocab_padded": spec.vocab_padded, "seq_len": p.seq_len}
         if spec.position == "learned":
             sizes["max_positions"] = spec.max_positions
         for name, n in sizes.items():

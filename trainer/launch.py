@@ -30,8 +30,8 @@ def threads_per_rank(nproc: int) -> int:
 
 
 def launch(cfg: TrainConfig) -> TrainResult:
-    """Run one training job and return its result (also written to cfg.json_out if given)."""
-    result_path = cfg.json_out or str(Path(tempfile.mkdtemp(prefix="plan-train-")) / "result.json")
+    """Run one training job and return its result (also written to cfg.run.json_out if given)."""
+    result_path = cfg.run.json_out or str(Path(tempfile.mkdtemp(prefix="plan-train-")) / "result.json")
     Path(result_path).parent.mkdir(parents=True, exist_ok=True)
     Path(result_path).unlink(missing_ok=True)
     clear_rank_errors(result_path)
@@ -40,10 +40,10 @@ def launch(cfg: TrainConfig) -> TrainResult:
 
     external = launched_externally()
     if external:  # torchrun / srun decide the ranks: validate against them
-        env_from_slurm(cfg.rdzv_endpoint)
+        env_from_slurm(cfg.launch.rdzv_endpoint)
         world = int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        cfg = cfg.model_copy(update={"nproc": local, "nnodes": max(1, world // local)})
+        cfg = cfg.on_ranks(nproc=local, nnodes=max(1, world // local))
     try:
         validate_config(cfg)
         if cfg.spec is None:
@@ -60,7 +60,7 @@ def launch(cfg: TrainConfig) -> TrainResult:
             return TrainResult(status="ok", config=cfg.knobs())  # rank 0 reports
     else:
         exit_codes, launch_error = _elastic(cfg, result_path)
-        if cfg.node_rank > 0 and not launch_error:  # node 0 holds rank 0, which reports
+        if cfg.launch.node_rank > 0 and not launch_error:  # node 0 holds rank 0, which reports
             return _finish(cfg, result_path, TrainResult(status="ok", config=cfg.knobs(), exit_codes=exit_codes))
     result = collect(cfg, result_path, exit_codes, launch_error)
     if result.wall_s is None:
@@ -79,18 +79,18 @@ def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
     from trainer.ranks import launch_config
 
     if not torch.cuda.is_available():
-        os.environ["OMP_NUM_THREADS"] = str(threads_per_rank(cfg.nproc))
-    endpoint = cfg.rdzv_endpoint or f"127.0.0.1:{free_port()}"
-    loopback_comm_env(cfg.nnodes)
-    lc = launch_config(cfg.nproc, cfg.nnodes, cfg.node_rank, endpoint, "plan-train",
-                       local_addr=local_addr(endpoint.rpartition(":")[0].strip("[]"), cfg.nnodes))
-    backstop = threading.Timer(cfg.timeout_s + LAUNCH_GRACE_S, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        os.environ["OMP_NUM_THREADS"] = str(threads_per_rank(cfg.launch.nproc))
+    endpoint = cfg.launch.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+    loopback_comm_env(cfg.launch.nnodes)
+    lc = launch_config(cfg.launch.nproc, cfg.launch.nnodes, cfg.launch.node_rank, endpoint, "plan-train",
+                       local_addr=local_addr(endpoint.rpartition(":")[0].strip("[]"), cfg.launch.nnodes))
+    backstop = threading.Timer(cfg.run.timeout_s + LAUNCH_GRACE_S, lambda: os.kill(os.getpid(), signal.SIGTERM))
     backstop.daemon = True
     backstop.start()
     try:
         with bound_stores():  # the rendezvous store listens on local_addr only (trainer/bind.py)
             elastic_launch(lc, run_rank)(cfg.model_dump_json(), result_path)
-        return {str(r): 0 for r in range(cfg.world_size)}, ""
+        return {str(r): 0 for r in range(cfg.launch.world_size)}, ""
     except ChildFailedError as e:
         codes = {str(r): f.exitcode for r, f in e.failures.items()}
         return codes, "; ".join(f"rank {r}: exit {f.exitcode} {f.message}".strip() for r, f in e.failures.items())
@@ -126,7 +126,7 @@ def collect(cfg: TrainConfig, result_path: str, exit_codes: dict[str, int], laun
 def _finish(cfg: TrainConfig, result_path: str, result: TrainResult) -> TrainResult:
     if not result.model:
         result.model = cfg.spec.model_dump(mode="json") if cfg.spec else {"ref": cfg.model}
-    result.world_size = result.world_size or cfg.world_size
+    result.world_size = result.world_size or cfg.launch.world_size
     write_result_file(result_path, result.model_dump_json(indent=2))
     clear_rank_errors(result_path)
     return result

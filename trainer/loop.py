@@ -22,7 +22,7 @@ from trainer.spec import resolve_spec
 
 def measured_step_index(cfg: TrainConfig) -> int:
     """A warm-up step after the first optimizer step (states exist), else the last step."""
-    return cfg.warmup_steps - 1 if cfg.warmup_steps >= 2 else cfg.steps - 1
+    return cfg.run.warmup_steps - 1 if cfg.run.warmup_steps >= 2 else cfg.run.steps - 1
 
 
 def _sync(device: torch.device) -> None:
@@ -37,11 +37,11 @@ def device_name(device: torch.device) -> str:
 def build(cfg: TrainConfig, device: torch.device):
     spec = cfg.spec or resolve_spec(cfg.model)
     validate_layout(cfg, spec)
-    if spec.position == "learned" and cfg.seq_len > spec.max_positions:
-        raise PlanError("seq_len", f"{cfg.seq_len} exceeds the model's max_positions ({spec.max_positions})")
-    torch.manual_seed(cfg.seed)
-    model = GPT(spec, cfg.attention, cfg.low_precision_norm)
-    if cfg.compile:
+    if spec.position == "learned" and cfg.plan.seq_len > spec.max_positions:
+        raise PlanError("seq_len", f"{cfg.plan.seq_len} exceeds the model's max_positions ({spec.max_positions})")
+    torch.manual_seed(cfg.run.seed)
+    model = GPT(spec, cfg.plan.attention, cfg.run.low_precision_norm)
+    if cfg.plan.compile:
         for block in model.blocks:
             block.compile()
     return spec, model, build_engine(cfg, model, device)
@@ -51,17 +51,17 @@ def train(cfg: TrainConfig) -> TrainResult | None:
     """Runs on every rank; returns the result on rank 0 and None elsewhere."""
     validate_config(cfg)
     t_start = time.perf_counter()
-    device = tdist.init(cfg.timeout_s)
+    device = tdist.init(cfg.run.timeout_s)
     rank, world = dist.get_rank(), dist.get_world_size()
     spec, model, engine = build(cfg, device)
     # ranks of one tensor/pipeline-parallel group read the same batches: seed by data-parallel rank
-    batches = Batches(cfg.data, spec.vocab, engine.micro_batch, cfg.seq_len, seed=cfg.seed * 1000 + engine.dp_rank)
+    batches = Batches(cfg.run.data, spec.vocab, engine.micro_batch, cfg.plan.seq_len, seed=cfg.run.seed * 1000 + engine.dp_rank)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    measure_at = measured_step_index(cfg) if cfg.measure_memory else -1
+    measure_at = measured_step_index(cfg) if cfg.run.measure_memory else -1
     times_s, losses, saved, state = [], [], {"bytes": 0}, {}
-    for step in range(cfg.steps):
+    for step in range(cfg.run.steps):
         _sync(device)
         t0 = time.perf_counter()
         measure = step == measure_at
@@ -71,9 +71,9 @@ def train(cfg: TrainConfig) -> TrainResult | None:
         _sync(device)
         times_s.append(time.perf_counter() - t0)
         if rank == 0:  # the tuner tells a start-up timeout from a slow run by these lines
-            print(f"{STEP_MARK} {step + 1}/{cfg.steps} {times_s[-1]:.4f} s", file=sys.stderr, flush=True)
+            print(f"{STEP_MARK} {step + 1}/{cfg.run.steps} {times_s[-1]:.4f} s", file=sys.stderr, flush=True)
         losses.append(step_loss)
-    per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.warmup_steps)
+    per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.run.warmup_steps)
 
     result = None
     if rank == 0:
@@ -85,9 +85,9 @@ def train(cfg: TrainConfig) -> TrainResult | None:
 
 
 def report(cfg, spec, engine, device, world, times_s, losses, saved, state, measure_at) -> TrainResult:
-    timed = times_s[cfg.warmup_steps:]
+    timed = times_s[cfg.run.warmup_steps:]
     stats = step_stats(timed)
-    tokens_per_step = engine.micro_batch * engine.grad_accum * engine.dp * cfg.seq_len
+    tokens_per_step = engine.micro_batch * engine.grad_accum * engine.dp * cfg.plan.seq_len
     tps = tokens_per_step / stats["step_time_s_median"]
     precision = engine.knobs["precision"]
     peak = catalog_peak_tflops(device_name(device).removeprefix("cuda:"), precision)
@@ -95,8 +95,8 @@ def report(cfg, spec, engine, device, world, times_s, losses, saved, state, meas
         sizes = (1024, 2048, 4096) if device.type == "cuda" else (256, 512, 1024)
         peak = (measured_matmul_tflops(precision, sizes), f"measured matmul (best of {sizes} x 3, {precision})")
     # the planner's FLOP count, so that measured and predicted MFU use one formula
-    model_tflops = float(model_flops_per_token(spec, cfg.seq_len)) * tps / world / 1e12
-    hw_tflops = float(hardware_flops_per_token(spec, cfg.seq_len, engine.knobs["activation_checkpointing"])) \
+    model_tflops = float(model_flops_per_token(spec, cfg.plan.seq_len)) * tps / world / 1e12
+    hw_tflops = float(hardware_flops_per_token(spec, cfg.plan.seq_len, engine.knobs["activation_checkpointing"])) \
         * tps / world / 1e12
     if hw_tflops > peak[0]:  # the run itself proves the peak was measured low (a busy machine)
         peak = (hw_tflops, f"{peak[1]}, raised to the run's own hardware rate")
@@ -113,7 +113,7 @@ def report(cfg, spec, engine, device, world, times_s, losses, saved, state, meas
             memory.cuda_peak_reserved_bytes = torch.cuda.max_memory_reserved(device)
     return TrainResult(
         status="ok", config=engine.knobs, model=spec.model_dump(mode="json"), backend=engine.name,
-        device=device_name(device), world_size=world, steps=cfg.steps, warmup_steps=cfg.warmup_steps,
+        device=device_name(device), world_size=world, steps=cfg.run.steps, warmup_steps=cfg.run.warmup_steps,
         **stats, tokens_per_s=tps, tokens_per_s_per_device=tps / world, tokens_per_step=tokens_per_step,
         model_tflops_per_device=model_tflops, hw_tflops_per_device=hw_tflops,
         peak_tflops_per_device=peak[0], mfu=model_tflops / peak[0], peak_source=peak[1],

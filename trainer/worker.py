@@ -66,7 +66,7 @@ def run_rank(cfg_json: str, result_path: str) -> str | None:
     _die_with_launcher()
     cfg = TrainConfig.model_validate_json(cfg_json)
     rank = int(os.environ.get("RANK", "0"))
-    timer = _start_watchdog(cfg.timeout_s, result_path, rank)
+    timer = _start_watchdog(cfg.run.timeout_s, result_path, rank)
     try:
         from trainer.loop import train
 

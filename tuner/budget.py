@@ -1,26 +1,9 @@
-"""Wall-clock budget: parsing `--budget 2h`, the deadline, and how long a trial will take."""
+"""Wall-clock budget: the deadline and how long a trial will take."""
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
-
-from planner.errors import PlanError
-
-_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
-
-
-def parse_duration_s(text: str, field_name: str = "budget") -> float:
-    """'2h', '90m', '1h30m', '45s', '120' (seconds) -> seconds."""
-    s = text.strip().lower().replace(" ", "")
-    if not s or not re.fullmatch(r"(\d+(?:\.\d+)?[smhd]?)+", s):
-        raise PlanError(field_name, f"{text!r} is not a duration (examples: 2h, 90m, 1h30m, 45s)")
-    total = sum(float(n) * _UNITS_S[u or "s"] for n, u in _PART.findall(s))
-    if total <= 0:
-        raise PlanError(field_name, f"{text!r} must be longer than 0 s")
-    return total
 
 
 @dataclass

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.units import Seconds
+
 Backend = Literal["deepspeed", "fsdp", "any"]
 SamplerName = Literal["tpe", "random"]
 
@@ -15,7 +17,7 @@ class TuneConfig(BaseModel):
 
     model: str = Field(description="preset id, bare size (7b) or config.json")
     gpus: int | None = Field(default=None, gt=0, description="ranks; None: this machine's devices")
-    budget_s: float = Field(gt=0, description="wall-clock budget of this run")
+    budget_s: Seconds = Field(gt=0, description="wall-clock budget of this run")
     steps: int = Field(default=4, gt=1, description="trainer steps per trial (warm-up included)")
     warmup_steps: int = Field(default=1, ge=0)
     storage: str | None = None  # Optuna RDB URL; None: sqlite:///plan-tune.db
@@ -34,7 +36,7 @@ class TuneConfig(BaseModel):
     calibration_out: str | None = None
     csv: str | None = None
     max_trials: int | None = Field(default=None, gt=0, description="launched trials at most")
-    trial_timeout_s: float | None = Field(default=None, gt=0)
+    trial_timeout_s: Seconds | None = Field(default=None, gt=0)
     startup_s: float | None = Field(default=None, gt=0, description="first guess of a trial's start-up")
     remeasure_rounds: int = Field(default=2, ge=0, description="re-runs of the top candidates at the end")
     sampler: SamplerName = "tpe"

@@ -177,14 +177,8 @@ class _FormScenario:
 
     def __init__(self, req: PageScenario, request: Request):
         from plan_service.guards import check_model_ref, check_scenario
-        from planner.units import parse_count
-
         fields = {k: getattr(req, k) for k in ("cluster", "gpu", "gpus", "seq_len", "global_batch",
-                                               "price_per_gpu_hour")}
-        if req.global_batch_tokens:
-            fields["global_batch_tokens"] = int(parse_count("global_batch_tokens", req.global_batch_tokens))
-        if req.tokens:
-            fields["tokens"] = parse_count("tokens", req.tokens)
+                                               "global_batch_tokens", "tokens", "price_per_gpu_hour")}
         fields = {k: v for k, v in fields.items() if v not in (None, "")}
         self.config, self.name = req.config, req.config_name
         self.scenario = Scenario(model=None if req.config is not None else req.model, **fields)

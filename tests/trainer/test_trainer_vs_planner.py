@@ -39,14 +39,14 @@ def one(x) -> float:
 
 def predicted(spec, cfg: TrainConfig, knobs: dict, w_units: int, g_units: int) -> dict[str, float]:
     """The planner's bytes per rank for this run, less the gathered units in flight."""
-    plan = ExecutionPlan(dp=cfg.dp, seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, precision=cfg.precision,
-                         sequence_parallel=cfg.tp > 1, **{k: v for k, v in knobs.items() if k != "precision"})
+    plan = ExecutionPlan(dp=cfg.plan.dp, seq_len=cfg.plan.seq_len, micro_batch=cfg.plan.micro_batch, precision=cfg.plan.precision,
+                         sequence_parallel=cfg.plan.tp > 1, **{k: v for k, v in knobs.items() if k != "precision"})
     layout = Layout.from_plan(plan)
     system = System(gpu=load_catalog().gpus["h100-80gb"], gpus=2, gpus_per_node=2, host_ram_gib=24,
                     host_to_gpu_gbps=100, intranode_gbps=100, internode_gbps=100)
     unit = one(memory.compute_dtype_bytes(layout)) * one(memory._unit_params(spec, layout))
     act = one(memory.activation_bytes(spec, layout))
-    if cfg.activation_checkpointing == "full":
+    if cfg.plan.activation_checkpointing == "full":
         act -= one(memory.layer_activation_bytes(spec, layout))  # the block rebuilt in backward
     return {
         "params": one(memory.weights_bytes(spec, layout, system)) - w_units * unit,
@@ -102,8 +102,8 @@ def test_tensor_and_pipeline_bytes_match_planner(tmp_path, model, knobs, w_units
     assert r.status == "ok", r.error
     pred = predicted(spec, cfg, knobs, w_units, g_units)
     extra = 0.0
-    if cfg.tp > 1:
-        gathers = 2 * spec.n_layers / cfg.pp + 1
-        extra = gathers * cfg.seq_len * cfg.micro_batch * spec.hidden * pred["compute_dtype_bytes"] * (cfg.tp - 1) / cfg.tp
+    if cfg.plan.tp > 1:
+        gathers = 2 * spec.n_layers / cfg.plan.pp + 1
+        extra = gathers * cfg.plan.seq_len * cfg.plan.micro_batch * spec.hidden * pred["compute_dtype_bytes"] * (cfg.plan.tp - 1) / cfg.plan.tp
     assert_matches(r.memory, pred, extra)
     assert r.parallel.ranks[0].params_bytes == r.memory.params_bytes

@@ -14,7 +14,8 @@ import pytest
 
 from planner.errors import PlanError
 from planner.settings import Calibration
-from tuner.budget import Budget, parse_duration_s, trial_duration_s
+from planner.units import parse_duration_s
+from tuner.budget import Budget, trial_duration_s
 from tuner.calibrate import Observation, fit_calibration, predicted_step_s
 from tuner.runner import classify, kill_group, rank_env, run_command
 from tuner.space import build_space, complete, config_key, parse_choices
@@ -23,13 +24,13 @@ from tuner.trial import run_backend
 
 @pytest.mark.parametrize("text,seconds", [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45), ("120", 120), ("1.5m", 90)])
 def test_parse_duration(text, seconds):
-    assert parse_duration_s(text) == seconds
+    assert parse_duration_s("budget", text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "abc", "2x", "0s", "-3m"])
 def test_parse_duration_rejects(text):
     with pytest.raises(PlanError, match="budget"):
-        parse_duration_s(text)
+        parse_duration_s("budget", text)
 
 
 def test_budget_refuses_a_trial_that_cannot_finish():

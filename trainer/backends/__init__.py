@@ -7,10 +7,10 @@ from trainer.config import TrainConfig
 
 
 def build_engine(cfg: TrainConfig, model, device) -> Engine:
-    if cfg.pp > 1:
+    if cfg.plan.pp > 1:
         from trainer.backends.pipeline import PipelineEngine
         return PipelineEngine(cfg, model, device)
-    if cfg.tp > 1:
+    if cfg.plan.tp > 1:
         from trainer.backends.tensor_parallel import TensorParallelEngine
         return TensorParallelEngine(cfg, model, device)
     if cfg.backend_name == "deepspeed":

@@ -15,12 +15,12 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, 
 
 
 def make_optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, foreach=False)
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, foreach=False)
-    assert cfg.optimizer == "adafactor", cfg.optimizer
-    return torch.optim.Adafactor(params, lr=cfg.lr, foreach=False)
+    if cfg.plan.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.run.lr, weight_decay=0.0, foreach=False)
+    if cfg.plan.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.run.lr, momentum=0.9, foreach=False)
+    assert cfg.plan.optimizer == "adafactor", cfg.plan.optimizer
+    return torch.optim.Adafactor(params, lr=cfg.run.lr, foreach=False)
 
 
 class Engine:
@@ -39,7 +39,7 @@ class Engine:
         import torch.distributed as dist
 
         self.cfg, self.device = cfg, device
-        self.micro_batch, self.grad_accum = cfg.micro_batch, cfg.grad_accum
+        self.micro_batch, self.grad_accum = cfg.plan.micro_batch, cfg.plan.grad_accum
         self.knobs = cfg.knobs()
         # data parallelism over all ranks; the tensor/pipeline engines narrow these
         self.dp = dist.get_world_size() if dist.is_initialized() else 1
@@ -80,7 +80,7 @@ class Engine:
         return None
 
     def autocast(self):
-        p = self.cfg.precision
+        p = self.cfg.plan.precision
         if p in ("bf16", "fp16"):
             return torch.autocast(self.device.type, dtype=DTYPES[p])
         return contextlib.nullcontext()

@@ -15,9 +15,9 @@ class DDPEngine(Engine):
 
     def __init__(self, cfg, model, device):
         super().__init__(cfg, model, device)
-        apply_checkpointing(model, cfg.activation_checkpointing)
+        apply_checkpointing(model, cfg.plan.activation_checkpointing)
         model.to(device)
-        if cfg.precision == "bf16_pure":
+        if cfg.plan.precision == "bf16_pure":
             model.to(DTYPES["bf16_pure"])
         self.module = model
         self.wrapped = model
@@ -25,7 +25,7 @@ class DDPEngine(Engine):
             ids = [device.index] if device.type == "cuda" else None
             self.wrapped = DistributedDataParallel(model, device_ids=ids)
         self.optimizer = make_optimizer(cfg, model.parameters())
-        self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+        self.scaler = torch.amp.GradScaler(device.type) if cfg.plan.precision == "fp16" else None
 
     def forward_loss(self, x, y, last=True):
         from trainer.model import loss_fn

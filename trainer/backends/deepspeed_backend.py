@@ -24,8 +24,8 @@ def ds_config_from_knobs(cfg, world_size: int, on_gpu: bool, spec) -> dict:
     from planner.exports.common import Recipe
     from planner.exports.deepspeed_json import config_for_knobs
 
-    recipe = Recipe(lr=cfg.lr, weight_decay=0.0, warmup_steps=0, grad_clip=0.0)
-    return config_for_knobs(cfg.knobs(), dp=world_size, seq_len=cfg.seq_len, model=spec,
+    recipe = Recipe(lr=cfg.run.lr, weight_decay=0.0, warmup_steps=0, grad_clip=0.0)
+    return config_for_knobs(cfg.knobs(), dp=world_size, seq_len=cfg.plan.seq_len, model=spec,
                             target="gpu" if on_gpu else "cpu", recipe=recipe)
 
 
@@ -76,15 +76,15 @@ class DeepSpeedEngine(Engine):
 
         super().__init__(cfg, model, device)
         world = dist.get_world_size()
-        if cfg.deepspeed_config:
-            conf = json.loads(Path(cfg.deepspeed_config).read_text())
+        if cfg.run.deepspeed_config:
+            conf = json.loads(Path(cfg.run.deepspeed_config).read_text())
             self.knobs = knobs_from_ds_config(conf, self.knobs)
         else:
             conf = ds_config_from_knobs(cfg, world, device.type == "cuda", model.spec)
         self.ds_config = conf
         if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
             load_cpu_adam_once(dist)
-        apply_checkpointing(model, cfg.activation_checkpointing)
+        apply_checkpointing(model, cfg.plan.activation_checkpointing)
         model.to(device)
         client_opt = None if "optimizer" in conf else make_optimizer(cfg, model.parameters())
         self.engine, self.optimizer, _, _ = deepspeed.initialize(

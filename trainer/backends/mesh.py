@@ -27,13 +27,13 @@ class ParallelMesh:
     @classmethod
     def build(cls, cfg, device_type: str) -> "ParallelMesh":
         world = dist.get_world_size()
-        dp = world // (cfg.tp * cfg.pp)
+        dp = world // (cfg.plan.tp * cfg.plan.pp)
         replicate = 1
-        if cfg.sharding == "fsdp_hybrid":
-            replicate = cfg.nnodes if cfg.nnodes > 1 and dp % cfg.nnodes == 0 else 2
-        shape = (cfg.pp, replicate, dp // replicate, cfg.tp)
+        if cfg.plan.sharding == "fsdp_hybrid":
+            replicate = cfg.launch.nnodes if cfg.launch.nnodes > 1 and dp % cfg.launch.nnodes == 0 else 2
+        shape = (cfg.plan.pp, replicate, dp // replicate, cfg.plan.tp)
         mesh = init_device_mesh(device_type, shape, mesh_dim_names=("pp", "dp_replicate", "dp_shard", "tp"))
-        out = cls(mesh=mesh, pp=cfg.pp, dp=dp, tp=cfg.tp, hybrid_replicate=replicate)
+        out = cls(mesh=mesh, pp=cfg.plan.pp, dp=dp, tp=cfg.plan.tp, hybrid_replicate=replicate)
         out._dp_flat = mesh["dp_replicate", "dp_shard"]._flatten("dp")
         return out
 

@@ -84,23 +84,23 @@ class PipelineEngine(Engine):
         self.mesh = m = ParallelMesh.build(cfg, device.type)
         self.dp, self.dp_rank = m.dp, m.dp_rank
         self.schedule_name = cfg.schedule
-        n_stages = cfg.pp * cfg.vpp
+        n_stages = cfg.plan.pp * cfg.plan.vpp
         self.stage_layers = split_layers(model.spec.n_layers, n_stages)
         starts = [0, *itertools.accumulate(self.stage_layers)]
-        apply_checkpointing(model, cfg.activation_checkpointing)
-        if cfg.precision == "bf16_pure":
+        apply_checkpointing(model, cfg.plan.activation_checkpointing)
+        if cfg.plan.precision == "bf16_pure":
             model.to(DTYPES["bf16_pure"])
-        self.fsdp = cfg.sharding.startswith("fsdp")
-        self.stage_ids = [m.pp_rank + k * cfg.pp for k in range(cfg.vpp)]
+        self.fsdp = cfg.plan.sharding.startswith("fsdp")
+        self.stage_ids = [m.pp_rank + k * cfg.plan.pp for k in range(cfg.plan.vpp)]
         parts, self.tied_weight = [], None
         for i in self.stage_ids:
             part = StageModule(model, starts[i], starts[i + 1], first=i == 0, last=i == n_stages - 1).to(device)
-            if cfg.tp > 1:
+            if cfg.plan.tp > 1:
                 apply_tensor_parallel(part, m.tp_mesh)
             if self.fsdp:
                 fully_shard_model(cfg, part, part.blocks, m.dp_mesh())
-            elif cfg.precision in ("bf16", "fp16"):
-                part.autocast_dtype = DTYPES[cfg.precision]
+            elif cfg.plan.precision in ("bf16", "fp16"):
+                part.autocast_dtype = DTYPES[cfg.plan.precision]
             if part.embed is not None and model.head is None and part.first != part.last:
                 self.tied_weight = part.embed.weight
             parts.append(part)
@@ -109,7 +109,7 @@ class PipelineEngine(Engine):
         self.stages = [PipelineStage(p, i, n_stages, device, group=m.pp_group) for p, i in zip(parts, self.stage_ids)]
         cls = SCHEDULES[self.schedule_name]
         self.schedule = cls(self.stages if cls is ScheduleInterleaved1F1B else self.stages[0],
-                            n_microbatches=cfg.grad_accum, loss_fn=self._loss)
+                            n_microbatches=cfg.plan.grad_accum, loss_fn=self._loss)
         self.optimizer = make_optimizer(cfg, self.module.parameters())
         self.has_first = any(s.is_first for s in self.stages)
         self.has_last = any(s.is_last for s in self.stages)
@@ -203,7 +203,7 @@ class PipelineEngine(Engine):
         ranks = [RankStats(**r) for r in per_rank or []]
         ratios = [r.bubble_ratio for r in ranks if r.bubble_ratio is not None]
         return ParallelStats(
-            tp=self.mesh.tp, pp=self.mesh.pp, vpp=self.cfg.vpp, dp=self.mesh.dp,
+            tp=self.mesh.tp, pp=self.mesh.pp, vpp=self.cfg.plan.vpp, dp=self.mesh.dp,
             dp_replicate=self.mesh.hybrid_replicate, sequence_parallel=self.mesh.tp > 1,
             schedule=self.schedule_name, micro_batches=self.grad_accum, stage_layers=self.stage_layers,
             ranks=ranks, bubble_ratio=statistics.fmean(ratios) if ratios else None)

@@ -102,12 +102,12 @@ class TensorParallelEngine(Engine):
         super().__init__(cfg, model, device)
         self.mesh = ParallelMesh.build(cfg, device.type)
         self.dp, self.dp_rank = self.mesh.dp, self.mesh.dp_rank
-        if cfg.precision == "bf16_pure":
+        if cfg.plan.precision == "bf16_pure":
             model.to(DTYPES["bf16_pure"])
         model.to(device)
         apply_tensor_parallel(model, self.mesh.tp_mesh)
-        apply_checkpointing(model, cfg.activation_checkpointing)
-        self.fsdp = cfg.sharding.startswith("fsdp")
+        apply_checkpointing(model, cfg.plan.activation_checkpointing)
+        self.fsdp = cfg.plan.sharding.startswith("fsdp")
         if self.fsdp:
             fully_shard_model(cfg, model, model.blocks, self.mesh.dp_mesh())
         self.module = model
