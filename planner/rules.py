@@ -142,6 +142,7 @@ RULES: tuple[Rule, ...] = (
                    f"{_gib(k.mem['host_capacity_bytes_per_node']):.0f} GiB", memory=True),
 )
 BY_NAME = {r.name: r for r in RULES}
+INDEX = {r.name: i for i, r in enumerate(RULES)}
 REASONS = tuple(r.reason for r in RULES)
 GPU_OOM = RULES.index(BY_NAME["gpu_memory"])
 HOST_OOM = RULES.index(BY_NAME["host_memory"])
@@ -156,7 +157,7 @@ def first_violation(k: Knobs, rules: tuple[Rule, ...] = RULES) -> np.ndarray:
     n = len(k)
     reason = np.full(n, FITS, dtype=np.int64)
     for rule in reversed(rules):
-        reason = np.where(np.broadcast_to(rule.bad(k), (n,)), RULES.index(rule), reason)
+        reason = np.where(np.broadcast_to(rule.bad(k), (n,)), INDEX[rule.name], reason)
     return reason
 
 
