@@ -150,7 +150,12 @@ def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
     if params is None:
         raise PlanError("model", f"row {row['id']}: give the model shape (n_layers, hidden, n_heads) or n_params_B")
     notes.append("shape from the bare-size rule")
-    return gpt_for_params(params * 1e9, name=name or f"{params:g}b")
+    spec = gpt_for_params(params * 1e9, name=name or f"{params:g}b")
+    pp = _num(row, "pp", int) or 1
+    if pp > spec.n_layers:  # the run had at least one block per stage: the guess was short of layers
+        notes.append(f"pp {pp} > the rule's {spec.n_layers} layers: {pp} layers")
+        spec = spec.model_copy(update={"n_layers": pp})
+    return spec
 
 
 def _internode_gbps(text: str, per_node_gpus: int) -> float | None:

@@ -66,6 +66,7 @@ class ValidationReport(Frozen):
     ran: int
     false_alarms_memory: int
     false_alarms_structural: int
+    inconsistent_rows: int = Field(default=0, description="rows whose layout contradicts their GPU count (not scored)")
     memory_rows: int
     memory_mape_pct: float | None
     groups: list[GroupScore]
@@ -136,7 +137,8 @@ def score(preds: list[RunPrediction], runs: list[Run]) -> ValidationReport:
             iter_mape_pct=100 * float(np.mean(np.abs(it))) if it.size else None))
     errs = np.array([p.error for p in preds if p.error is not None])
     oom = [p for p in preds if p.outcome.upper() == "OOM"]
-    ran = [p for p in preds if p.outcome.upper() != "OOM"]
+    # a row whose layout contradicts its GPU count is reported, not scored as a false alarm
+    ran = [p for p, r in zip(preds, runs) if p.outcome.upper() != "OOM" and r.inconsistent is None]
     mem = np.array([p.predicted_mem_gib / p.measured_mem_gib - 1 for p in preds if p.measured_mem_gib])
     groups = _groups(preds, runs)
     return ValidationReport(
@@ -146,6 +148,7 @@ def score(preds: list[RunPrediction], runs: list[Run]) -> ValidationReport:
         oom_runs=len(oom), oom_flagged=sum(not p.fits for p in oom), ran=len(ran),
         false_alarms_memory=sum(p.verdict == "memory" for p in ran),
         false_alarms_structural=sum(p.verdict not in ("", "memory") for p in ran),
+        inconsistent_rows=sum(r.inconsistent is not None for r in runs),
         memory_rows=int(mem.size), memory_mape_pct=100 * float(np.mean(np.abs(mem))) if mem.size else None,
         groups=groups,
         mean_spearman=float(np.mean([g.spearman for g in groups])) if groups else None,
