@@ -40,8 +40,8 @@ def test_speed_error_per_source(report):
 def test_oom_runs_are_flagged_and_ran_runs_mostly_fit(report):
     assert report.oom_runs == 3 and report.oom_flagged == 3
     assert report.false_alarms_structural == 0
-    # the memory false alarms left are listed in the README (a few percent of the runs that ran)
-    assert report.false_alarms_memory <= 0.05 * report.ran
+    # issue 10's target: false alarms <= 2% of the runs that ran (one left: Nemotron-4 340B, README)
+    assert report.false_alarms_memory <= 0.02 * report.ran
 
 
 def test_fp8_and_context_parallel_rows_use_their_knobs():
@@ -50,3 +50,33 @@ def test_fp8_and_context_parallel_rows_use_their_knobs():
     assert runs["torchtitan_005"].plan.cp == 2 and runs["torchtitan_005"].plan.dp == 4
     assert runs["nemo_perf_011"].plan.cp == 2
     assert runs["bloom_prequel_043"].plan.pp == 6  # 72 layers on 6 stages ...
+
+
+def test_unstated_recompute_read_from_the_flop_counts():
+    """Megatron 2020 rows give TFLOPs and iteration time: their ratio (4/3 of the model FLOPs)
+    says every block was recomputed; NeMo's model TFLOPs (ratio ~1) keep the stack default."""
+    runs = {r.id: r for r in load_runs(DATA / "published_dev.csv")}
+    assert runs["megatron_2020_002"].plan.activation_checkpointing == "full"
+    assert any("count 1.3" in a for a in runs["megatron_2020_002"].assumptions)
+    assert runs["nemo_perf_001"].plan.activation_checkpointing == "selective"
+
+
+def test_mlp_form_from_the_stated_size():
+    """Nemotron-4 340B: GQA but a plain (squared-ReLU) MLP; the stated 340B picks the form."""
+    r = {r.id: r for r in load_runs(DATA / "published_dev.csv")}["nemo_perf_010"]
+    assert r.spec.mlp != "swiglu" and abs(r.spec.n_params / 1e9 - 340) < 10
+
+
+def test_a_layout_that_contradicts_the_gpu_count_is_reported_not_scored(tmp_path):
+    head = ("id,source,model_name,n_params_B,n_layers,hidden,n_heads,vocab,seq_len,gpu_type,n_gpus,gpus_per_node,"
+            "framework,tp,pp,dp,sharding,activation_checkpointing,precision,micro_batch,global_batch,"
+            "measured_iter_time_s,outcome\n")
+    rows = ("a,t,gpt,18,40,6144,48,50257,1024,V100-32GB,16,4,megatron,4,8,1,none,full,fp16,4,256,90.5,ok\n"
+            "b,t,gpt,18,40,6144,48,50257,1024,V100-32GB,16,4,megatron,4,4,1,none,full,fp16,4,256,90.5,ok\n")
+    f = tmp_path / "runs.csv"
+    f.write_text(head + rows)
+    runs = load_runs(f)
+    assert runs[0].inconsistent and "32 GPUs" in runs[0].inconsistent and not runs[0].scored
+    assert runs[1].inconsistent is None and runs[1].scored
+    rep = validate(runs)
+    assert rep.inconsistent_rows == 1 and rep.ran == 1
