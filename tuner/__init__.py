@@ -18,6 +18,8 @@ run twice (claims table).
 
 Programmatic use: `start_study(TuneConfig(...))`, `create_study(...)`, `best_plan(name, url)`,
 `build_report(load(name, url), url)`. The trainer is only ever launched as a subprocess.
+Optuna's storage is read and written only through tuner/study_store.py (`StudyMeta`: what a
+study records about itself).
 """
 
 from tuner.api import create_study, start_study

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 from pathlib import Path
 
 import optuna
@@ -107,17 +108,36 @@ def open_storage(url: str | None, *, heartbeat_interval_s: int = 10, grace_perio
     kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         kwargs = {"connect_args": {"timeout": 60}}
-    try:
-        storage = RDBStorage(
-            url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval_s,
-            grace_period=grace_period_s,
-            heartbeat_stale_trial_callback=StaleTrialCallback(max_retry=max_retry),
-        )
-    except (sa.exc.ArgumentError, sa.exc.OperationalError, ImportError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    for attempt in range(SCHEMA_RACE_TRIES):
+        try:
+            storage = RDBStorage(
+                url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval_s,
+                grace_period=grace_period_s,
+                heartbeat_stale_trial_callback=StaleTrialCallback(max_retry=max_retry),
+            )
+            _claims_meta.create_all(storage.engine, checkfirst=True)
+            return storage
+        except (sa.exc.IntegrityError, sa.exc.OperationalError) as e:
+            # two processes making a brand-new storage's tables at once (the service polling
+            # while its worker creates the study): the loser sees "already exists" or a
+            # duplicate version row; its next try finds the tables made
+            if attempt + 1 < SCHEMA_RACE_TRIES and _schema_race(e):
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            error = e
+        except (sa.exc.ArgumentError, ImportError) as e:
+            error = e
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise PlanError("storage", f"cannot open {masked_url(url)!r}: {scrub(first, url)}") from None
-    _claims_meta.create_all(storage.engine, checkfirst=True)
-    return storage
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+SCHEMA_RACE_TRIES = 4
+
+
+def _schema_race(e: Exception) -> bool:
+    text = str(e).lower()
+    return isinstance(e, sa.exc.IntegrityError) or "already exists" in text or "database is locked" in text
 
 
 class StaleTrialCallback:

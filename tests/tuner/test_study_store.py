@@ -140,3 +140,34 @@ def test_studies_plan_tune_did_not_make_are_unknown_studies(tmp_path):
     study.set_user_attr("plan_tune", {**OLD_META, "system": _system_json(), "nproc": "two"})
     with pytest.raises(PlanError, match=r"'old': its plan_tune record is not readable \(nproc: "):
         StudyMeta.load(study)
+
+
+OPEN_AT = """
+import sys, time
+from planner.errors import PlanError
+from tuner.study_store import load
+while time.time() < float(sys.argv[2]):
+    pass
+try:
+    load("x", sys.argv[1], list_studies=False)
+except PlanError as e:
+    print(e.field)
+"""
+
+
+def test_processes_opening_a_new_storage_at_once_all_get_it(tmp_path):
+    """The service polls a study while its worker makes the storage: before the fix one opener
+    in six lost the race for the brand-new tables (a 500 or a dead worker)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = os.environ | {"PYTHONPATH": os.getcwd()}
+    for round_ in range(3):
+        url = f"sqlite:///{tmp_path / f'new{round_}.db'}"
+        start = str(time.time() + 3.0)  # after the imports: all three open at once
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, url, start], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [o[0].strip() for o in outs] == ["study"] * 3, outs  # "no study 'x'": the storage opened
