@@ -8,8 +8,10 @@ tuples of planner/scenario.py (e.g. `sharding == SHARD["zero3"]`).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Literal
 
 import numpy as np
 
@@ -32,46 +34,20 @@ OPTIM = {name: i for i, name in enumerate(OPTIMIZERS)}
 ATTN = {name: i for i, name in enumerate(ATTENTIONS)}
 STACK = {name: i for i, name in enumerate(STACKS)}
 
-_CATEGORICAL = {
-    "sharding": SHARDINGS,
-    "offload": OFFLOADS,
-    "activation_checkpointing": CHECKPOINTINGS,
-    "precision": PRECISIONS,
-    "optimizer": OPTIMIZERS,
-    "attention": ATTENTIONS,
-    "stack": STACKS,
-}
-_BOOLEAN = ("sequence_parallel", "compile", "async_tp")
-_FLOAT = ("checkpoint_fraction",)
+# The ExecutionPlan fields by kind, read off their types: a Literal is an int code, a bool 0/1.
+_PLAN_FIELDS = ExecutionPlan.model_fields
+_CATEGORICAL = {name: typing.get_args(f.annotation) for name, f in _PLAN_FIELDS.items()
+                if typing.get_origin(f.annotation) is Literal}
+_BOOLEAN = tuple(name for name, f in _PLAN_FIELDS.items() if f.annotation is bool)
+_FLOAT = tuple(name for name, f in _PLAN_FIELDS.items() if f.annotation is float)
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Struct of arrays with the fields of `ExecutionPlan` (categoricals as int codes)."""
+    """Struct of arrays with the fields of `ExecutionPlan` (categoricals as int codes, booleans
+    0/1, checkpoint_fraction a float): one array per field, declared by ExecutionPlan."""
 
-    stack: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    vpp: np.ndarray
-    cp: np.ndarray
-    dp: np.ndarray
-    sequence_parallel: np.ndarray  # 0/1
-    sharding: np.ndarray
-    offload: np.ndarray
-    activation_checkpointing: np.ndarray
-    checkpoint_fraction: np.ndarray  # float, share of blocks recomputed under "blocks"
-    precision: np.ndarray
-    optimizer: np.ndarray
-    attention: np.ndarray
-    compile: np.ndarray  # 0/1
-    async_tp: np.ndarray  # 0/1
-    micro_batch: np.ndarray
-    grad_accum: np.ndarray
-    seq_len: np.ndarray
-    reduce_bucket_elems: np.ndarray
-    allgather_bucket_elems: np.ndarray
-    stage3_prefetch_elems: np.ndarray
-    stage3_max_live_params: np.ndarray
+    __annotations__ = {name: "np.ndarray" for name in _PLAN_FIELDS}
 
     # ---- construction -----------------------------------------------------------------
     @classmethod

@@ -133,9 +133,11 @@ class TrainConfig(BaseModel):
         return "ddp"
 
     def knobs(self) -> dict:
-        """The plan as the result file and the DeepSpeed builder read it (the communication
-        buckets are the builder's to size)."""
-        return self.plan.model_dump(exclude=set(NOT_FLAGS) - {"dp"}) | {"global_batch": self.plan.global_batch}
+        """The plan as the result file and the DeepSpeed builder read it: the communication
+        buckets are the builder's to size, and the stack is always the bundled one (left out, so
+        that a run's DeepSpeed config is the tuner's and the export's for the same knobs)."""
+        exclude = (set(NOT_FLAGS) - {"dp"}) | {"stack"}
+        return self.plan.model_dump(exclude=exclude) | {"global_batch": self.plan.global_batch}
 
 
 def validate_config(cfg: TrainConfig) -> None:
