@@ -21,26 +21,21 @@ from planner import profile_fit
 from planner.errors import PlanError
 from planner.resolve import resolve_model
 from planner.runs import Run
-from planner.scenario import Scenario
-from planner.system import System
-from tuner.setup import META_KEY
-from tuner.space import to_plan
+from tuner.study_store import StudyMeta
 
 STACK = "bundled"
 
 
 def study_runs(study: optuna.Study) -> list[Run]:
     """The study's completed trials as runs of the bundled stack."""
-    meta = study.user_attrs.get(META_KEY)
-    if meta is None:
-        raise PlanError("study", f"{study.study_name!r} was not created by plan tune")
-    system = System.model_validate(meta["system"])
-    spec = resolve_model(Scenario(model=meta["model"]))
+    meta = StudyMeta.load(study)
+    system = meta.system
+    spec = resolve_model(meta.base())
     runs = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if not t.value or "knobs" not in t.user_attrs:
             continue
-        plan = to_plan(t.user_attrs["knobs"], dp=meta["nproc"], seq_len=meta["seq_len"])
+        plan = meta.plan(t.user_attrs["knobs"])
         if plan.gpus != system.gpus:
             continue
         runs.append(Run(
