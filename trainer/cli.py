@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
     a("--pp-schedule", choices=PP_SCHEDULES, default=None, help="default: 1f1b (gpipe when grad_accum < pp; interleaved_1f1b when vpp > 1)")
     a("--seq-len", type=int, default=64)
     a("--deepspeed-config", default=None, help="a DeepSpeed JSON config, used as is")
+    a("--fsdp-config", default=None, help="an FSDP settings JSON (plan export fsdp), used as is")
     a("--compile", action="store_true")
     a("--low-precision-norm", action="store_true")
     a("--steps", type=int, default=6)

@@ -45,6 +45,7 @@ class TrainConfig(BaseModel):
     pp_schedule: PipelineSchedule | None = None  # None: see `schedule`
     seq_len: int = Field(default=64, gt=0)
     deepspeed_config: str | None = None  # a DeepSpeed JSON file, used as is
+    fsdp_config: str | None = None  # an FSDP settings JSON file (planner/exports/fsdp_settings.py), used as is
     compile: bool = False
     low_precision_norm: bool = False
     # run
@@ -85,7 +86,7 @@ class TrainConfig(BaseModel):
             return "tensor_parallel"
         if self.deepspeed_config or self.sharding.startswith("zero"):
             return "deepspeed"
-        if self.sharding.startswith("fsdp"):
+        if self.fsdp_config or self.sharding.startswith("fsdp"):
             return "fsdp2"
         return "ddp"
 
@@ -102,13 +103,18 @@ def validate_config(cfg: TrainConfig) -> None:
     if cfg.warmup_steps >= cfg.steps:
         raise PlanError("warmup_steps", f"must be < steps ({cfg.steps}) so that some steps are timed")
     validate_parallel(cfg)
-    if cfg.deepspeed_config:
-        if not Path(cfg.deepspeed_config).is_file():
-            raise PlanError("deepspeed_config", f"{cfg.deepspeed_config}: file not found")
+    for field in ("deepspeed_config", "fsdp_config"):
+        path = getattr(cfg, field)
+        if not path:
+            continue
+        if not Path(path).is_file():
+            raise PlanError(field, f"{path}: file not found")
         try:
-            json.loads(Path(cfg.deepspeed_config).read_text())
+            json.loads(Path(path).read_text())
         except json.JSONDecodeError as e:
-            raise PlanError("deepspeed_config", f"not valid JSON: {e}") from None
+            raise PlanError(field, f"not valid JSON: {e}") from None
+        if cfg.deepspeed_config and cfg.fsdp_config:
+            raise PlanError("fsdp_config", "give a DeepSpeed config or an FSDP config, not both")
         return
     b = cfg.backend_name
     if cfg.offload != "none":

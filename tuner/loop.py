@@ -26,7 +26,7 @@ from tuner.runner import TrialOutcome
 from tuner.setup import StudyContext, current_calibration, save_calibration
 from tuner.space import complete, config_key
 from tuner import final
-from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, run_backend, started_steps
+from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, fsdp_json, run_backend, started_steps
 
 # Trial statuses that are results: a configuration with one of these is never run again.
 FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
@@ -261,6 +261,10 @@ class Tuner:
                                  study_backend=self.ctx.meta.get("backend", "any"))
         if ds_json is not None:  # the exact config this trial runs: exported byte for byte
             trial.set_user_attr("deepspeed_config_json", ds_json)
+        fs_json = fsdp_json(knobs, dp=self.ctx.nproc, seq_len=self.ctx.seq_len, on_gpu=self.ctx.on_gpu,
+                            study_backend=self.ctx.meta.get("backend", "any"))
+        if fs_json is not None:
+            trial.set_user_attr("fsdp_config_json", fs_json)
         self.launched += 1
         storage = self.study._storage
 
@@ -269,7 +273,7 @@ class Tuner:
             storage.set_trial_user_attr(trial._trial_id, "host", st.HOST)
             storage.set_trial_user_attr(trial._trial_id, "workdir", workdir)
 
-        kw = {"deepspeed_json": ds_json} if ds_json is not None else {}
+        kw = {k: v for k, v in (("deepspeed_json", ds_json), ("fsdp_json", fs_json)) if v is not None}
         try:
             outcome = self.runner(knobs, trial_number=trial.number, timeout_s=timeout, on_start=on_start, **kw)
         except KeyboardInterrupt:
