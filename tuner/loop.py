@@ -136,8 +136,8 @@ class Tuner:
 
     def ranked_proposals(self) -> list[dict]:
         """The planner's top-k (one `estimate` call when the study was made: tuner/proposals.py)
-        not tried yet, re-ranked by the calibrated planner and the per-knob corrections learned
-        from the trials; ties (the planner's 2% rule) go to the simpler plan."""
+        not tried yet, re-ranked by the calibrated planner and the per-backend and per-knob
+        corrections learned from the trials; ties (the planner's 2% rule) go to the simpler plan."""
         top = [complete(k, global_batch=self.ctx.meta.get("global_batch"), dp=self.ctx.nproc)
                for k in self.ctx.meta.get("planner_top_k") or []]
         untried = self.untried(launchable_only=True)
@@ -147,11 +147,15 @@ class Tuner:
             pool = [k for k in untried if self.ctx.predictor(k).fits]
         if not self._completed():
             return pool  # nothing measured yet: the planner's own order
-        cal = self.calibration
-        model = self.residual_model()
-        scores = [math.exp(model.score(k, math.log(self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30)))
-                  for k in pool]
-        return [pool[i] for i in final.tie_order(pool, scores)]
+        cal, model = self.calibration, self.residual_model()
+
+        def ranked(cands: list[dict]) -> list[dict]:
+            scores = [math.exp(model.score(k, math.log(self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30)))
+                      for k in cands]
+            return [cands[i] for i in final.tie_order(cands, scores)]
+
+        # a backend not measured yet: its best plan of the whole space first (tuner/residual.py)
+        return model.backends_first(ranked(pool), ranked([k for k in untried if self.ctx.predictor(k).fits]))
 
     def residual_model(self) -> ResidualModel:
         """Per-knob corrections of the calibrated planner, from the completed trials."""
@@ -162,7 +166,7 @@ class Tuner:
             if pred and t.value:
                 knobs.append(k)
                 ratios.append(math.log(t.value / pred))
-        return ResidualModel(self.ctx.space.choices).fit(knobs, ratios)
+        return ResidualModel(self.ctx.space.choices, study_backend=self.ctx.meta.get("backend", "any")).fit(knobs, ratios)
 
     def _enqueue_next_proposal(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
