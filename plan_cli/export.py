@@ -1,6 +1,6 @@
 """`plan export FORMAT`: the chosen plan as files that run as they are.
 
-FORMAT is deepspeed (JSON config), accelerate (YAML; + the DeepSpeed JSON for zero* plans),
+FORMAT is deepspeed (JSON config), fsdp (FSDP2 settings JSON), accelerate (YAML; + the DeepSpeed JSON for zero* plans),
 torchrun (a launch script for the bundled trainer) or slurm (an sbatch script). The plan is
 the top proposal of `plan estimate` for the scenario flags (a fully pinned scenario gives
 exactly that plan), or the best trial of a tuning study (--from-study).
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 @opts.model_options(cli_fields(Scenario), into="knobs", panel=SCEN)
 def export(
-    format: Annotated[str, typer.Argument(help="deepspeed | accelerate | torchrun | slurm")],
+    format: Annotated[str, typer.Argument(help="deepspeed | fsdp | accelerate | torchrun | slurm")],
     knobs: dict,
     objective: opts.Objective = "tokens_per_s",
     catalog: opts.CatalogDirs = None,
@@ -63,7 +63,8 @@ def export(
         target=target, recipe=Recipe(lr=lr, warmup_steps=warmup_steps, grad_clip=grad_clip),
         steps=steps, time=time, job_name=job_name, partition=partition, account=account,
         cpus_per_task=cpus_per_task,
-        deepspeed_file=str(out) if format == "deepspeed" and out else str(companion_dir / "ds_config.json"))
+        deepspeed_file=str(out) if format == "deepspeed" and out else str(companion_dir / "ds_config.json"),
+        fsdp_file=str(out) if format == "fsdp" and out else str(companion_dir / "fsdp_config.json"))
     if from_study is not None:
         from tuner.report import chosen_from_study  # the winner, on the system it ran on
 

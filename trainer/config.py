@@ -66,6 +66,7 @@ class RunSettings(BaseModel):
         default=None, description="Pipeline schedule (default: 1f1b; gpipe when grad_accum < pp; "
         "interleaved_1f1b when vpp > 1)")
     deepspeed_config: str | None = Field(default=None, description="A DeepSpeed JSON config, run as is")
+    fsdp_config: str | None = Field(default=None, description="An FSDP settings JSON (plan export fsdp), run as is")
     low_precision_norm: bool = Field(default=False, description="Norms in the low precision (no fp32 upcast)")
 
 
@@ -128,7 +129,7 @@ class TrainConfig(BaseModel):
             return "tensor_parallel"
         if self.run.deepspeed_config or p.sharding.startswith("zero"):
             return "deepspeed"
-        if p.sharding.startswith("fsdp"):
+        if self.run.fsdp_config or p.sharding.startswith("fsdp"):
             return "fsdp2"
         return "ddp"
 
@@ -147,13 +148,18 @@ def validate_config(cfg: TrainConfig) -> None:
         raise PlanError("warmup_steps", f"must be < steps ({r.steps}) so that some steps are timed")
     validate_plan(cfg)
     validate_parallel(cfg)
-    if r.deepspeed_config:
-        if not Path(r.deepspeed_config).is_file():
-            raise PlanError("deepspeed_config", f"{r.deepspeed_config}: file not found")
+    for field in ("deepspeed_config", "fsdp_config"):
+        path = getattr(r, field)
+        if not path:
+            continue
+        if not Path(path).is_file():
+            raise PlanError(field, f"{path}: file not found")
         try:
-            json.loads(Path(r.deepspeed_config).read_text())
+            json.loads(Path(path).read_text())
         except json.JSONDecodeError as e:
-            raise PlanError("deepspeed_config", f"not valid JSON: {e}") from None
+            raise PlanError(field, f"not valid JSON: {e}") from None
+        if cfg.deepspeed_config and cfg.fsdp_config:
+            raise PlanError("fsdp_config", "give a DeepSpeed config or an FSDP config, not both")
         return
     rules.check({"sharding": p.sharding, "offload": p.offload})  # the planner's offload rules
     b = cfg.backend_name

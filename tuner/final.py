@@ -114,8 +114,8 @@ def remeasure(tuner, rounds: int) -> dict | None:
             expected = tuner.expected_s(knobs)
             if not tuner.budget.allows(expected):
                 continue
-            ds = t.user_attrs.get("deepspeed_config_json")
-            kw = {"deepspeed_json": ds} if ds is not None else {}
+            kw = {k: t.user_attrs[a] for k, a in (("deepspeed_json", "deepspeed_config_json"),
+                                                  ("fsdp_json", "fsdp_config_json")) if t.user_attrs.get(a)}
             out = tuner.runner(knobs, trial_number=t.number, timeout_s=min(trial_timeout_s(expected), tuner.budget.left_s),
                                on_start=lambda pid, wd: None, **kw)
             if out.status == "ok" and out.tokens_per_s:

@@ -27,7 +27,7 @@ from tuner.setup import StudyContext, export_calibration
 from tuner.study_store import current_calibration, save_calibration
 from tuner.space import complete, config_key
 from tuner import final
-from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, started_steps
+from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, fsdp_json, run_backend, started_steps
 
 # Trial statuses that are results: a configuration with one of these is never run again.
 FINAL = ("ok", "oom", "timeout", "crash", "bad_config", "predicted_infeasible")
@@ -137,8 +137,8 @@ class Tuner:
 
     def ranked_proposals(self) -> list[dict]:
         """The planner's top-k (one `estimate` call when the study was made: tuner/proposals.py)
-        not tried yet, re-ranked by the calibrated planner and the per-knob corrections learned
-        from the trials; ties (the planner's 2% rule) go to the simpler plan."""
+        not tried yet, re-ranked by the calibrated planner and the per-backend and per-knob
+        corrections learned from the trials; ties (the planner's 2% rule) go to the simpler plan."""
         top = [complete(k, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc)
                for k in self.ctx.meta.planner_top_k]
         untried = self.untried(launchable_only=True)
@@ -148,11 +148,15 @@ class Tuner:
             pool = [k for k in untried if self.ctx.predictor(k).fits]
         if not self._completed():
             return pool  # nothing measured yet: the planner's own order
-        cal = self.calibration
-        model = self.residual_model()
-        scores = [math.exp(model.score(k, math.log(self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30)))
-                  for k in pool]
-        return [pool[i] for i in final.tie_order(pool, scores)]
+        cal, model = self.calibration, self.residual_model()
+
+        def ranked(cands: list[dict]) -> list[dict]:
+            scores = [math.exp(model.score(k, math.log(self.ctx.predictor(k).calibrated_tokens_per_s(cal) or 1e-30)))
+                      for k in cands]
+            return [cands[i] for i in final.tie_order(cands, scores)]
+
+        # a backend not measured yet: its best plan of the whole space first (tuner/residual.py)
+        return model.backends_first(ranked(pool), ranked([k for k in untried if self.ctx.predictor(k).fits]))
 
     def residual_model(self) -> ResidualModel:
         """Per-knob corrections of the calibrated planner, from the completed trials."""
@@ -163,7 +167,7 @@ class Tuner:
             if pred and t.value:
                 knobs.append(k)
                 ratios.append(math.log(t.value / pred))
-        return ResidualModel(self.ctx.space.choices).fit(knobs, ratios)
+        return ResidualModel(self.ctx.space.choices, study_backend=self.ctx.meta.backend).fit(knobs, ratios)
 
     def _enqueue_next_proposal(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
@@ -262,6 +266,10 @@ class Tuner:
                                  study_backend=self.ctx.meta.backend)
         if ds_json is not None:  # the exact config this trial runs: exported byte for byte
             trial.set_user_attr("deepspeed_config_json", ds_json)
+        fs_json = fsdp_json(knobs, dp=self.ctx.nproc, seq_len=self.ctx.seq_len, on_gpu=self.ctx.on_gpu,
+                            study_backend=self.ctx.meta.backend)
+        if fs_json is not None:
+            trial.set_user_attr("fsdp_config_json", fs_json)
         self.launched += 1
 
         def on_start(pid: int, workdir: str) -> None:  # called as the trainer starts, before it ends
@@ -269,7 +277,7 @@ class Tuner:
             trial.set_user_attr("host", st.HOST)
             trial.set_user_attr("workdir", workdir)
 
-        kw = {"deepspeed_json": ds_json} if ds_json is not None else {}
+        kw = {k: v for k, v in (("deepspeed_json", ds_json), ("fsdp_json", fs_json)) if v is not None}
         try:
             outcome = self.runner(knobs, trial_number=trial.number, timeout_s=timeout, on_start=on_start, **kw)
         except KeyboardInterrupt:

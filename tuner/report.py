@@ -115,7 +115,8 @@ def chosen_from_study(study_name: str, storage_url: str | None = None, *, list_s
         raise PlanError("study", f"{study_name!r} has no completed trial yet")
     return Chosen(plan=meta.plan(best.user_attrs["knobs"]), model_ref=meta.model, system=meta.system,
                   step_time_s=best.user_attrs.get("step_time_s"), source=f"study {study_name} trial {best.number}",
-                  deepspeed_json=best.user_attrs.get("deepspeed_config_json"))
+                  deepspeed_json=best.user_attrs.get("deepspeed_config_json"),
+                  fsdp_json=best.user_attrs.get("fsdp_config_json"))
 
 
 def predictor_of(study: optuna.Study) -> Predictor:

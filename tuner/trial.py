@@ -8,6 +8,7 @@ from pathlib import Path
 
 from planner.exports.common import Recipe
 from planner.exports.deepspeed_json import config_for_knobs, config_text
+from planner.exports.fsdp_settings import FSDP_FILE, settings_for_knobs
 from planner.model import ModelSpec
 from trainer.result import STEP_MARK
 from tuner import locks
@@ -44,6 +45,14 @@ def deepspeed_json(knobs: dict, *, dp: int, seq_len: int, model: ModelSpec, on_g
                                         target="gpu" if on_gpu else "cpu", recipe=Recipe()))
 
 
+def fsdp_json(knobs: dict, *, dp: int, seq_len: int, on_gpu: bool, study_backend: str = "any") -> str | None:
+    """The exact FSDP settings text a trial of `knobs` runs (None: not an FSDP plan); what
+    `plan export fsdp --from-study` writes, byte for byte."""
+    if run_backend(knobs, study_backend) != "fsdp":
+        return None
+    return config_text(settings_for_knobs(knobs, dp=dp, seq_len=seq_len, target="gpu" if on_gpu else "cpu"))
+
+
 def started_steps(outcome: TrialOutcome) -> bool:
     """True when the trainer finished at least one step before it ended (or was killed)."""
     return STEP_MARK in outcome.log_tail or outcome.step_time_s is not None
@@ -51,7 +60,8 @@ def started_steps(outcome: TrialOutcome) -> bool:
 
 class SubprocessRunner:
     """Runs a configuration with `python -m trainer` in its own process group; a DeepSpeed
-    plan runs from the JSON file the tuner stored on the trial (`--deepspeed-config`)."""
+    (FSDP) plan runs from the JSON file the tuner stored on the trial (`--deepspeed-config`,
+    `--fsdp-config`)."""
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -59,7 +69,7 @@ class SubprocessRunner:
         self.memory_cap_bytes = int(cap * GIB) if cap and not ctx.on_gpu else None
 
     def __call__(self, knobs: dict, *, trial_number: int, timeout_s: float, on_start,
-                 deepspeed_json: str | None = None) -> TrialOutcome:
+                 deepspeed_json: str | None = None, fsdp_json: str | None = None) -> TrialOutcome:
         cfg, ctx = self.ctx.config, self.ctx
         wd = fresh_workdir(Path(cfg.workdir) if cfg.workdir else None, trial_number)
         json_out = wd / "result.json"
@@ -69,6 +79,9 @@ class SubprocessRunner:
         if deepspeed_json is not None:
             (wd / DS_FILE).write_text(deepspeed_json)
             extra += ["--deepspeed-config", str(wd / DS_FILE)]
+        if fsdp_json is not None:
+            (wd / FSDP_FILE).write_text(fsdp_json)
+            extra += ["--fsdp-config", str(wd / FSDP_FILE)]
         cmd = trainer_command(run_knobs, model=ctx.meta.model, nproc=ctx.nproc, steps=ctx.steps,
                               json_out=json_out, extra_args=extra)
         return run_guarded(cmd, json_out=json_out, timeout_s=timeout_s, memory_cap_bytes=self.memory_cap_bytes,

@@ -14,6 +14,7 @@ from typing import Any
 
 from planner.errors import PlanError
 from planner.exports.common import Target, check_target, is_deepspeed, is_fsdp
+from planner.exports.fsdp_settings import accelerate_fsdp_section, fsdp_settings
 from planner.scenario import ExecutionPlan
 from planner.system import System
 
@@ -29,8 +30,12 @@ def accelerate_config(
     deepspeed_config_file: str = "ds_config.json",
     block_cls: str = "Block",
     main_process_port: int = DEFAULT_PORT,
+    fsdp: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The accelerate ClusterConfig dict for `plan` on `system` (nodes x gpus_per_node)."""
+    """The accelerate ClusterConfig dict for `plan` on `system` (nodes x gpus_per_node).
+
+    An FSDP plan's section translates the shared FSDP settings (planner/exports/fsdp_settings.py):
+    `fsdp`, the settings a tuner trial ran, or the ones built for `plan` here."""
     target = check_target(target)
     if plan.pp > 1:
         raise PlanError("pp", "accelerate has no pipeline parallelism; use pp=1 or a Megatron launcher")
@@ -58,12 +63,14 @@ def accelerate_config(
     elif is_fsdp(plan):
         config["distributed_type"] = "FSDP"
         config["mixed_precision"] = MIXED_PRECISION[plan.precision]
-        config["fsdp_config"] = fsdp_section(plan, block_cls)
-        if plan.sharding == "fsdp_hybrid":
+        settings = fsdp or fsdp_settings(plan, target=target, nodes=nodes, block_cls=block_cls)
+        config["fsdp_config"] = accelerate_fsdp_section(settings)
+        mesh = settings["mesh"]
+        if "replicate" in mesh:
             # HSDP: shard inside a node, replicate across nodes (a 2-D device mesh)
             config["parallelism_config"] = {
-                "parallelism_config_dp_replicate_size": nodes,
-                "parallelism_config_dp_shard_size": plan.dp // nodes,
+                "parallelism_config_dp_replicate_size": mesh["replicate"],
+                "parallelism_config_dp_shard_size": mesh["shard"],
                 "parallelism_config_tp_size": plan.tp,
             }
     else:
@@ -77,24 +84,6 @@ def accelerate_config(
         config["parallelism_config"] = {"parallelism_config_dp_shard_size": plan.dp,
                                         "parallelism_config_tp_size": plan.tp}
     return config
-
-
-def fsdp_section(plan: ExecutionPlan, block_cls: str) -> dict[str, Any]:
-    if plan.offload == "optimizer":
-        raise PlanError("offload", "FSDP offloads parameters, gradients and optimizer state together: use offload=optimizer+params or none")
-    return {
-        "fsdp_version": 2,
-        # FSDP2 spells the sharding strategy as reshard_after_forward:
-        # true = FULL_SHARD (ZeRO-3-like), false = SHARD_GRAD_OP (ZeRO-2-like)
-        "fsdp_reshard_after_forward": plan.sharding != "fsdp_shard_grad_op",
-        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-        "fsdp_transformer_layer_cls_to_wrap": block_cls,
-        "fsdp_activation_checkpointing": plan.activation_checkpointing != "none",
-        "fsdp_offload_params": plan.offload == "optimizer+params",
-        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-        "fsdp_cpu_ram_efficient_loading": True,
-        "fsdp_sync_module_states": True,
-    }
 
 
 def _nodes(plan: ExecutionPlan, system: System) -> int:

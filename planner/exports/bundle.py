@@ -10,15 +10,16 @@ from pydantic import Field
 
 from planner.errors import PlanError
 from planner.exports.accelerate import accelerate_config, to_yaml
-from planner.exports.common import Recipe, Target, is_deepspeed, steps_for_tokens, target_for
+from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.deepspeed_json import config_text, deepspeed_config
+from planner.exports.fsdp_settings import FSDP_FILE, fsdp_settings
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
 from planner.exports.torchrun import render, torchrun_command, trainer_args
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
 from planner.system import System
 
-Format = Literal["deepspeed", "accelerate", "torchrun", "slurm"]
+Format = Literal["deepspeed", "fsdp", "accelerate", "torchrun", "slurm"]
 FORMATS: tuple[str, ...] = Format.__args__  # type: ignore[attr-defined]
 CPUS_PER_GPU_DEFAULT = 8  # when the cluster entry does not say its cores per node
 
@@ -34,8 +35,9 @@ class Chosen(Frozen):
     tokens: float | None = None
     cpus_per_node: int | None = None
     source: str = ""  # "estimate rank 1", "study NAME trial 7", ...
-    # the exact DeepSpeed JSON a tuner trial ran: exported byte for byte instead of a rebuild
+    # the exact DeepSpeed JSON / FSDP settings a tuner trial ran: exported byte for byte
     deepspeed_json: str | None = None
+    fsdp_json: str | None = None
 
 
 class ExportOptions(Frozen):
@@ -48,6 +50,7 @@ class ExportOptions(Frozen):
     account: str | None = None
     cpus_per_task: int | None = Field(default=None, gt=0)
     deepspeed_file: str = "ds_config.json"
+    fsdp_file: str = FSDP_FILE
 
 
 class ExportFile(Frozen):
@@ -97,6 +100,8 @@ def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_par
     try:
         if fmt == "deepspeed" or (fmt in ("torchrun", "slurm") and is_deepspeed(plan)):
             deepspeed_config(plan)
+        if fmt == "fsdp":
+            fsdp_settings(plan)
         if fmt == "accelerate":
             accelerate_config(plan, system)
         if fmt in ("torchrun", "slurm"):
@@ -116,22 +121,35 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     plan, notes = chosen.plan, [f"plan from {chosen.source}"] if chosen.source else []
     if chosen.deepspeed_json is not None:
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
+    if chosen.fsdp_json is not None:
+        notes.append("FSDP settings exactly as the trial ran them")
 
     def ds_text() -> str:
         if chosen.deepspeed_json is not None:
             return chosen.deepspeed_json
         return config_text(deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model))
 
+    def fsdp_text() -> str:
+        if chosen.fsdp_json is not None:
+            return chosen.fsdp_json
+        return config_text(fsdp_settings(plan, target=target, nodes=_nodes_of(plan, chosen.system)))
+
     ds = lambda: json.loads(ds_text())  # noqa: E731
     ran_deepspeed = is_deepspeed(plan) or chosen.deepspeed_json is not None  # (ZeRO-0 trials too)
     if fmt == "deepspeed":
         files = [ExportFile(name=options.deepspeed_file, content=ds_text())]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
+    if fmt == "fsdp":
+        files = [ExportFile(name=options.fsdp_file, content=fsdp_text())]
+        return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "accelerate":
+        fsdp = json.loads(fsdp_text()) if is_fsdp(plan) else None
         files = [ExportFile(name="accelerate.yaml", content=to_yaml(accelerate_config(
-            plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file)))]
+            plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp)))]
         if is_deepspeed(plan):
             files.append(ExportFile(name=options.deepspeed_file, content=ds_text()))
+        if chosen.fsdp_json is not None:  # the settings the trial ran, beside their accelerate form
+            files.append(ExportFile(name=options.fsdp_file, content=fsdp_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "torchrun":
         ds_file = options.deepspeed_file if ran_deepspeed else None
@@ -152,6 +170,10 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         recipe=recipe, deepspeed_config=ds() if ran_deepspeed else None, notes=notes)
     return ExportResult(format=fmt, plan=plan, source=chosen.source, steps=steps, time_limit=limit,
                         notes=notes, files=[ExportFile(name="job.sbatch", content=script)])
+
+
+def _nodes_of(plan: ExecutionPlan, system: System) -> int:
+    return max(1, plan.gpus // max(1, min(system.gpus_per_node, plan.gpus)))
 
 
 def _time_limit(given: str | None, step_time_s: float | None, steps: int | None, notes: list[str]) -> str:

@@ -152,15 +152,36 @@ def test_residual_model_learns_a_knob_the_calibration_cannot():
 
     choices = {"sharding": ("zero2", "zero3"), "micro_batch": (4, 32)}
     # zero3 measures 2x slower than predicted, everything else as predicted
-    knobs = [{"sharding": s, "micro_batch": m} for s in ("zero2", "zero3") for m in (4, 32)]
+    knobs = [{"sharding": s, "micro_batch": m} for s in ("zero2", "zero3") for m in (4, 32)] * 3
     ratios = [math.log(0.5) if k["sharding"] == "zero3" else 0.0 for k in knobs]
-    model = ResidualModel(choices, ridge=0.1, explore=0.0).fit(knobs, ratios)
+    model = ResidualModel(choices, explore=0.0).fit(knobs, ratios)
     z2 = model.score({"sharding": "zero2", "micro_batch": 32}, 0.0)
     z3 = model.score({"sharding": "zero3", "micro_batch": 32}, 0.0)
     assert z2 - z3 == pytest.approx(math.log(2), rel=0.15)
     # untrained: the planner's prediction as is, an exploration bonus for the unknown
     fresh = ResidualModel(choices, explore=0.3)
     assert fresh.score({"sharding": "zero2", "micro_batch": 4}, 1.0) > 1.0
+
+
+def test_one_measured_plan_corrects_its_whole_backend_and_unmeasured_backends_go_first():
+    from tuner.residual import ResidualModel
+
+    choices = {"sharding": ("none", "zero2", "fsdp_full_shard", "fsdp_shard_grad_op"), "micro_batch": (4, 32)}
+    # the planner's prior is 2x low on FSDP: one FSDP measurement at twice the prediction
+    knobs = [{"sharding": "none", "micro_batch": 32}, {"sharding": "zero2", "micro_batch": 32},
+             {"sharding": "fsdp_full_shard", "micro_batch": 32}]
+    model = ResidualModel(choices, explore=0.0).fit(knobs, [0.0, 0.0, math.log(2)])
+    # ... lifts the FSDP plan never measured (another sharding, another micro batch) by most of 2x
+    other = model.correction({"sharding": "fsdp_shard_grad_op", "micro_batch": 4})
+    assert 0.5 * math.log(2) < other < math.log(2)
+    assert abs(model.correction({"sharding": "zero2", "micro_batch": 4})) < 0.1
+    # before any FSDP measurement, the best FSDP plan of the space is tried first
+    early = ResidualModel(choices).fit(knobs[:2], [0.0, 0.0])
+    ranked = [{"sharding": "zero2", "micro_batch": 4}, {"sharding": "none", "micro_batch": 4}]
+    space = ranked + [{"sharding": "fsdp_shard_grad_op", "micro_batch": 4}, {"sharding": "fsdp_full_shard", "micro_batch": 4}]
+    assert early.backends_first(ranked, space) == [space[2], *ranked]
+    assert model.backends_first(ranked, space) == ranked  # every backend measured: exploit
+    assert ResidualModel(choices).backends_first(ranked, space) == ranked  # nothing measured: the planner's order
 
 
 def test_gpu_name_from_nvidia_smi_maps_to_the_catalog():
