@@ -158,7 +158,7 @@ def validate_config(cfg: TrainConfig) -> None:
             json.loads(Path(path).read_text())
         except json.JSONDecodeError as e:
             raise PlanError(field, f"not valid JSON: {e}") from None
-        if cfg.deepspeed_config and cfg.fsdp_config:
+        if r.deepspeed_config and r.fsdp_config:
             raise PlanError("fsdp_config", "give a DeepSpeed config or an FSDP config, not both")
         return
     rules.check({"sharding": p.sharding, "offload": p.offload})  # the planner's offload rules
