@@ -3,6 +3,12 @@
 
 The knob names here are the CLI flag names, the JSON/CSV column names, the trainer's flags and
 the tuner's Optuna parameter names: one vocabulary everywhere.
+
+Adding a knob: declare it once, as an `ExecutionPlan` field with its bounds and description.
+`Scenario` gets it as a blank-able column, `Layout` as an array (planner/layout.py), `plan
+estimate/export/train` and `python -m trainer` as a flag (planner/fields.py), POST /estimate in
+its schema; then write the math that uses it (search, memory, throughput) and, where the
+bundled trainer cannot run it, a rule in trainer/config.py `validate_plan`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ def test_counts_and_durations_parse_on_the_model():
     assert s.tokens == 1.5e12 and s.global_batch_tokens == 4_000_000
     assert Scenario(tokens=3e9).tokens == 3e9  # numbers pass as they are
     assert ExecutionPlan(reduce_bucket_elems="200M").reduce_bucket_elems == 200_000_000
-    assert TrainConfig(timeout_s="1h30m").timeout_s == 5400
+    assert TrainConfig(timeout_s="1h30m").run.timeout_s == 5400
     assert TuneConfig(model="tiny", budget_s="90m").budget_s == 5400
 
 
