@@ -141,7 +141,10 @@ class Tuner:
         corrections learned from the trials; ties (the planner's 2% rule) go to the simpler plan."""
         top = [complete(k, global_batch=self.ctx.meta.global_batch, dp=self.ctx.nproc)
                for k in self.ctx.meta.planner_top_k]
-        untried = self.untried(launchable_only=True)
+        # what needs as much memory (by the planner's model) as a configuration that ran out
+        # of it is not proposed: the model under-counts here (the sampler may still try it)
+        oom_bytes = min((self.ctx.predictor(k).total_bytes for k in self._failed(("oom",))), default=math.inf)
+        untried = [k for k in self.untried(launchable_only=True) if self.ctx.predictor(k).total_bytes < oom_bytes]
         keys = {config_key(k) for k in untried}
         pool = [k for k in top if config_key(k) in keys and self.ctx.predictor(k).fits]
         if not pool and self._completed():  # top-k done: the corrected planner over the space
@@ -167,7 +170,13 @@ class Tuner:
             if pred and t.value:
                 knobs.append(k)
                 ratios.append(math.log(t.value / pred))
-        return ResidualModel(self.ctx.space.choices, study_backend=self.ctx.meta.backend).fit(knobs, ratios)
+        return ResidualModel(self.ctx.space.choices, study_backend=self.ctx.meta.backend).fit(
+            knobs, ratios, tried=self._failed(("oom", "crash", "timeout")))
+
+    def _failed(self, statuses: tuple[str, ...]) -> list[dict]:
+        """The knobs of the trials that ran and ended with one of `statuses` (no speed)."""
+        return [t.user_attrs["knobs"] for t in self.study.get_trials(deepcopy=False)
+                if t.user_attrs.get("status") in statuses and t.user_attrs.get("knobs")]
 
     def _enqueue_next_proposal(self) -> None:
         trials = self.study.get_trials(deepcopy=False)

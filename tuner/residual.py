@@ -50,9 +50,10 @@ class ResidualModel:
         return np.array([1.0 if (self.backend(knobs) == v if k == "backend" else knobs.get(k) == v) else 0.0
                          for k, v in self.features])
 
-    def fit(self, knobs: list[dict], log_ratio: list[float]) -> "ResidualModel":
-        """log_ratio[i] = log(measured / calibrated prediction) of completed trial i."""
-        self.measured_backends = {self.backend(k) for k in knobs}
+    def fit(self, knobs: list[dict], log_ratio: list[float], tried: list[dict] = ()) -> "ResidualModel":
+        """log_ratio[i] = log(measured / calibrated prediction) of completed trial i; `tried`:
+        the knobs of launched trials without a speed (OOM, crash): their backend was tried."""
+        self.measured_backends = {self.backend(k) for k in [*knobs, *tried]}
         if not knobs or not self.features:
             return self
         X = np.stack([self.x(k) for k in knobs])
