@@ -230,6 +230,18 @@ def host_offload_bytes_per_rank(spec: ModelSpec, layout: Layout, system: System)
     return opt + params
 
 
+def offloaded_checkpoint_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Bytes of checkpointed block inputs one rank keeps in host memory per micro batch and
+    stage (DeepSpeed activation checkpointing with partition_activations and cpu_checkpointing:
+    each block input s*b*h split over the TP group; deepspeed/runtime/activation_checkpointing/
+    checkpointing.py); 0 without activation offload."""
+    s, b = layout.seq_len / layout.cp, layout.micro_batch
+    per_layer = (s * b).astype(np.float64) * spec.hidden * compute_dtype_bytes(layout) / layout.tp
+    frac = np.where(layout.activation_checkpointing == CKPT["blocks"], layout.checkpoint_fraction, 1.0)
+    heavy, _ = stage_layers(spec, layout)
+    return (layout.activation_offload == 1) * frac * heavy * per_layer
+
+
 def host_bytes_per_node(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> np.ndarray:
     """Peak host RAM per node: model construction, or offloaded states, plus per-rank overhead.
 
@@ -245,7 +257,9 @@ def host_bytes_per_node(spec: ModelSpec, layout: Layout, system: System, setting
     fsdp = layout.is_fsdp
     init = np.select([zero_init, fsdp], [4.0 * p / shard_degree(layout, system), 4.0 * p],
                      default=4.0 * p * ranks)
-    steady = host_offload_bytes_per_rank(spec, layout, system) * ranks
+    in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
+    checkpoints = offloaded_checkpoint_bytes(spec, layout) * in_flight
+    steady = (host_offload_bytes_per_rank(spec, layout, system) + checkpoints) * ranks
     return np.maximum(init, steady) + settings.host_overhead_gib_per_rank * GIB * ranks
 
 
@@ -310,11 +324,13 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) 
     layer_input = sb * h * a / sp_div
     ck = layout.activation_checkpointing
     frac = np.where(ck == CKPT["blocks"], layout.checkpoint_fraction, 1.0)
+    # DeepSpeed cpu_checkpointing: the checkpointed block inputs wait in host memory
+    ckpt_input = np.where(layout.activation_offload == 1, 0.0, layer_input)
     per_block = np.select(
         [ck == CKPT["none"], ck == CKPT["selective"], ck == CKPT["op"], ck == CKPT["blocks"]],
         [per_layer, per_layer - eager, layer_input + 0.5 * (per_layer - layer_input),
-         (1.0 - frac) * per_layer + frac * layer_input],
-        default=layer_input,
+         (1.0 - frac) * per_layer + frac * ckpt_input],
+        default=ckpt_input,
     )
     # recomputing a block rebuilds one block of one micro batch at a time during backward
     working = np.where((ck == CKPT["full"]) | (ck == CKPT["blocks"]), per_layer, 0.0)

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from planner.errors import PlanError
-from planner.layout import _BOOLEAN, _CATEGORICAL, OFFLOAD, PREC, SHARD, Layout
+from planner.layout import _BOOLEAN, _CATEGORICAL, CKPT, OFFLOAD, PREC, SHARD, Layout
 from planner.stacks import unsupported
 
 GIB = 2**30
@@ -113,6 +113,12 @@ RULES: tuple[Rule, ...] = (
          lambda k: "FSDP offloads parameters, gradients and optimizer together: use optimizer+params"),
     Rule("deepspeed_pp_zero1", "DeepSpeed pipeline parallelism supports ZeRO-1 only", "sharding",
          ("pp", "sharding"), lambda k: (k.pp > 1) & ((k.sharding == SHARD["zero2"]) | (k.sharding == SHARD["zero3"]))),
+    Rule("activation_offload_ckpt", "activation offload needs full or blocks checkpointing", "activation_offload",
+         ("activation_offload", "activation_checkpointing"),
+         lambda k: (k.activation_offload == 1) & (k.activation_checkpointing != CKPT["full"])
+         & (k.activation_checkpointing != CKPT["blocks"]),
+         lambda k: "moves the checkpointed block inputs to host memory: needs activation_checkpointing full or "
+                   "blocks"),
     Rule("fp8_gpu", "the GPU has no fp8 tensor cores", "precision", ("precision", "system"),
          lambda k: (k.precision == PREC["fp8"]) & (not k.system.gpu.fp8_tflops),
          lambda k: f"{k.system.gpu.id} has no fp8 tensor cores (fp8 needs H100/H200/B200/MI300X class GPUs; "
@@ -131,7 +137,8 @@ RULES: tuple[Rule, ...] = (
          lambda k: f"micro_batch x grad_accum x dp x seq_len = {_batch(k) * k.seq_len:,} tokens is above 4M "
                    "tokens (pin --global-batch to plan a larger batch)"),
     Rule("stack_supports", "the stack cannot run this plan (see catalog/stacks)", "stack",
-         ("stack", "sharding", "tp", "pp", "cp", "precision", "offload", "compile", "async_tp", "profiles"),
+         ("stack", "sharding", "tp", "pp", "cp", "precision", "offload", "compile", "async_tp", "activation_offload",
+          "profiles"),
          lambda k: unsupported(k.profiles, k) if k.profiles is not None else False),
     Rule("gpu_memory", "does not fit in GPU memory", "memory", ("mem",),
          lambda k: k.mem["total_bytes"] > k.mem["capacity_bytes"],

@@ -287,6 +287,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
         stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
         sharding=_sharding(row, stack, notes), offload=(row.get("offload") or "none").strip() or "none",
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
+        activation_offload="cpu checkpointing" in (row.get("activation_checkpointing") or "").lower(),
         precision=_precision(row, system, notes),
         optimizer="adafactor" if "adafactor" in lowered else "adamw",
         compile="compile" in lowered and "no compile" not in lowered,

@@ -47,7 +47,7 @@ STACKS: tuple[str, ...] = Stack.__args__  # type: ignore[attr-defined]
 # The knobs of an execution plan, in the order the output shows them.
 PLAN_KNOBS: tuple[str, ...] = (
     "stack", "tp", "pp", "vpp", "cp", "dp", "sequence_parallel", "sharding", "offload",
-    "activation_checkpointing", "checkpoint_fraction", "precision", "optimizer", "attention",
+    "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "optimizer", "attention",
     "compile", "async_tp", "micro_batch", "grad_accum", "global_batch",
 )
 
@@ -82,6 +82,9 @@ class ExecutionPlan(Frozen):
         "output saved), blocks (--checkpoint-fraction of the blocks), full (every block)")
     checkpoint_fraction: float = Field(default=1.0, gt=0, le=1, description="Share of blocks recomputed with "
                                        "--activation-checkpointing blocks (the planner's guess: 0.5)")
+    activation_offload: bool = Field(default=False, description="DeepSpeed activation checkpointing with "
+                                     "partition_activations and cpu_checkpointing: the checkpointed block inputs, "
+                                     "split over the TP group, wait in host memory (copied over the host link)")
     precision: Precision = Field(default="bf16", description="Number format (bf16_pure: no fp32 master weights; "
                                  "fp8: block GEMMs in fp8, H100-class GPUs)")
     optimizer: Optimizer = Field(default="adamw", description="Optimizer (its states per parameter)")

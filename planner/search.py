@@ -130,6 +130,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
         attention=np.full(n, ATTN[scenario.attention or "flash"]),
         compile=np.full(n, int(bool(scenario.compile))),
         async_tp=np.full(n, int(bool(scenario.async_tp))),
+        activation_offload=np.full(n, int(bool(scenario.activation_offload))),
         micro_batch=micro, grad_accum=ga, seq_len=np.full(n, seq_len),
         reduce_bucket_elems=np.full(n, h2), allgather_bucket_elems=np.full(n, h2),
         stage3_prefetch_elems=np.full(n, int(0.9 * h2)),

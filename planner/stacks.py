@@ -68,5 +68,6 @@ def unsupported(profiles: dict[str, StackProfile], layout: Layout) -> np.ndarray
         b |= (~np.bool_(prof.offload)) & (layout.offload != OFFLOAD["none"])
         b |= (~np.bool_(prof.compile)) & (layout.compile == 1)
         b |= (~np.bool_(prof.async_tp)) & (layout.async_tp == 1)
+        b |= (~np.bool_(prof.activation_offload)) & (layout.activation_offload == 1)
         bad |= mine & b
     return bad

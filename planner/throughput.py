@@ -26,6 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner import comm, flops
+from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes, stage_layers
 from planner.model import ModelSpec
@@ -351,6 +352,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     busy = ga * micro + tp_s + cp_s + pp_s
     bubble_s = bubble_frac * busy
     offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
+    offload_s = offload_s + activation_offload_s(spec, layout, links)
     step = compute_s + comm_s + bubble_s + offload_s
 
     tokens_step = (layout.global_batch * layout.seq_len).astype(np.float64)

@@ -182,6 +182,9 @@ def validate_plan(cfg: TrainConfig) -> None:
         raise PlanError("cp", "the bundled trainer has no context parallelism (allowed: 1)")
     if p.async_tp:
         raise PlanError("async_tp", "the bundled trainer does not overlap TP collectives (allowed: false)")
+    if p.activation_offload:
+        raise PlanError("activation_offload", "the bundled trainer keeps checkpointed activations on the GPU "
+                        "(allowed: false)")
     if p.activation_checkpointing not in ("none", "selective", "full"):
         raise PlanError("activation_checkpointing", f"{p.activation_checkpointing} is not implemented by the "
                         "bundled trainer (allowed: none, selective, full)")

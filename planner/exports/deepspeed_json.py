@@ -184,11 +184,12 @@ def scheduler_section(recipe: Recipe) -> dict[str, Any] | None:
 def checkpointing_section(plan: ExecutionPlan) -> dict[str, Any]:
     """DeepSpeed's activation-checkpointing API settings (used by Megatron-style models).
 
-    `partition_activations` splits the saved inputs across tensor-parallel ranks.
+    `partition_activations` splits the saved inputs across tensor-parallel ranks;
+    `cpu_checkpointing` (the plan's activation_offload) keeps them in host memory.
     """
     return {
-        "partition_activations": plan.tp > 1,
-        "cpu_checkpointing": False,
+        "partition_activations": plan.tp > 1 or plan.activation_offload,
+        "cpu_checkpointing": plan.activation_offload,
         "contiguous_memory_optimization": False,
         "number_checkpoints": None,
         "synchronize_checkpoint_boundary": False,

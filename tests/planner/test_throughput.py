@@ -110,7 +110,7 @@ def _many_plans(n: int) -> Layout:
     cols = dict(stack=rng.integers(0, 6, n), tp=tp, pp=pp, vpp=rng.choice([1, 2], n), cp=cp,
                 dp=np.maximum(np.full(n, 64) // (tp * pp * cp), 1),
                 checkpoint_fraction=rng.choice([0.5, 1.0], n), compile=rng.integers(0, 2, n),
-                async_tp=rng.integers(0, 2, n),
+                async_tp=rng.integers(0, 2, n), activation_offload=rng.integers(0, 2, n),
                 sequence_parallel=rng.integers(0, 2, n), sharding=rng.integers(0, 7, n),
                 offload=rng.integers(0, 3, n), activation_checkpointing=rng.integers(0, 5, n),
                 precision=rng.choice([2, 4], n), optimizer=rng.integers(0, 3, n), attention=rng.integers(0, 2, n),
