@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.activation_terms import op_sac_block_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
 from planner.settings import Settings
@@ -292,8 +293,7 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) 
       "blocks" does so for a fraction of the blocks and keeps everything of the others;
     - selective recompute drops the attention core (softmax probabilities, Korthikanti
       sec. 5: the 5as/h term); with flash attention there is little left to drop;
-    - per-op selective AC ("op") keeps every other matmul output: about half of what a block
-      saves beyond its input;
+    - per-op selective AC ("op") keeps every other matmul output (activation_terms.py);
     - pipeline parallelism: with 1F1B the first stage holds `pp` micro batches in flight
       (Narayanan et al. 2021), interleaving multiplies by (1 + (p-1)/(p*v)) (Korthikanti eq. 6);
       with uneven stages the second stage (one more block, pp-1 in flight) may be the busiest;
@@ -312,7 +312,7 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) 
     frac = np.where(ck == CKPT["blocks"], layout.checkpoint_fraction, 1.0)
     per_block = np.select(
         [ck == CKPT["none"], ck == CKPT["selective"], ck == CKPT["op"], ck == CKPT["blocks"]],
-        [per_layer, per_layer - eager, layer_input + 0.5 * (per_layer - layer_input),
+        [per_layer, per_layer - eager, op_sac_block_bytes(spec, layout),
          (1.0 - frac) * per_layer + frac * layer_input],
         default=layer_input,
     )
