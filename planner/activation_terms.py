@@ -42,3 +42,22 @@ def op_sac_block_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     flash = layout.attention != ATTN["eager"]
     attention = np.where(flash, h * col * a + 4.0 * spec.n_heads / t, 0.0)  # output + lse
     return sb * (h * row * a + saved_mm * a + attention)
+
+
+def pipeline_outputs_bytes(spec: ModelSpec, layout: Layout, outputs_kept) -> np.ndarray:
+    """Stage outputs a pipeline engine keeps until each in-flight micro batch's backward, on the
+    first stage (the one with the most micro batches in flight).
+
+    DeepSpeed's PipelineEngine stores every forward's output in `pipe_buffers['outputs']` and
+    drops it only in `_exec_backward_pass`, with `TrainSchedule.num_pipe_buffers()` =
+    min(stages - stage_id, micro_batches) buffers (deepspeed/runtime/pipe/engine.py, schedule.py);
+    with activation checkpointing that output is no block's saved input, so it comes on top.
+    Megatron-LM pseudo-frees it right after the send (`deallocate_output_tensor`, schedules.py).
+    Interleaving keeps one per virtual stage in flight.
+    """
+    s, b, t = layout.seq_len / layout.cp, layout.micro_batch, layout.tp
+    sp_div = np.where(layout.sequence_parallel == 1, t, 1)
+    one = (s * b).astype(np.float64) * spec.hidden * _dtype_bytes(layout) / sp_div
+    in_flight = np.minimum(layout.pp, layout.grad_accum)
+    interleave = np.where(layout.vpp > 1, layout.vpp * (1 + (layout.pp - 1) / (layout.pp * layout.vpp)), 1.0)
+    return np.where(layout.pp > 1, outputs_kept * one * in_flight * interleave, 0.0)

@@ -40,3 +40,28 @@ def test_op_sac_sits_between_no_recompute_and_full_recompute():
         ExecutionPlan(activation_checkpointing=ck, **kw)))[0]) for ck in ("none", "op", "full")}
     assert acts["full"] < acts["op"] < acts["none"]
     assert np.isfinite(list(acts.values())).all()
+
+
+def test_deepspeed_pipeline_keeps_one_stage_output_per_micro_batch_in_flight():
+    from planner.activation_terms import pipeline_outputs_bytes
+    from planner.settings import Settings
+    from planner.system import System
+    from hardware.catalog import load_catalog
+
+    gpt = ModelSpec(name="gpt", n_layers=24, hidden=2048, n_heads=16, vocab=50304, max_positions=2048)
+    plan = ExecutionPlan(tp=2, pp=4, dp=1, micro_batch=2, grad_accum=8, seq_len=2048, precision="bf16")
+    lay = Layout.from_plan(plan)
+    one_output = 2048 * 2 * 2048 * 2  # s * b * h, bf16, replicated over tp without sequence parallelism
+    assert pipeline_outputs_bytes(gpt, lay, 1.0)[0] == pytest.approx(4 * one_output)  # pp micro batches
+    few = Layout.from_plan(plan.model_copy(update={"grad_accum": 2}))
+    assert pipeline_outputs_bytes(gpt, few, 1.0)[0] == pytest.approx(2 * one_output)
+    flat = Layout.from_plan(plan.model_copy(update={"pp": 1, "dp": 4}))
+    assert pipeline_outputs_bytes(gpt, flat, 1.0)[0] == 0.0
+    # the catalog's Megatron-DeepSpeed profile keeps them, Megatron-LM's does not
+    cat = load_catalog()
+    sys_ = System(gpu=cat.gpus["a100-80gb"], gpus=8, gpus_per_node=8, host_ram_gib=1024, host_to_gpu_gbps=256,
+                  intranode_gbps=2400, internode_gbps=1600)
+    acts = {st: float(memory.memory_arrays(gpt, Layout.from_plan(plan.model_copy(update={"stack": st})), sys_,
+                                           Settings())["activations_bytes"][0])
+            for st in ("megatron", "megatron_deepspeed")}
+    assert acts["megatron_deepspeed"] - acts["megatron"] == pytest.approx(4 * one_output)
