@@ -70,6 +70,10 @@ class StackProfile(BaseModel):
         default=4.0, ge=0, le=8, description="bytes per logit the loss keeps for backward (4: fp32 softmax)")
     loss_grad_bytes_per_logit: float = Field(
         default=4.0, ge=0, le=8, description="bytes per logit of the logits' gradient buffer (0: written in place)")
+    pipeline_outputs_kept: float = Field(
+        default=0.0, ge=0, le=4,
+        description="stage outputs (s*b*h) the pipeline engine keeps per micro batch in flight until its backward "
+                    "(DeepSpeed's PipelineEngine: 1; Megatron-LM frees them after the send: 0)")
     # --- how it was fitted ---------------------------------------------------------------
     fit_method: str = "prior (not fitted)"
     fit_sources: list[str] = Field(default_factory=list)

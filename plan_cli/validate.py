@@ -41,12 +41,14 @@ def validate(
         print_json(report)
         return
     if rows:
-        console.print(f"{'id':28} {'stack':18} {'meas tok/s/GPU':>14} {'pred':>9} {'err':>7} {'GiB':>6} verdict")
+        console.print(f"{'id':28} {'stack':18} {'meas tok/s/GPU':>14} {'pred':>9} {'err':>7} {'GiB':>6} "
+                      f"{'meas GiB':>17} verdict")
         for p in report.runs:
             meas = "-" if p.measured_tokens_per_s_per_gpu is None else f"{p.measured_tokens_per_s_per_gpu:,.0f}"
             err = "-" if p.error is None else f"{100 * p.error:+.0f}%"
+            mem = "-" if p.measured_mem_gib is None else f"{p.measured_mem_gib:.1f} ({p.mem_convention})"
             console.print(f"{p.id:28} {p.stack:18} {meas:>14} {p.predicted_tokens_per_s_per_gpu:9,.0f} {err:>7} "
-                          f"{p.predicted_mem_gib:6.1f} {p.outcome}/{p.verdict or 'fits'}", highlight=False)
+                          f"{p.predicted_mem_gib:6.1f} {mem:>17} {p.outcome}/{p.verdict or 'fits'}", highlight=False)
     console.print(f"{len(report.runs)} runs, {len(report.runs)} predicted (0 not predicted). Stack profiles: "
                   "catalog/stacks (in-sample on the runs they were fitted on, their fit_sources; "
                   "cross-validated errors: validation/fit_profiles.py)", highlight=False)
@@ -61,8 +63,12 @@ def validate(
                   f"(of {report.ran})" + (f"; {report.inconsistent_rows} rows not scored: their layout contradicts "
                                           "their GPU count (--rows says which)" if report.inconsistent_rows else ""),
                   highlight=False)
-    console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)}",
+    console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)} "
+                  "(each against the prediction in its source's convention: nvidia-smi, reserved, allocated)",
                   highlight=False)
+    for m in report.memory_sources:
+        console.print(f"  {m.source[:50]:50} {m.convention:10} n={m.rows:2} MAPE {m.mape_pct:5.1f}% bias "
+                      f"{m.bias_pct:+5.1f}%; worst {m.worst_id} {m.worst_pct:+.1f}%", highlight=False)
     if report.groups:
         console.print(f"ranking in {len(report.groups)} groups (same model, GPU, count, seq; >= 3 configs): "
                       f"Spearman {report.mean_spearman:.2f}, top-1 regret {100 * report.mean_top1_regret:.1f}%",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.activation_terms import op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
 from planner.settings import Settings
@@ -298,7 +299,8 @@ def _eager_core_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     return (spec.n_heads / layout.tp) * layout.micro_batch * (s / layout.cp) * s * compute_dtype_bytes(layout)
 
 
-def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) -> np.ndarray:
+def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
+                     pipeline_outputs_kept=0.0) -> np.ndarray:
     """Activation bytes on the busiest GPU.
 
     - full recompute keeps each block's input (sbh, /t with sequence parallelism) and
@@ -306,14 +308,14 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) 
       "blocks" does so for a fraction of the blocks and keeps everything of the others;
     - selective recompute drops the attention core (softmax probabilities, Korthikanti
       sec. 5: the 5as/h term); with flash attention there is little left to drop;
-    - per-op selective AC ("op") keeps every other matmul output: about half of what a block
-      saves beyond its input;
+    - per-op selective AC ("op") keeps every other matmul output (activation_terms.py);
     - pipeline parallelism: with 1F1B the first stage holds `pp` micro batches in flight
       (Narayanan et al. 2021), interleaving multiplies by (1 + (p-1)/(p*v)) (Korthikanti eq. 6);
       with uneven stages the second stage (one more block, pp-1 in flight) may be the busiest;
     - the output layer: what the cross-entropy loss keeps of the s*b*V/t logits (the stack's
       `loss_saved_bytes_per_logit`: an fp32 softmax, Megatron's vocab-parallel loss and
-      torchtitan's `.float()`, or 16-bit), on the last stage (the first when pp = 1).
+      torchtitan's `.float()`, or 16-bit), on the last stage (the first when pp = 1);
+    - the stage outputs a pipeline engine keeps per micro batch in flight (activation_terms.py).
     """
     s, b, h, t = layout.seq_len / layout.cp, layout.micro_batch, spec.hidden, layout.tp
     a = compute_dtype_bytes(layout)
@@ -328,7 +330,7 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) 
     ckpt_input = np.where(layout.activation_offload == 1, 0.0, layer_input)
     per_block = np.select(
         [ck == CKPT["none"], ck == CKPT["selective"], ck == CKPT["op"], ck == CKPT["blocks"]],
-        [per_layer, per_layer - eager, layer_input + 0.5 * (per_layer - layer_input),
+        [per_layer, per_layer - eager, op_sac_block_bytes(spec, layout),
          (1.0 - frac) * per_layer + frac * ckpt_input],
         default=ckpt_input,
     )
@@ -341,6 +343,7 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0) 
     held = np.where(uneven, np.maximum(light * in_flight, heavy * np.maximum(in_flight - 1, 1)),
                     heavy * in_flight)
     first_stage = per_block * held * interleave + working
+    first_stage = first_stage + pipeline_outputs_bytes(spec, layout, pipeline_outputs_kept)
     logits = sb * spec.vocab_padded / t * loss_bytes_per_logit
     final = sb * h * a * 2 / sp_div  # final norm input + output
     last_stage = per_block * light + working + logits + final
@@ -398,7 +401,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "weights_bytes": weights_bytes(spec, layout, system),
         "grads_bytes": grads_bytes(spec, layout, system),
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
-        "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"]),
+        "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
+                                              prof["pipeline_outputs_kept"]),
         "comm_buffers_bytes": comm_buffer_bytes(spec, layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware.models import Catalog
-from planner import flops
+from planner import flops, peak_memory
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -67,6 +67,7 @@ class Run:
     assumptions: list[str] = field(default_factory=list)
     layout_stated: bool = True  # False: tp/pp not in the row, the planner's best layout is used
     inconsistent: str | None = None  # why the row cannot be scored as stated (kept, reported)
+    mem_convention: str = "nvidia-smi"  # how the peak memory was measured (planner/peak_memory.py)
 
     @property
     def scored(self) -> bool:
@@ -380,5 +381,5 @@ def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
             notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
         runs.append(Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
                         (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
-                        stated, inconsistent))
+                        stated, inconsistent, peak_memory.convention_of(row, notes)))
     return runs

@@ -22,7 +22,9 @@ class Calibration(Frozen):
 class Settings(Frozen):
     # Memory: a fraction of HBM the caching allocator loses to fragmentation (None: the stack
     # profile's allocator model), and the fixed per-GPU cost of the CUDA context, cuBLAS/NCCL
-    # workspaces and the framework.
+    # workspaces and the framework, outside PyTorch's caching allocator (nvidia-smi counts it,
+    # torch.cuda.memory_reserved does not): BLOOM's prequel measured 1573 MiB on an A100 for
+    # the context alone (`torch.ones(1).cuda()`, bigscience tr11-176B-ml/chronicles-prequel.md).
     fragmentation_margin: float | None = Field(default=None, ge=0, lt=1)
     runtime_overhead_gib: float = Field(default=1.5, ge=0)
     # Host RAM per node taken by the OS, the data loader and the Python processes per rank.

@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 from pydantic import Field
 
-from planner import memory, rules, search, throughput
+from planner import memory, peak_memory, rules, search, throughput
 from planner.layout import Layout
 from planner.runs import Run
 from planner.scenario import Frozen, Scenario
@@ -32,7 +32,8 @@ class RunPrediction(Frozen):
     predicted_iter_time_s: float
     error: float | None = Field(description="predicted / measured tokens/s - 1")
     measured_mem_gib: float | None
-    predicted_mem_gib: float
+    predicted_mem_gib: float = Field(description="the predicted peak as the run's convention reports it")
+    mem_convention: str = Field(default="nvidia-smi", description="nvidia-smi | reserved | allocated")
     capacity_gib: float
     fits: bool
     verdict: str = Field(description="'' (fits), 'memory' or the structural reason")
@@ -47,6 +48,16 @@ class SourceScore(Frozen):
     mape_pct: float | None
     bias_pct: float | None
     iter_mape_pct: float | None
+
+
+class MemoryScore(Frozen):
+    source: str
+    convention: str
+    rows: int
+    mape_pct: float
+    bias_pct: float
+    worst_id: str
+    worst_pct: float
 
 
 class GroupScore(Frozen):
@@ -69,6 +80,7 @@ class ValidationReport(Frozen):
     inconsistent_rows: int = Field(default=0, description="rows whose layout contradicts their GPU count (not scored)")
     memory_rows: int
     memory_mape_pct: float | None
+    memory_sources: list[MemoryScore] = Field(default_factory=list, description="memory error per source")
     groups: list[GroupScore]
     mean_spearman: float | None
     mean_top1_regret: float | None
@@ -107,7 +119,9 @@ def predict(run: Run, settings: Settings) -> RunPrediction:
         measured_tokens_per_s_per_gpu=meas, predicted_tokens_per_s_per_gpu=pred,
         measured_iter_time_s=run.measured_iter_time_s, predicted_iter_time_s=float(perf["step_time_s"][0]),
         error=(pred / meas - 1.0) if run.scored else None,
-        measured_mem_gib=run.measured_peak_mem_gib, predicted_mem_gib=float(mem["total_bytes"][0] / GIB),
+        measured_mem_gib=run.measured_peak_mem_gib,
+        predicted_mem_gib=float(peak_memory.peak_bytes(mem, run.mem_convention)[0] / GIB),
+        mem_convention=run.mem_convention,
         capacity_gib=float(mem["capacity_bytes"][0] / GIB), fits=verdict == "", verdict=verdict,
         mfu=float(perf["mfu"][0]), assumptions=run.assumptions,
     )
@@ -150,10 +164,26 @@ def score(preds: list[RunPrediction], runs: list[Run]) -> ValidationReport:
         false_alarms_structural=sum(p.verdict not in ("", "memory") for p in ran),
         inconsistent_rows=sum(r.inconsistent is not None for r in runs),
         memory_rows=int(mem.size), memory_mape_pct=100 * float(np.mean(np.abs(mem))) if mem.size else None,
+        memory_sources=_memory_by_source(preds),
         groups=groups,
         mean_spearman=float(np.mean([g.spearman for g in groups])) if groups else None,
         mean_top1_regret=float(np.mean([g.top1_regret for g in groups])) if groups else None,
     )
+
+
+def _memory_by_source(preds: list[RunPrediction]) -> list[MemoryScore]:
+    """Memory error (predicted / measured peak - 1) per source and convention, with the worst run."""
+    keyed: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    for p in preds:
+        if p.measured_mem_gib:
+            keyed[(p.source, p.mem_convention)].append((p.id, p.predicted_mem_gib / p.measured_mem_gib - 1))
+    out = []
+    for (src, conv), rows in sorted(keyed.items()):
+        errs = np.array([e for _, e in rows])
+        worst = max(rows, key=lambda r: abs(r[1]))
+        out.append(MemoryScore(source=src, convention=conv, rows=len(rows), mape_pct=100 * float(np.mean(np.abs(errs))),
+                               bias_pct=100 * float(np.mean(errs)), worst_id=worst[0], worst_pct=100 * worst[1]))
+    return out
 
 
 def _groups(preds: list[RunPrediction], runs: list[Run]) -> list[GroupScore]:
