@@ -362,7 +362,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
                                            layout.checkpoint_fraction) * tps / gpus / 1e12
     parts_stack = np.stack(np.broadcast_arrays(compute_s, comm_s, bubble_s, offload_s))
     # Seed 001: the NICs must carry the DP traffic within the compute time to stay hidden.
-    needed = node_bytes * 8 / 1e9 / compute_s / settings.calibration.network / comm.INTERNODE_LINK_EFFICIENCY
+    needed = node_bytes * 8 / 1e9 / compute_s / settings.calibration.network / comm.internode_efficiency(system)
 
     out = {
         "step_time_s": step,
