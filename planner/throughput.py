@@ -233,7 +233,9 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     # et al. SC20).
     z12 = is_["zero1"] | is_["zero2"]
     rs = g.allgather_s(gbytes, nb_r)
-    rs_hidden = np.maximum(rs - prof["overlap_zero12"] * bwd_micro, rs / nb_r)
+    # ZeRO-1 reduces once, after backward in DeepSpeed (engine.allreduce_gradients): its own overlap
+    ov12 = np.where(is_["zero1"], prof["overlap_zero1"], prof["overlap_zero12"])
+    rs_hidden = np.maximum(rs - ov12 * bwd_micro, rs / nb_r)
     times = 1.0 + is_["zero2"] * (ga - 1.0)
     exposed = exposed + z12 * (times * rs_hidden + g.allgather_s(pbytes, nb_g))
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
