@@ -206,6 +206,15 @@ def _gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
     return np.where(f8, c - linear_share * (c - 1.0), c)
 
 
+def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
+    """Share of the DDP all-reduce that no backward is left to hide: the last bucket, which holds
+    the input embedding (its gradient is ready when backward ends; DDP fills buckets in reverse
+    parameter order and never splits a tensor: Li et al. VLDB 2020 sec. 3.2.3 and 4.1). With
+    pipeline stages the embedding sits on the first stage, not the busiest: one bucket's share."""
+    emb = spec.vocab_padded * spec.hidden / layout.tp / _params_per_gpu(spec, layout)
+    return np.where(layout.pp == 1, np.maximum(np.minimum(emb, 1.0), 1.0 / buckets), 1.0 / buckets)
+
+
 def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node.
 
@@ -225,7 +234,7 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
     # (Li et al. VLDB 2020).
     ar = g.allreduce_s(gbytes, nb_r)
-    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar / nb_r)
+    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar * _last_bucket_share(spec, layout, nb_r))
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
