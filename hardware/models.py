@@ -91,6 +91,11 @@ class Cluster(_Entry):
     host_ram_gib: float = Field(gt=0, description="per node")
     host_to_gpu_gbps: float = Field(gt=0, description="per GPU, one direction (PCIe or C2C)")
     internode_gbps: float = Field(gt=0, description="per node, injection bandwidth")
+    # Share of internode_gbps that NCCL collectives reach as bus bandwidth on this fabric. Unset:
+    # the InfiniBand/RoCE figure of planner/comm.py (INTERNODE_LINK_EFFICIENCY). A fabric NCCL
+    # drives through a slow path (Omni-Path: verbs, no PSM2 transport in NCCL) sets its own.
+    internode_collective_efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="share of internode_gbps NCCL collectives reach (bus bandwidth)")
     intranode_gbps: float | None = Field(default=None, gt=0, description="override of the GPU's")
     # GPUs that share the fast GPU fabric (NVLink/NVSwitch, xGMI) at `intranode_gbps`. Unset: one
     # node (gpus_per_node). A GB200 NVL72 rack is 18 nodes of 4 GPUs (a node = a compute tray:

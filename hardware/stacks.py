@@ -53,6 +53,11 @@ class StackProfile(BaseModel):
     # --- overlap of collectives with the compute they can hide behind (fractions) ------
     overlap_ddp: float = Field(default=0.90, ge=0, le=1)
     overlap_zero12: float = Field(default=0.80, ge=0, le=1)
+    # ZeRO-1's gradient reduction at the accumulation boundary. DeepSpeed (HF + DeepSpeed,
+    # Megatron-DeepSpeed) runs it after backward returns (engine.backward -> allreduce_gradients ->
+    # optimizer.reduce_gradients at the boundary, deepspeed/runtime/engine.py): nothing hidden, 0.
+    # Megatron's distributed optimizer overlaps it (--overlap-grad-reduce).
+    overlap_zero1: float = Field(default=0.80, ge=0, le=1)
     overlap_zero3: float = Field(default=0.60, ge=0, le=1)
     overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
     overlap_tp: float = Field(default=0.0, ge=0, le=1)

@@ -49,13 +49,19 @@ class Links:
         if system.measured_internode_busbw_gbps:
             inter = system.measured_internode_busbw_gbps
         else:
-            inter = system.internode_gbps * INTERNODE_LINK_EFFICIENCY
+            inter = system.internode_gbps * internode_efficiency(system)
         return cls(
             intra_Bps=intra * k * 1e9 / 8,
             inter_node_Bps=inter * k * 1e9 / 8,
             gpus_per_node=system.gpus_per_node,
             host_Bps=system.host_to_gpu_gbps * 1e9 / 8,
         )
+
+
+def internode_efficiency(system: System) -> float:
+    """Share of the inter-node line rate that collectives reach: the cluster's own figure, else
+    the InfiniBand one."""
+    return system.internode_efficiency or INTERNODE_LINK_EFFICIENCY
 
 
 def members_per_node(group, stride, gpus_per_node: int) -> np.ndarray:

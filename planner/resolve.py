@@ -80,6 +80,8 @@ def resolve_system(scenario: Scenario, catalog: Catalog | None = None) -> System
         host_to_gpu_gbps=cluster.host_to_gpu_gbps,
         intranode_gbps=cluster.intranode_gbps or gpu.intranode_gbps,
         internode_gbps=scenario.internode_gbps or cluster.internode_gbps,
+        # a bandwidth given by hand describes another network: the default NCCL efficiency then
+        internode_efficiency=None if scenario.internode_gbps else cluster.internode_collective_efficiency,
     )
 
 

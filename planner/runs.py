@@ -197,7 +197,8 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
     return System(gpu=gpu, cluster_id=cluster_id, gpus=gpus, gpus_per_node=min(per_node, gpus),
                   host_ram_gib=cluster.host_ram_gib, host_to_gpu_gbps=cluster.host_to_gpu_gbps,
                   intranode_gbps=cluster.intranode_gbps or gpu.intranode_gbps,
-                  internode_gbps=net or cluster.internode_gbps)
+                  internode_gbps=net or cluster.internode_gbps,
+                  internode_efficiency=None if net else cluster.internode_collective_efficiency)
 
 
 def _stack(row, notes) -> str:

@@ -17,6 +17,8 @@ class System(Frozen):
     host_to_gpu_gbps: float = Field(gt=0, description="per GPU, one direction")
     intranode_gbps: float = Field(gt=0, description="per GPU, one direction")
     internode_gbps: float = Field(gt=0, description="per node")
+    # The cluster's internode_collective_efficiency (None: comm.INTERNODE_LINK_EFFICIENCY)
+    internode_efficiency: float | None = Field(default=None, gt=0, le=1)
     # Measured bus bandwidths (from `plan allreduce-bench --json`), overriding the link
     # numbers above in the comm model when present.
     measured_intranode_busbw_gbps: float | None = None

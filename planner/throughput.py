@@ -207,6 +207,15 @@ def _gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
     return np.where(f8, c - linear_share * (c - 1.0), c)
 
 
+def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
+    """Share of the DDP all-reduce that no backward is left to hide: the last bucket, which holds
+    the input embedding (its gradient is ready when backward ends; DDP fills buckets in reverse
+    parameter order and never splits a tensor: Li et al. VLDB 2020 sec. 3.2.3 and 4.1). With
+    pipeline stages the embedding sits on the first stage, not the busiest: one bucket's share."""
+    emb = spec.vocab_padded * spec.hidden / layout.tp / _params_per_gpu(spec, layout)
+    return np.where(layout.pp == 1, np.maximum(np.minimum(emb, 1.0), 1.0 / buckets), 1.0 / buckets)
+
+
 def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node.
 
@@ -226,7 +235,7 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
     # (Li et al. VLDB 2020).
     ar = g.allreduce_s(gbytes, nb_r)
-    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar / nb_r)
+    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar * _last_bucket_share(spec, layout, nb_r))
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
@@ -234,7 +243,9 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     # et al. SC20).
     z12 = is_["zero1"] | is_["zero2"]
     rs = g.allgather_s(gbytes, nb_r)
-    rs_hidden = np.maximum(rs - prof["overlap_zero12"] * bwd_micro, rs / nb_r)
+    # ZeRO-1 reduces once, after backward in DeepSpeed (engine.allreduce_gradients): its own overlap
+    ov12 = np.where(is_["zero1"], prof["overlap_zero1"], prof["overlap_zero12"])
+    rs_hidden = np.maximum(rs - ov12 * bwd_micro, rs / nb_r)
     times = 1.0 + is_["zero2"] * (ga - 1.0)
     exposed = exposed + z12 * (times * rs_hidden + g.allgather_s(pbytes, nb_g))
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
@@ -364,7 +375,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
                                            layout.checkpoint_fraction) * tps / gpus / 1e12
     parts_stack = np.stack(np.broadcast_arrays(compute_s, comm_s, bubble_s, offload_s))
     # Seed 001: the NICs must carry the DP traffic within the compute time to stay hidden.
-    needed = node_bytes * 8 / 1e9 / compute_s / settings.calibration.network / comm.INTERNODE_LINK_EFFICIENCY
+    needed = node_bytes * 8 / 1e9 / compute_s / settings.calibration.network / comm.internode_efficiency(system)
 
     out = {
         "step_time_s": step,
