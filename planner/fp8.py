@@ -95,8 +95,12 @@ def tp_bytes_factor(layout: Layout, rec, block_recompute) -> np.ndarray:
     return 1.0 - fp8 * share
 
 
-def weight_cache_bytes(spec: ModelSpec, layout: Layout, rec, linear_params_per_gpu) -> np.ndarray:
-    """fp8 copies of the block weights kept between micro batches (weight and its transpose,
-    1 byte each) by recipes that cast weights once per step."""
+def weight_cache_bytes(spec: ModelSpec, layout: Layout, settings) -> np.ndarray:
+    """fp8 copies of the block weights of the heaviest stage kept between micro batches (weight
+    and its transpose, 1 byte each) by recipes that cast weights once per step."""
+    from planner.memory import stage_layers
+
+    rec = per_candidate(recipes(settings), layout)
+    linear = stage_layers(spec, layout)[0] * spec.params_per_layer / np.asarray(layout.tp, dtype=np.float64)
     fp8 = np.asarray(layout.precision) == PREC["fp8"]
-    return fp8 * (rec["weight_cast_per_step"] > 0) * 2.0 * linear_params_per_gpu
+    return fp8 * (rec["weight_cast_per_step"] > 0) * 2.0 * linear
