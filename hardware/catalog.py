@@ -4,7 +4,7 @@ Directories, later ones overriding earlier ones entry by entry (same id = same f
   1. the built-in `catalog` package folder,
   2. the folders in the env var PLAN_CATALOG (os.pathsep-separated),
   3. the folders passed as `extra_dirs` (the CLI's --catalog).
-Each may hold gpus/, clusters/, models/ and stacks/ subfolders. A malformed file raises CatalogError
+Each may hold gpus/, clusters/, models/, stacks/ and fp8_recipes/ subfolders. A malformed file raises CatalogError
 naming the file and the field. Results are cached per (dirs, file mtimes).
 """
 
@@ -20,11 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from hardware.errors import CatalogError, unknown_id
+from hardware.fp8 import FP8Recipe
 from hardware.models import GPU, Catalog, Cluster, ModelTable
 from hardware.stacks import StackProfile
 
 ENV_VAR = "PLAN_CATALOG"
-KINDS = ("gpus", "clusters", "models", "stacks")
+KINDS = ("gpus", "clusters", "models", "stacks", "fp8_recipes")
 
 
 def builtin_dir() -> Path:
@@ -72,8 +73,9 @@ def _load(stamp: tuple[tuple[str, str, int], ...]) -> Catalog:
             raise CatalogError(tables["clusters"][cid][0], "gpu", err.message)
     models = {i: ModelTable(path=str(p), data=t) for i, (p, t) in tables["models"].items()}
     stacks = {i: _validate(StackProfile, p, i, t) for i, (p, t) in tables["stacks"].items()}
+    recipes = {i: _validate(FP8Recipe, p, i, t) for i, (p, t) in tables["fp8_recipes"].items()}
     paths = {f"{k}/{i}": str(p) for k in KINDS for i, (p, _) in tables[k].items()}
-    return Catalog(gpus=gpus, clusters=clusters, models=models, stacks=stacks, paths=paths)
+    return Catalog(gpus=gpus, clusters=clusters, models=models, stacks=stacks, fp8_recipes=recipes, paths=paths)
 
 
 def read_table(path: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from hardware.errors import unknown_id
+from hardware.fp8 import FP8Recipe
 from hardware.stacks import StackProfile
 
 
@@ -134,6 +135,7 @@ class Catalog(_Entry):
     clusters: dict[str, Cluster]
     models: dict[str, ModelTable] = Field(default_factory=dict)
     stacks: dict[str, StackProfile] = Field(default_factory=dict)
+    fp8_recipes: dict[str, FP8Recipe] = Field(default_factory=dict)
     # "gpus/<id>" -> the file the entry came from (after user overrides)
     paths: dict[str, str] = Field(default_factory=dict)
 

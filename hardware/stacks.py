@@ -66,8 +66,8 @@ class StackProfile(BaseModel):
     overlap_host: float = Field(default=0.5, ge=0, le=1)
     # --- fused kernels, fp8 ------------------------------------------------------------
     compile_elementwise_factor: float = Field(default=0.6, gt=0, le=1)
-    fp8_gemm_efficiency: float = Field(default=0.75, gt=0, le=1, description="fp8 GEMM share of the bf16 GEMM efficiency")
-    fp8_cast_passes: float = Field(default=1.0, ge=0, description="HBM passes over GEMM inputs for casts and amax")
+    fp8_cast_passes: float = Field(default=1.0, ge=0, description="x the fp8 recipe's quantisation traffic "
+                                   "(catalog/fp8_recipes; 1: its kernels as documented)")
     # --- memory: the caching allocator ---------------------------------------------------
     allocator_transient_factor: float = Field(default=1.0, ge=0, description="x the largest transient buffer kept cached")
     allocator_fraction: float = Field(default=0.03, ge=0, lt=1, description="share of HBM lost to fragmentation")

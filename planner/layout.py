@@ -18,6 +18,7 @@ import numpy as np
 from planner.scenario import (
     ATTENTIONS,
     CHECKPOINTINGS,
+    FP8_RECIPES,
     OFFLOADS,
     OPTIMIZERS,
     PRECISIONS,
@@ -30,6 +31,7 @@ SHARD = {name: i for i, name in enumerate(SHARDINGS)}
 OFFLOAD = {name: i for i, name in enumerate(OFFLOADS)}
 CKPT = {name: i for i, name in enumerate(CHECKPOINTINGS)}
 PREC = {name: i for i, name in enumerate(PRECISIONS)}
+FP8 = {name: i for i, name in enumerate(FP8_RECIPES)}
 OPTIM = {name: i for i, name in enumerate(OPTIMIZERS)}
 ATTN = {name: i for i, name in enumerate(ATTENTIONS)}
 STACK = {name: i for i, name in enumerate(STACKS)}

@@ -388,6 +388,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     """Every memory term for every plan in `layout` (bytes), plus totals and capacities."""
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
+    from planner.fp8 import weight_cache_bytes as fp8_weight_cache_bytes
     from planner.settings import stack_profiles
     from planner.stacks import per_candidate
 
@@ -398,7 +399,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         transient = transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
         reserve = prof["allocator_fraction"] * capacity + prof["allocator_transient_factor"] * transient
     out = {
-        "weights_bytes": weights_bytes(spec, layout, system),
+        "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings),
         "grads_bytes": grads_bytes(spec, layout, system),
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],

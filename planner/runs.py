@@ -257,6 +257,28 @@ def _precision(row, system: System, notes) -> str:
     return p
 
 
+def _fp8_recipe(row, precision: str, notes) -> str:
+    """The row's `fp8_recipe` column, else the recipe its precision names ("float8 rowwise"), else
+    the stated fp8 library's default (named in the notes); tensorwise for rows not in fp8."""
+    from planner.scenario import FP8_RECIPES
+
+    given = (row.get("fp8_recipe") or "").strip().lower()
+    if given:
+        if given not in FP8_RECIPES:
+            raise PlanError("fp8_recipe", f"row {row.get('id')}: {given!r} is not a recipe (allowed: "
+                            f"{', '.join(FP8_RECIPES)})")
+        return given
+    raw = (row.get("precision") or "").lower()
+    named = next((r for r in FP8_RECIPES if r in raw), None)
+    if named or precision != "fp8":
+        return named or "tensorwise"
+    if "transformer engine" in raw:
+        notes.append("fp8 recipe not stated: delayed (Transformer Engine's default DelayedScaling)")
+        return "delayed"
+    notes.append("fp8 recipe not stated: tensorwise (torchao float8's default)")
+    return "tensorwise"
+
+
 def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPlan:
     text = row.get("notes") or ""
     stack = _stack(row, notes)
@@ -280,6 +302,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
         notes.append(f"vpp {vpp} does not divide the layers: vpp 1")
         vpp = 1
     lowered = text.lower()
+    precision = _precision(row, system, notes)
     attention = "flash"
     if "flash" not in lowered and row["id"].startswith(_EAGER_ERA):
         attention = "eager"
@@ -290,7 +313,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
         sharding=_sharding(row, stack, notes), offload=(row.get("offload") or "none").strip() or "none",
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
         activation_offload="cpu checkpointing" in (row.get("activation_checkpointing") or "").lower(),
-        precision=_precision(row, system, notes),
+        precision=precision, fp8_recipe=_fp8_recipe(row, precision, notes),
         optimizer="adafactor" if "adafactor" in lowered else "adamw",
         compile="compile" in lowered and "no compile" not in lowered,
         async_tp="async tp" in lowered or "tp-comm-overlap" in lowered,

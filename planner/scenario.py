@@ -31,6 +31,10 @@ Checkpointing = Literal["none", "selective", "op", "blocks", "full"]
 # fp8: the block GEMMs in fp8 with bf16 everywhere else (Transformer Engine, torchao float8;
 # Micikevicius et al. 2022 "FP8 formats for deep learning").
 Precision = Literal["fp32", "fp16", "bf16", "bf16_pure", "fp8"]
+# How fp8 scales are chosen (catalog/fp8_recipes/<id>.toml: GEMM speed, quantisation traffic):
+# tensorwise (torchao default, dynamic per-tensor), rowwise (torchao, per-row), delayed
+# (Transformer Engine DelayedScaling from the amax history: Megatron-Core/NeMo).
+FP8RecipeName = Literal["tensorwise", "rowwise", "delayed"]
 Optimizer = Literal["adamw", "adafactor", "sgd"]
 Attention = Literal["flash", "eager"]
 # The software stack that runs the plan: its efficiency profile lives in catalog/stacks/<id>.toml.
@@ -40,6 +44,7 @@ SHARDINGS: tuple[str, ...] = Sharding.__args__  # type: ignore[attr-defined]
 OFFLOADS: tuple[str, ...] = Offload.__args__  # type: ignore[attr-defined]
 CHECKPOINTINGS: tuple[str, ...] = Checkpointing.__args__  # type: ignore[attr-defined]
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
+FP8_RECIPES: tuple[str, ...] = FP8RecipeName.__args__  # type: ignore[attr-defined]
 OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
 ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
 STACKS: tuple[str, ...] = Stack.__args__  # type: ignore[attr-defined]
@@ -47,7 +52,8 @@ STACKS: tuple[str, ...] = Stack.__args__  # type: ignore[attr-defined]
 # The knobs of an execution plan, in the order the output shows them.
 PLAN_KNOBS: tuple[str, ...] = (
     "stack", "tp", "pp", "vpp", "cp", "dp", "sequence_parallel", "sharding", "offload",
-    "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "optimizer", "attention",
+    "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "fp8_recipe",
+    "optimizer", "attention",
     "compile", "async_tp", "micro_batch", "grad_accum", "global_batch",
 )
 
@@ -87,6 +93,9 @@ class ExecutionPlan(Frozen):
                                      "split over the TP group, wait in host memory (copied over the host link)")
     precision: Precision = Field(default="bf16", description="Number format (bf16_pure: no fp32 master weights; "
                                  "fp8: block GEMMs in fp8, H100-class GPUs)")
+    fp8_recipe: FP8RecipeName = Field(default="tensorwise", description="fp8 scaling recipe with --precision fp8: "
+                                  "tensorwise (dynamic per tensor), rowwise (per row, torchao), delayed (amax "
+                                  "history, Transformer Engine)")
     optimizer: Optimizer = Field(default="adamw", description="Optimizer (its states per parameter)")
     attention: Attention = Field(default="flash", description="flash (fused SDPA kernel) or eager (scores materialised)")
     compile: bool = Field(default=False, description="torch.compile (fused element-wise kernels)")

@@ -15,7 +15,7 @@ import numpy as np
 
 from planner import memory, rules
 from planner.errors import PlanError
-from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
+from planner.layout import ATTN, CKPT, FP8, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
 from planner.pinned import check_pinned
 from planner.scenario import CHECKPOINTINGS, SHARDINGS, Scenario
@@ -126,6 +126,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
         activation_checkpointing=ckpt,
         checkpoint_fraction=np.where(ckpt == CKPT["blocks"], fraction, 1.0),
         precision=np.full(n, PREC[precision]),
+        fp8_recipe=np.full(n, FP8[scenario.fp8_recipe or "tensorwise"]),
         optimizer=np.full(n, OPTIM[scenario.optimizer or "adamw"]),
         attention=np.full(n, ATTN[scenario.attention or "flash"]),
         compile=np.full(n, int(bool(scenario.compile))),

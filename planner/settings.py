@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from hardware.fp8 import FP8Recipe
 from hardware.stacks import StackProfile
 from planner.scenario import Frozen
 
@@ -32,6 +33,8 @@ class Settings(Frozen):
     calibration: Calibration = Calibration()
     # Stack profiles by id (None: the catalog's, catalog/stacks/*.toml).
     stacks: dict[str, StackProfile] | None = None
+    # fp8 recipes by id (None: the catalog's, catalog/fp8_recipes/*.toml).
+    fp8_recipes: dict[str, FP8Recipe] | None = None
     # What to train and what it costs (for days / GPU-hours / cost columns).
     tokens: float | None = Field(default=None, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, flops
+from planner import comm, flops, fp8
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes, stage_layers
@@ -100,7 +100,7 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     peak = _peak_flops(system, layout.precision) * k
     peak16 = _peak16(system, layout.precision) * k
     fp8 = layout.precision == PREC["fp8"]
-    gemm_peak = np.where(fp8, peak * prof["fp8_gemm_efficiency"], peak)
+    gemm_peak = np.where(fp8, peak * prof["gemm_efficiency"], peak)  # the fp8 recipe's GEMM share
     pts = _efficiency_points(system)
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     gemm = 0.0
@@ -127,9 +127,6 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     elem = act * act_bytes / hbm
     elem = elem * np.where(layout.compile == 1, prof["compile_elementwise_factor"], 1.0)
     elem = elem + eager * (5.0 * spec.n_heads) * layout.seq_len / tp * act_bytes / 2 / hbm
-    # fp8: each GEMM input is scaled, cast and its amax taken (read 2 B, write 1 B)
-    gemm_inputs = (3.0 * spec.hidden + spec.ffn) / tp
-    elem = elem + fp8 * prof["fp8_cast_passes"] * gemm_inputs * 3.0 / hbm
     return gemm, attn, elem
 
 
@@ -156,6 +153,9 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
     gemm_t = gemm * (3.0 + block + linear_share)
     attn_t = attn * (3.0 + block + attn_share)
     elem_t = elem * (ELEMENTWISE_PASSES + block + 0.5 * linear_share)
+    # fp8 quantisation of the block linears' operands, forward + backward (the recipe's kernels)
+    hbm = _hbm_Bps(system, settings)
+    elem_t = elem_t + prof["fp8_cast_passes"] * fp8.cast_s_per_token(spec, layout, prof, hbm, block + linear_share)
     heavy, light = stage_layers(spec, layout)
     logits = tokens * _logits_s(spec, layout, system, settings)
     per_layer = tokens * (gemm_t + attn_t + elem_t)
@@ -291,6 +291,7 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     block, _, _ = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
     calls = layers * (4.0 + 2.0 * block)
     m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
+    act = act * fp8.tp_bytes_factor(layout, prof, block)
     tp_raw = comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
     ov_tp = np.where(layout.async_tp == 1, prof["overlap_async_tp"], prof["overlap_tp"])
     gemm_micro = parts["gemm"] * prof["gemm_time_factor"]
@@ -343,7 +344,7 @@ def _as_float(layout: Layout) -> Layout:
 def performance(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
     """Step-time breakdown, throughput, FLOPs utilisation and time-to-train of each plan."""
     layout = _as_float(layout)
-    prof = per_candidate(stack_profiles(settings), layout)
+    prof = {**per_candidate(stack_profiles(settings), layout), **fp8.per_candidate(fp8.recipes(settings), layout)}
     links = comm.Links.of(system, settings)
     parts = _compute_parts(spec, layout, system, settings, prof)
     scaled = {k: parts[k] * prof[f] for k, f in FACTORS.items() if k in parts}

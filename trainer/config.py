@@ -190,6 +190,9 @@ def validate_plan(cfg: TrainConfig) -> None:
                         "bundled trainer (allowed: none, selective, full)")
     if p.precision == "fp8":
         raise PlanError("precision", "the bundled trainer has no fp8 GEMMs (allowed: fp32, fp16, bf16, bf16_pure)")
+    if p.fp8_recipe != ExecutionPlan.model_fields["fp8_recipe"].default:
+        raise PlanError("fp8_recipe", f"{p.fp8_recipe} needs fp8 GEMMs, which the bundled trainer has not "
+                        "(allowed: tensorwise, the default, unused without fp8)")
 
 
 def validate_parallel(cfg: TrainConfig) -> None:
