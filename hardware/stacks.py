@@ -49,6 +49,11 @@ class StackProfile(BaseModel):
     layer_overhead_us: float = Field(default=0.0, ge=0, description="per block and micro batch, fwd+bwd")
     comm_time_factor: float = Field(default=1.0, gt=0)
     optimizer_time_factor: float = Field(default=1.0, gt=0)
+    # Fixed seconds per optimizer step, paid once whatever the grad accumulation (fitted by
+    # planner/profile_fit.py): the trainer's step (HF Trainer: clip_grad_norm_, lr scheduler, zero_grad;
+    # DeepSpeed engine.step: fp32 grad buffers, overflow check, the ZeRO partition copies). Seed 003's
+    # HF + DeepSpeed BLOOM-7b1 rows on 8 A100: ~1.8-2.5 s per step at grad_accum 1 against ~1.0 s per
+    # 1024-token micro batch at grad_accum 64-256 (shared/seeds/003: 258 vs 147 days per 100B tokens).
     step_overhead_s: float = Field(default=0.0, ge=0, description="per optimizer step")
     # --- overlap of collectives with the compute they can hide behind (fractions) ------
     overlap_ddp: float = Field(default=0.90, ge=0, le=1)

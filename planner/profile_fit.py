@@ -3,9 +3,10 @@
 The step time of planner/throughput.py is linear in a profile's time factors once the raw parts
 are known (Calculon-style decomposition, Isaev et al. SC23):
 
-    step = (1 + bubble) * (g*GEMM + a*ATTN + e*ELEM + o*LAYERS + TP + CP + PP) + u*OPT + c*DP + OFFLOAD
+    step = (1 + bubble) * (g*GEMM + a*ATTN + e*ELEM + o*LAYERS + TP + CP + PP) + u*OPT + c*DP + OFFLOAD + s
 
-so the factors (g, a, e, o, u, c) minimise sum_i w_i (step_i / measured_i - 1)^2 with bounds and a
+(s: the stack's fixed seconds per optimizer step, which grad accumulation amortises) so the factors
+(g, a, e, o, u, c, s) minimise sum_i w_i (step_i / measured_i - 1)^2 with bounds and a
 ridge pull towards a prior (the pooled fit of every stack, itself pulled towards 1). The raw parts
 depend weakly on the factors (overlap hides comm behind scaled compute), so the fit is repeated
 with the parts recomputed. `cross_validate` leaves one source (a table of one origin) out at a time
@@ -33,6 +34,7 @@ PARAMS = (
     ("layer_overhead_us", "raw_overhead_s", 0.0, 100000.0, 0.0, 500.0),
     ("optimizer_time_factor", "raw_optimizer_s", 0.5, 20.0, 1.0, 2.0),
     ("comm_time_factor", "raw_dp_comm_s", 0.3, 10.0, 1.0, 1.0),
+    ("step_overhead_s", "raw_step_overhead_s", 0.0, 10.0, 0.0, 1.0),
 )
 RIDGE_POOLED = 0.05  # pull of the pooled fit towards the analytic model
 RIDGE_STACK = 0.01  # pull of a stack's fit towards the pooled fit
@@ -60,9 +62,8 @@ def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
             scale = bubble if key in ("raw_gemm_s", "raw_attention_s", "raw_elementwise_s", "raw_overhead_s") else 1.0
             row.append(scale * get[key] / measured)
         fixed = bubble * (get["tp_comm_s"] + get["cp_comm_s"] + get["pp_comm_s"]) + get["offload_s"]
-        prof = profiles.get(r.plan.stack) or StackProfile(id=r.plan.stack, name=r.plan.stack)
         A.append(row)
-        b.append((fixed + prof.step_overhead_s) / measured)
+        b.append(fixed / measured)
     return Design(np.asarray(A), np.asarray(b))
 
 

@@ -401,6 +401,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_overhead_s": ga * parts["overhead"],
         "raw_dp_comm_s": dp_raw,
         "raw_optimizer_s": optimizer_raw,
+        "raw_step_overhead_s": np.ones(np.shape(step)),  # x step_overhead_s
         "bubble_fraction": bubble_frac,
         "optimizer_s": optimizer_raw * prof["optimizer_time_factor"],
         "dp_comm_s": dp_s,
