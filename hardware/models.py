@@ -38,6 +38,15 @@ class AttentionPoint(_Entry):
     fraction: float = Field(gt=0, le=1)
 
 
+class GemmTile(_Entry):
+    """A thread-block tile cuBLAS runs a GEMM's output in (NVIDIA 'Matrix Multiplication
+    Background' guide sec. 2.3), with its throughput relative to the GPU's best tile."""
+
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    relative_throughput: float = Field(default=1.0, gt=0, le=1)
+
+
 class GPU(_Entry):
     id: str
     name: str
@@ -56,6 +65,11 @@ class GPU(_Entry):
     matmul_efficiency: list[EfficiencyPoint] = Field(default_factory=list)
     # Fused attention (FlashAttention-2 class) efficiency by sequence length (kernel benchmarks).
     attention_efficiency: list[AttentionPoint] = Field(default_factory=list)
+    # GEMM shape effects (planner/gemm_shape.py): streaming multiprocessors, cuBLAS tiles, the K
+    # step in bytes. No sm_count: no tile/wave quantization modelled for this GPU.
+    sm_count: int | None = Field(default=None, gt=0)
+    gemm_tiles: list[GemmTile] = Field(default_factory=list)
+    gemm_k_step_bytes: int = Field(default=128, gt=0)
     source: str
 
     def peak_tflops(self, precision: str) -> float:

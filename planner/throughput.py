@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, flops, fp8
+from planner import comm, flops, fp8, gemm_shape
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes, stage_layers
@@ -104,8 +104,9 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     pts = _efficiency_points(system)
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     gemm = 0.0
-    for per_token, size in flops.block_gemms(spec, tokens, layout.tp):
-        gemm = gemm + per_token / (gemm_peak * flops.efficiency(pts, size))
+    shape_lin, shape_attn, _ = gemm_shape.plan_factors(spec, layout, system.gpu)  # tile/wave quantization
+    for (per_token, size), q in zip(flops.block_gemms(spec, tokens, layout.tp), shape_lin):
+        gemm = gemm + per_token / (gemm_peak * flops.efficiency(pts, size) * q)
     # Attention core: queries of this GPU against the whole sequence (ring attention with cp).
     attn_ft, attn_size = flops.attention_core_gemm(spec, tokens, layout.seq_len, layout.tp)
     eager = layout.attention == ATTN["eager"]
@@ -115,7 +116,7 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
         fused = 0.5 * attn_ft / (peak16 * flops.attention_efficiency(curve, layout.seq_len, spec.head_dim))
     else:
         fused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
-    unfused = attn_ft / (peak16 * flops.efficiency(pts, attn_size))
+    unfused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * shape_attn)
     attn = np.where(eager, unfused, fused)
 
     act_bytes = compute_dtype_bytes(layout)
@@ -135,7 +136,9 @@ def _logits_s(spec: ModelSpec, layout: Layout, system: System, settings: Setting
     peak16 = _peak16(system, layout.precision) * settings.calibration.compute
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     log_ft, log_size = flops.logits_gemm(spec, tokens, layout.tp)
-    gemm = 3.0 * log_ft / (peak16 * flops.efficiency(_efficiency_points(system), log_size))
+    shape = gemm_shape.logits_efficiency(spec, tokens, layout.tp, gemm_shape.GemmShapeData.of(system.gpu),
+                                         compute_dtype_bytes(layout))
+    gemm = 3.0 * log_ft / (peak16 * flops.efficiency(_efficiency_points(system), log_size) * shape)
     loss = LOSS_PASSES * 4.0 * spec.vocab_padded / layout.tp / _hbm_Bps(system, settings)
     return gemm + loss
 
