@@ -51,8 +51,11 @@ def test_backends_run(out_json, kw, backend):
 
 
 def test_deepspeed_offload_with_cpu_adam(out_json):
-    # DeepSpeedCPUAdam: a one-time ~30 s op build on a fresh machine
-    r = run(out_json, sharding="zero3", offload="optimizer+params", precision="bf16", timeout_s=400)
+    # DeepSpeedCPUAdam (prebuilt by set-up). ZeRO-3 with parameter offload runs in ~25 s beside two busy
+    # cores, but its many small gloo collectives slow down >15x at load ~14 (seen: 400 s): a hang guard
+    # near pytest's own 600 s limit, and the fewest steps that still give a median step time
+    r = run(out_json, sharding="zero3", offload="optimizer+params", precision="bf16", steps=3, warmup_steps=1,
+            timeout_s=560)
     assert_ok(r)
     assert r.config["offload"] == "optimizer+params"
 
