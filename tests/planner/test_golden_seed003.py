@@ -75,3 +75,11 @@ def test_two_node_ddp_rows_inside_the_band(seed_errors):
     rows = ["s003-07", "s003-08", "s003-10", "s003-11", "s003-13", "s003-14", "s003-15", "s003-16"]
     outside = {r: round(seed_errors[r], 2) for r in rows if abs(seed_errors[r]) > SEED_BAND}
     assert not outside, outside
+
+
+def test_single_node_rows_inside_the_band_with_a_per_step_overhead(seed_errors):
+    """s003-01/03/05/06 (one node, no accumulation: 23-30 TFLOPs/GPU) were 40-100% too fast while the
+    fit had no per-optimizer-step time; the hf profile's fitted step_overhead_s brings them inside."""
+    rows = ["s003-01", "s003-03", "s003-05", "s003-06"]
+    outside = {r: round(seed_errors[r], 2) for r in rows if abs(seed_errors[r]) > SEED_BAND}
+    assert not outside, outside
