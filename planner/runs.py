@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware.models import Catalog
-from planner import flops, peak_memory
+from planner import flops, peak_memory, run_hardware
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -24,20 +24,6 @@ from planner.system import System
 MEGATRON_VOCAB = 51200  # what the Megatron runs used when a row leaves vocab empty
 REQUIRED = ("id", "n_gpus", "gpu_type")
 
-# gpu_type prefix -> (catalog GPU ids to try, cluster whose nodes and network the row ran on)
-_GPUS = [
-    ("V100-16GB", ("v100-16gb",), "jean-zay-v100-16gb"),
-    ("V100-32GB (DGX-2)", ("v100-32gb",), "dgx2-v100"),
-    ("V100-32GB", ("v100-32gb",), "jean-zay-v100-32gb"),
-    ("A100-80GB", ("a100-80gb",), "dgx-a100"),
-    ("A100-40GB", ("a100-40gb",), "dgx-a100-40gb"),
-    ("A100", ("a100-80gb",), "jean-zay-a100"),
-    ("H100-96GB", ("h100-96gb",), "grand-teton-h100-96gb"),
-    ("H100", ("h100-80gb",), "dgx-h100"),
-    ("H200", ("h200-141gb",), "dgx-h200"),
-    ("MI250X", ("mi250x",), "adastra-mi250x"),
-    ("MI300X", ("mi300x",), "mi300x-8"),
-]
 # framework column -> stack
 _STACKS = [
     ("megatron-deepspeed", "megatron_deepspeed"), ("megatron", "megatron"), ("nemo", "megatron"),
@@ -174,16 +160,14 @@ def _internode_gbps(text: str, per_node_gpus: int) -> float | None:
 
 def _system(row, catalog: Catalog, notes: list[str]) -> System:
     gtype = (row.get("gpu_type") or "").strip()
-    match = next(((ids, c) for prefix, ids, c in _GPUS if gtype.upper().startswith(prefix.upper())), None)
-    if match is None:
-        raise PlanError("gpu_type", f"row {row['id']}: unknown GPU {gtype!r} (known: "
-                        f"{', '.join(p for p, _, _ in _GPUS)})")
-    ids, cluster_id = match
-    gpu_id = next((i for i in ids if i in catalog.gpus), None)
-    if gpu_id is None:
-        raise PlanError("gpu_type", f"row {row['id']}: no catalog GPU for {gtype!r}")
-    if gpu_id != ids[0]:
-        notes.append(f"GPU {ids[0]} not in the catalog: {gpu_id}")
+    machine = " ".join(row.get(k) or "" for k in ("internode_network", "notes", "source"))
+    try:
+        hw = run_hardware.resolve(gtype, machine, set(catalog.gpus))
+    except run_hardware.UnknownGpu as e:
+        raise PlanError("gpu_type", f"row {row['id']}: unknown GPU {e} (known families: V100, A100/A800, "
+                        "H100/H800, H200, B200, GB200, MI250X, MI300X, MI325X)") from None
+    notes.extend(hw.notes)
+    gpu_id, cluster_id = hw.gpu_id, hw.cluster_id
     cluster = catalog.clusters[cluster_id]
     gpus = _num(row, "n_gpus", int)
     per_node = _num(row, "gpus_per_node", int)
@@ -196,7 +180,7 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
     gpu = catalog.gpus[gpu_id]
     return System(gpu=gpu, cluster_id=cluster_id, gpus=gpus, gpus_per_node=min(per_node, gpus),
                   host_ram_gib=cluster.host_ram_gib, host_to_gpu_gbps=cluster.host_to_gpu_gbps,
-                  intranode_gbps=cluster.intranode_gbps or gpu.intranode_gbps,
+                  intranode_gbps=hw.intranode_gbps or cluster.intranode_gbps or gpu.intranode_gbps,
                   internode_gbps=net or cluster.internode_gbps,
                   internode_efficiency=None if net else cluster.internode_collective_efficiency)
 
