@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware.models import Catalog
-from planner import flops, peak_memory, run_hardware
+from planner import flops, peak_memory, run_columns, run_hardware
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -23,19 +23,6 @@ from planner.system import System
 
 MEGATRON_VOCAB = 51200  # what the Megatron runs used when a row leaves vocab empty
 REQUIRED = ("id", "n_gpus", "gpu_type")
-
-# framework column -> stack
-_STACKS = [
-    ("megatron-deepspeed", "megatron_deepspeed"), ("megatron", "megatron"), ("nemo", "megatron"),
-    ("torchtitan", "torchtitan"), ("llm-foundry", "fsdp"), ("fms-fsdp", "fsdp"),
-    ("pytorch fsdp", "fsdp"), ("hf-deepspeed", "hf"), ("deepspeed", "hf"), ("ddp", "hf"), ("fsdp", "hf"),
-    ("bundled", "bundled"),
-]
-# Sources from before fused (Flash) attention was in these stacks (2020-2022): the s x s score
-# matrix is materialised (Megatron's fused scale-mask-softmax, HF eager attention; BLOOM's ALiBi
-# could not use FlashAttention, seed 000).
-_EAGER_ERA = ("megatron_2020", "megatron_sc21", "megatron_korthikanti", "bloom_prequel", "s002", "s003")
-
 
 @dataclass
 class Run:
@@ -185,87 +172,9 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   internode_efficiency=None if net else cluster.internode_collective_efficiency)
 
 
-def _stack(row, notes) -> str:
-    fw = (row.get("framework") or row.get("stack") or "").lower()
-    for key, stack in _STACKS:
-        if key in fw:
-            return stack
-    notes.append(f"framework {fw or 'not stated'}: stack megatron")
-    return "megatron"
-
-
-def _sharding(row, stack: str, notes) -> str:
-    v = (row.get("sharding") or row.get("zero_stage_or_fsdp") or "").strip()
-    if v.startswith("zero (stage not stated"):
-        params_off = (row.get("offload") or "").strip() == "optimizer+params"
-        stage = "zero3" if "ZeRO3" in v or params_off else "zero1"
-        notes.append(f"ZeRO stage not stated: {stage}")
-        return stage
-    if not v:
-        text = (row.get("notes") or "") + (row.get("framework") or "")
-        if stack == "megatron" and ("overlap-param-gather" in text or "NeMo" in text):
-            notes.append("sharding not stated: zero1 (Megatron distributed optimizer)")
-            return "zero1"
-        notes.append("sharding not stated: none")
-        return "none"
-    v = v.split(" ")[0]
-    return "none" if v == "zero0" else v
-
-
-def _checkpointing(row, stack: str, notes) -> tuple[str, float, bool]:
-    raw = (row.get("activation_checkpointing") or "").strip().lower()
-    sp = "sequence parallel" in raw
-    if not raw:
-        ckpt = "selective" if stack == "megatron" else "full"
-        notes.append(f"checkpointing not stated: {ckpt}")
-        return ckpt, 1.0, sp
-    if raw.startswith("selective"):
-        if "per-op" in raw or stack == "torchtitan":
-            return "op", 1.0, sp
-        if stack in ("fsdp", "hf"):
-            notes.append("selective = half of the blocks recomputed (fms-fsdp/torchtitan block form)")
-            return "blocks", 0.5, sp
-        return "selective", 1.0, sp
-    return raw.split(" ")[0], 1.0, sp
-
-
-def _precision(row, system: System, notes) -> str:
-    raw = (row.get("precision") or "").strip().lower()
-    if raw.startswith("fp8"):
-        return "fp8"
-    for p in ("bf16", "fp16", "fp32"):
-        if raw.startswith(p):
-            return p
-    p = "bf16" if system.gpu.bf16_tflops else "fp16"
-    notes.append(f"precision not stated: {p}")
-    return p
-
-
-def _fp8_recipe(row, precision: str, notes) -> str:
-    """The row's `fp8_recipe` column, else the recipe its precision names ("float8 rowwise"), else
-    the stated fp8 library's default (named in the notes); tensorwise for rows not in fp8."""
-    from planner.scenario import FP8_RECIPES
-
-    given = (row.get("fp8_recipe") or "").strip().lower()
-    if given:
-        if given not in FP8_RECIPES:
-            raise PlanError("fp8_recipe", f"row {row.get('id')}: {given!r} is not a recipe (allowed: "
-                            f"{', '.join(FP8_RECIPES)})")
-        return given
-    raw = (row.get("precision") or "").lower()
-    named = next((r for r in FP8_RECIPES if r in raw), None)
-    if named or precision != "fp8":
-        return named or "tensorwise"
-    if "transformer engine" in raw:
-        notes.append("fp8 recipe not stated: delayed (Transformer Engine's default DelayedScaling)")
-        return "delayed"
-    notes.append("fp8 recipe not stated: tensorwise (torchao float8's default)")
-    return "tensorwise"
-
-
 def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPlan:
     text = row.get("notes") or ""
-    stack = _stack(row, notes)
+    stack = run_columns.stack_of(row, notes)
     tp = _num(row, "tp", int) or 1
     pp = _num(row, "pp", int) or 1
     m = re.search(r"\bCP[=\s]*(\d+)|FSDP \d+ x CP (\d+)", text)
@@ -278,7 +187,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
     mb = _num(row, "micro_batch", int) or 1
     gbs = _num(row, "global_batch", int) or mb * dp
     ga = _num(row, "grad_accum", int) or max(gbs // (mb * dp), 1)
-    ckpt, fraction, sp_ckpt = _checkpointing(row, stack, notes)
+    ckpt, fraction, sp_ckpt = run_columns.checkpointing_of(row, stack, notes)
     sp = sp_ckpt or (tp > 1 and stack in ("megatron", "torchtitan"))
     mv = re.search(r"(?:interleave[^=]*=|VP=)\s*(\d+)", text)
     vpp = int(mv.group(1)) if mv and pp > 1 else 1
@@ -286,18 +195,14 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
         notes.append(f"vpp {vpp} does not divide the layers: vpp 1")
         vpp = 1
     lowered = text.lower()
-    precision = _precision(row, system, notes)
-    attention = "flash"
-    if "flash" not in lowered and row["id"].startswith(_EAGER_ERA):
-        attention = "eager"
-        notes.append("attention not stated: eager (pre-FlashAttention stack)")
+    precision = run_columns.precision_of(row, system, notes)
     return ExecutionPlan(
-        attention=attention,
+        attention=run_columns.attention_of(row, system, notes),
         stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
-        sharding=_sharding(row, stack, notes), offload=(row.get("offload") or "none").strip() or "none",
+        sharding=run_columns.sharding_of(row, stack, notes), offload=run_columns.offload_of(row, notes),
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
         activation_offload="cpu checkpointing" in (row.get("activation_checkpointing") or "").lower(),
-        precision=precision, fp8_recipe=_fp8_recipe(row, precision, notes),
+        precision=precision, fp8_recipe=run_columns.fp8_recipe_of(row, precision, notes),
         optimizer="adafactor" if "adafactor" in lowered else "adamw",
         compile="compile" in lowered and "no compile" not in lowered,
         async_tp="async tp" in lowered or "tp-comm-overlap" in lowered,

@@ -1,0 +1,185 @@
+"""A runs file's free-text knob columns -> the planner's vocabulary (planner/runs.py uses these).
+
+Published tables write one knob many ways ("ZeRO-1", "zero stage 3", "FSDP (full shard)", "HSDP",
+"Megatron-LM + DeepSpeed", "GPT-NeoX", "selective recompute", "yes"). Each reader returns the planner's
+value and appends to `notes` what it assumed where the cell was blank; a cell it cannot read is a
+PlanError naming the column and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from planner.errors import PlanError
+from planner.scenario import FP8_RECIPES
+
+# framework text -> stack, first match wins (both "megatron" and "deepspeed" -> megatron_deepspeed first)
+_STACKS = [
+    ("torchtitan", "torchtitan"), ("metaseq", "fsdp"), ("gpt-neox", "megatron_deepspeed"), ("neox", "megatron_deepspeed"),
+    ("megatron", "megatron"), ("nemo", "megatron"), ("megascale", "megatron"), ("nanotron", "megatron"),
+    ("llm-foundry", "fsdp"), ("composer", "fsdp"), ("fms-fsdp", "fsdp"), ("pytorch fsdp", "fsdp"),
+    ("fairscale", "fsdp"), ("hf-deepspeed", "hf"), ("deepspeed", "hf"),
+    ("accelerate", "hf"), ("transformers", "hf"), ("hugging face", "hf"), ("ddp", "hf"), ("fsdp", "hf"),
+    ("bundled", "bundled"),
+]
+# Sources from before fused (Flash) attention was in these stacks (2020-2022): the s x s score
+# matrix is materialised (Megatron's fused scale-mask-softmax, HF eager attention; BLOOM's ALiBi
+# could not use FlashAttention, seed 000). Rows of other files: by the year their source states.
+_EAGER_ERA = ("megatron_2020", "megatron_sc21", "megatron_korthikanti", "bloom_prequel", "s002", "s003")
+FLASH_FIRST_YEAR = 2023  # FlashAttention (Dao et al., May 2022) reached Megatron/TE and HF in 2023
+
+
+def _cell(row, *keys) -> str:
+    return next(((row.get(k) or "").strip() for k in keys if (row.get(k) or "").strip()), "")
+
+
+def stack_of(row, notes) -> str:
+    fw = _cell(row, "framework", "stack").lower()
+    if "megatron" in fw and "deepspeed" in fw or "megatron-ds" in fw:
+        return "megatron_deepspeed"
+    for key, stack in _STACKS:
+        if key in fw:
+            return stack
+    notes.append(f"framework {fw or 'not stated'}: stack megatron")
+    return "megatron"
+
+
+def _shard_word(v: str) -> str | None:
+    v = v.lower()
+    if re.search(r"hsdp|hybrid", v):
+        return "fsdp_hybrid"
+    if re.search(r"shard[_\s-]*grad[_\s-]*op|grad[_\s-]*op", v):
+        return "fsdp_shard_grad_op"
+    if re.search(r"fsdp|full[_\s-]*shard", v):
+        return "fsdp_full_shard"
+    if re.search(r"distributed[_\s-]*optimi[sz]er|dist[_\s-]*opt", v):
+        return "zero1"
+    m = re.search(r"zero[\s_-]*(?:stage)?[\s_-]*([0-3])|stage[\s_-]*([0-3])", v)
+    if m:
+        n = int(m.group(1) or m.group(2))
+        return f"zero{n}" if n else "none"
+    if re.fullmatch(r"(none|no|ddp|off|-)?", v):
+        return "none"
+    return None
+
+
+def sharding_of(row, stack: str, notes) -> str:
+    v = _cell(row, "sharding", "zero_stage_or_fsdp")
+    if v.startswith("zero (stage not stated"):
+        params_off = (row.get("offload") or "").strip() == "optimizer+params"
+        stage = "zero3" if "ZeRO3" in v or params_off else "zero1"
+        notes.append(f"ZeRO stage not stated: {stage}")
+        return stage
+    if not v:
+        text = (row.get("notes") or "") + (row.get("framework") or "")
+        if stack == "megatron" and ("overlap-param-gather" in text or "NeMo" in text):
+            notes.append("sharding not stated: zero1 (Megatron distributed optimizer)")
+            return "zero1"
+        notes.append("sharding not stated: none")
+        return "none"
+    word = _shard_word(v)
+    if word is None:
+        raise PlanError("zero_stage_or_fsdp", f"row {row.get('id')}: {v!r} is not a sharding (allowed: none, zero1-3 "
+                        "(ZeRO-1, zero stage 2, distributed optimizer), fsdp_full_shard, fsdp_shard_grad_op, "
+                        "fsdp_hybrid / HSDP)")
+    return word
+
+
+def offload_of(row, notes) -> str:
+    v = _cell(row, "offload").lower()
+    if re.fullmatch(r"(none|no|off|false|-)?", v):
+        return "none"
+    if "param" in v or "full" in v or "infinity" in v:
+        return "optimizer+params"
+    if "optim" in v or "cpu" in v or "yes" in v:
+        return "optimizer"
+    raise PlanError("offload", f"row {row.get('id')}: {v!r} is not an offload (allowed: none, optimizer, "
+                    "optimizer+params)")
+
+
+def checkpointing_of(row, stack: str, notes) -> tuple[str, float, bool]:
+    raw = _cell(row, "activation_checkpointing").lower()
+    sp = "sequence parallel" in raw
+    if not raw:
+        ckpt = "selective" if stack == "megatron" else "full"
+        notes.append(f"checkpointing not stated: {ckpt}")
+        return ckpt, 1.0, sp
+    if raw.startswith("selective"):
+        if "per-op" in raw or stack == "torchtitan":
+            return "op", 1.0, sp
+        if stack in ("fsdp", "hf"):
+            notes.append("selective = half of the blocks recomputed (fms-fsdp/torchtitan block form)")
+            return "blocks", 0.5, sp
+        return "selective", 1.0, sp
+    word = raw.split(" ")[0]
+    if word in ("none", "no", "off", "false", "0"):
+        return "none", 1.0, sp
+    if word in ("full", "yes", "on", "true", "1", "all", "uniform", "block"):
+        return "full", 1.0, sp
+    raise PlanError("activation_checkpointing", f"row {row.get('id')}: {raw!r} is not a checkpointing (allowed: "
+                    "none, selective, full)")
+
+
+def precision_of(row, system, notes) -> str:
+    raw = _cell(row, "precision").lower()
+    if raw.startswith("fp8") or "float8" in raw:
+        return "fp8"
+    for p in ("bf16", "fp16", "fp32"):
+        if raw.startswith(p):
+            return p
+    if raw.startswith("mixed") or "amp" in raw:
+        p = "bf16" if "bf16" in raw or "bfloat" in raw else "fp16"
+        return p
+    p = "bf16" if system.gpu.bf16_tflops else "fp16"
+    notes.append(f"precision not stated: {p}")
+    return p
+
+
+def fp8_recipe_of(row, precision: str, notes) -> str:
+    """The row's `fp8_recipe` column, else the recipe its precision names ("float8 rowwise"), else
+    the stated fp8 library's default (named in the notes); tensorwise for rows not in fp8."""
+    given = _cell(row, "fp8_recipe").lower()
+    if given:
+        if given not in FP8_RECIPES:
+            raise PlanError("fp8_recipe", f"row {row.get('id')}: {given!r} is not a recipe (allowed: "
+                            f"{', '.join(FP8_RECIPES)})")
+        return given
+    raw = (row.get("precision") or "").lower()
+    named = next((r for r in FP8_RECIPES if r in raw), None)
+    if named or precision != "fp8":
+        return named or "tensorwise"
+    if "transformer engine" in raw or re.search(r"\bte\b", raw):
+        notes.append("fp8 recipe not stated: delayed (Transformer Engine's default DelayedScaling)")
+        return "delayed"
+    notes.append("fp8 recipe not stated: tensorwise (torchao float8's default)")
+    return "tensorwise"
+
+
+def _year(text: str) -> int | None:
+    m = re.search(r"arXiv[:\s]*(\d{2})(\d{2})\.\d{4,5}", text, re.I)
+    if m:
+        return 2000 + int(m.group(1))
+    years = [int(y) for y in re.findall(r"(?<!\d)(20[12]\d)(?!\d)", text)]
+    return max(years) if years else None
+
+
+def attention_of(row, system, notes) -> str:
+    """flash unless the row says otherwise; eager (materialised s x s scores) where FlashAttention
+    was not available: V100 (FlashAttention needs Turing/Ampere or newer; Dao et al. 2022 README),
+    the dev tables of 2020-2022, or a source whose stated year is before 2023."""
+    text = f"{row.get('notes') or ''} {row.get('precision') or ''}".lower()
+    if re.search(r"eager|no flash|without flash", text):
+        return "eager"
+    if "flash" in text:
+        return "flash"
+    if row["id"].startswith(_EAGER_ERA):
+        notes.append("attention not stated: eager (pre-FlashAttention stack)")
+        return "eager"
+    if system.gpu.name.upper().find("V100") >= 0:
+        notes.append("attention not stated: eager (FlashAttention does not run on V100)")
+        return "eager"
+    year = _year(f"{row.get('source') or ''} {row.get('notes') or ''}")
+    if year is not None and year < FLASH_FIRST_YEAR:
+        notes.append(f"attention not stated: eager (source of {year}, before FlashAttention in training stacks)")
+        return "eager"
+    return "flash"

@@ -1,0 +1,88 @@
+"""Free-text knob columns of a runs file -> the planner's vocabulary (planner/run_columns.py)."""
+
+import pytest
+
+from hardware.catalog import load_catalog
+from planner import run_columns as rc
+from planner.errors import PlanError
+from planner.runs import load_runs
+
+
+@pytest.mark.parametrize("framework,stack", [
+    ("Megatron-LM", "megatron"), ("Megatron-DeepSpeed", "megatron_deepspeed"),
+    ("Megatron-LM + DeepSpeed (3D)", "megatron_deepspeed"), ("GPT-NeoX", "megatron_deepspeed"),
+    ("NeMo 24.07 (Megatron-Core)", "megatron"), ("MegaScale (Megatron-LM based)", "megatron"),
+    ("metaseq (FSDP + Megatron TP)", "fsdp"), ("MosaicML Composer", "fsdp"), ("torchtitan (FSDP2)", "torchtitan"),
+    ("HF Transformers + DeepSpeed", "hf"), ("DeepSpeed ZeRO", "hf"), ("Accelerate", "hf"),
+])
+def test_framework_to_stack(framework, stack):
+    assert rc.stack_of({"framework": framework}, []) == stack
+
+
+@pytest.mark.parametrize("text,sharding", [
+    ("ZeRO-1", "zero1"), ("zero stage 3", "zero3"), ("ZeRO stage-2", "zero2"), ("zero0", "none"),
+    ("Stage 3", "zero3"), ("distributed optimizer", "zero1"), ("FSDP (full shard)", "fsdp_full_shard"),
+    ("fsdp_full_shard (FSDP2)", "fsdp_full_shard"), ("SHARD_GRAD_OP", "fsdp_shard_grad_op"),
+    ("HSDP", "fsdp_hybrid"), ("fsdp_hybrid (HSDP: shard in node, replicate across)", "fsdp_hybrid"),
+    ("none", "none"), ("DDP", "none"),
+])
+def test_sharding_spellings(text, sharding):
+    assert rc.sharding_of({"zero_stage_or_fsdp": text}, "hf", []) == sharding
+
+
+def test_unreadable_cells_name_their_column():
+    with pytest.raises(PlanError) as e:
+        rc.sharding_of({"id": "x", "zero_stage_or_fsdp": "magic"}, "hf", [])
+    assert "zero_stage_or_fsdp" in str(e.value) and "magic" in str(e.value)
+    with pytest.raises(PlanError) as e:
+        rc.checkpointing_of({"id": "x", "activation_checkpointing": "sometimes"}, "hf", [])
+    assert "activation_checkpointing" in str(e.value)
+    with pytest.raises(PlanError):
+        rc.offload_of({"id": "x", "offload": "gpu"}, [])
+
+
+@pytest.mark.parametrize("text,offload", [
+    ("", "none"), ("none", "none"), ("CPU optimizer", "optimizer"), ("optimizer", "optimizer"),
+    ("optimizer+params", "optimizer+params"), ("full (ZeRO-Infinity)", "optimizer+params"),
+])
+def test_offload_spellings(text, offload):
+    assert rc.offload_of({"offload": text}, []) == offload
+
+
+def test_checkpointing_spellings():
+    assert rc.checkpointing_of({"activation_checkpointing": "yes"}, "hf", [])[0] == "full"
+    assert rc.checkpointing_of({"activation_checkpointing": "No"}, "hf", [])[0] == "none"
+    notes = []
+    assert rc.checkpointing_of({"activation_checkpointing": "selective"}, "fsdp", notes)[:2] == ("blocks", 0.5)
+    assert notes
+
+
+def test_attention_by_era_and_gpu():
+    cat = load_catalog()
+
+    class S:  # what attention_of reads of a System
+        def __init__(self, gpu):
+            self.gpu = cat.gpus[gpu]
+
+    a100, v100 = S("a100-80gb"), S("v100-32gb")
+    notes = []
+    assert rc.attention_of({"id": "x", "source": "Some paper (arXiv 2201.11990)"}, a100, notes) == "eager"
+    assert "2022" in notes[0]
+    assert rc.attention_of({"id": "x", "source": "tech report, Jul 2024"}, a100, []) == "flash"
+    assert rc.attention_of({"id": "x", "source": "no date"}, a100, []) == "flash"
+    assert rc.attention_of({"id": "x", "source": "2024"}, v100, []) == "eager"
+    assert rc.attention_of({"id": "x", "source": "2021", "notes": "FlashAttention-2"}, a100, []) == "flash"
+
+
+def test_a_file_in_other_spellings_loads(tmp_path):
+    f = tmp_path / "runs.csv"
+    f.write_text("id,n_gpus,gpu_type,framework,zero_stage_or_fsdp,offload,activation_checkpointing,precision,"
+                 "n_params_B,tp,pp,micro_batch,source\n"
+                 "a,64,NVIDIA A100-SXM4-40GB,GPT-NeoX,ZeRO-1,,yes,mixed fp16,20,2,4,4,arXiv 2204.06745\n"
+                 "b,16,H800,DeepSpeed,ZeRO stage 3,CPU optimizer,no,bf16,7,1,1,2,2024\n")
+    a, b = load_runs(f)
+    assert (a.plan.stack, a.plan.sharding, a.plan.activation_checkpointing, a.plan.precision, a.plan.attention) == \
+        ("megatron_deepspeed", "zero1", "full", "fp16", "eager")
+    assert a.system.gpu.hbm_gib == 40
+    assert (b.plan.stack, b.plan.sharding, b.plan.offload, b.plan.activation_checkpointing, b.plan.attention) == \
+        ("hf", "zero3", "optimizer", "none", "flash")
