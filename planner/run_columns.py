@@ -183,3 +183,28 @@ def attention_of(row, system, notes) -> str:
         notes.append(f"attention not stated: eager (source of {year}, before FlashAttention in training stacks)")
         return "eager"
     return "flash"
+
+
+# when the stated framework's profile cannot run the row's stated layout (e.g. metaseq = FSDP + Megatron
+# TP, HF + DeepSpeed with pipeline stages), the nearest stack that can, in this order
+_FALLBACK = {
+    "fsdp": ("torchtitan", "megatron_deepspeed"), "hf": ("megatron_deepspeed", "torchtitan"),
+    "megatron": ("megatron_deepspeed", "torchtitan"), "megatron_deepspeed": ("megatron", "torchtitan"),
+    "torchtitan": ("megatron", "megatron_deepspeed"), "bundled": ("megatron_deepspeed", "torchtitan"),
+}
+
+
+def capable_stack(plan, profiles, notes):
+    """The plan on a stack whose profile can run it: its own, else the nearest that can (noted)."""
+    from planner.layout import Layout
+    from planner.stacks import unsupported
+
+    if plan.stack not in profiles or not unsupported(profiles, Layout.from_plan(plan))[0]:
+        return plan
+    for other in _FALLBACK.get(plan.stack, ()):
+        moved = plan.model_copy(update={"stack": other})
+        if other in profiles and not unsupported(profiles, Layout.from_plan(moved))[0]:
+            notes.append(f"stack {plan.stack} cannot run this layout (tp {plan.tp}, pp {plan.pp}, cp {plan.cp}, "
+                         f"{plan.sharding}): profile {other}")
+            return moved
+    return plan

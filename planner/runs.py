@@ -282,6 +282,7 @@ def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
         plan = _plan(row, spec, system, notes)
         tps, it = _measured(row, spec, plan, system, notes)
         plan = _recompute_from_counts(row, spec, plan, tps, notes)
+        plan = run_columns.capable_stack(plan, catalog.stacks, notes)
         mem = _num(row, "measured_peak_mem_GB")
         outcome = (row.get("outcome") or "ok").strip() or "ok"
         stated = bool((row.get("tp") or "").strip() or (row.get("pp") or "").strip())

@@ -86,3 +86,19 @@ def test_a_file_in_other_spellings_loads(tmp_path):
     assert a.system.gpu.hbm_gib == 40
     assert (b.plan.stack, b.plan.sharding, b.plan.offload, b.plan.activation_checkpointing, b.plan.attention) == \
         ("hf", "zero3", "optimizer", "none", "flash")
+
+
+def test_a_layout_the_stated_stack_cannot_run_takes_the_nearest_stack_that_can(tmp_path):
+    """metaseq (OPT) = FSDP + Megatron tensor parallelism: the fsdp profile has no TP, torchtitan's has;
+    a run that ran is not called structurally infeasible for the profile's sake."""
+    from planner.validate import validate
+
+    f = tmp_path / "runs.csv"
+    f.write_text("id,n_gpus,gpu_type,framework,zero_stage_or_fsdp,n_params_B,tp,pp,micro_batch,"
+                 "measured_tokens_per_sec_per_gpu\n"
+                 "a,64,A100-80GB,metaseq,fsdp_full_shard,13,8,1,2,500\n"
+                 "b,64,A100-80GB,PyTorch FSDP,fsdp_full_shard,13,1,1,2,500\n")
+    a, b = load_runs(f)
+    assert a.plan.stack == "torchtitan" and any("cannot run this layout" in n for n in a.assumptions)
+    assert b.plan.stack == "fsdp"
+    assert validate([a, b]).false_alarms_structural == 0
