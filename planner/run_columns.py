@@ -71,8 +71,13 @@ def sharding_of(row, stack: str, notes) -> str:
         notes.append(f"ZeRO stage not stated: {stage}")
         return stage
     if not v:
-        text = (row.get("notes") or "") + (row.get("framework") or "")
-        if stack == "megatron" and ("overlap-param-gather" in text or "NeMo" in text):
+        text = f"{row.get('notes') or ''} {row.get('framework') or ''}"
+        year = _year(f"{row.get('source') or ''} {row.get('notes') or ''}")
+        modern = re.search(r"overlap-param-gather|use-distributed-optimizer|nemo|megatron-core|mcore|megascale",
+                           text, re.I) or (year is not None and year >= 2023)
+        if stack == "megatron" and modern:
+            # NeMo and Megatron-Core recipes turn the distributed optimizer on (NeMo's megatron configs:
+            # use_distributed_optimizer: true); Megatron-LM from 2023 on is run that way in its examples
             notes.append("sharding not stated: zero1 (Megatron distributed optimizer)")
             return "zero1"
         notes.append("sharding not stated: none")

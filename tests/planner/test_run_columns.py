@@ -102,3 +102,14 @@ def test_a_layout_the_stated_stack_cannot_run_takes_the_nearest_stack_that_can(t
     assert a.plan.stack == "torchtitan" and any("cannot run this layout" in n for n in a.assumptions)
     assert b.plan.stack == "fsdp"
     assert validate([a, b]).false_alarms_structural == 0
+
+
+def test_unstated_megatron_sharding_by_era():
+    """The distributed optimizer (ZeRO-1) is how Megatron-Core/NeMo and 2023+ Megatron runs train; a
+    2021 Megatron row without it keeps full optimizer states on every data-parallel rank."""
+    notes = []
+    assert rc.sharding_of({"id": "a", "source": "tech report (Jul 2024)"}, "megatron", notes) == "zero1"
+    assert "distributed optimizer" in notes[0]
+    assert rc.sharding_of({"id": "b", "framework": "Megatron-Core r0.9"}, "megatron", []) == "zero1"
+    assert rc.sharding_of({"id": "c", "source": "SC 2021 paper"}, "megatron", []) == "none"
+    assert rc.sharding_of({"id": "d", "source": "2024"}, "megatron_deepspeed", []) == "none"
