@@ -184,7 +184,10 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
         derived = system.gpus // (tp * pp * cp)
         notes.append(f"dp {dp} does not match {system.gpus} GPUs / (tp x pp x cp): dp {derived}")
         dp = max(derived, 1)
-    mb = _num(row, "micro_batch", int) or 1
+    mb = _num(row, "micro_batch", int)
+    if mb is None:
+        mb = 1
+        notes.append("micro batch not stated: 1")
     gbs = _num(row, "global_batch", int) or mb * dp
     ga = _num(row, "grad_accum", int) or max(gbs // (mb * dp), 1)
     ckpt, fraction, sp_ckpt = run_columns.checkpointing_of(row, stack, notes)
