@@ -113,3 +113,15 @@ def test_unstated_megatron_sharding_by_era():
     assert rc.sharding_of({"id": "b", "framework": "Megatron-Core r0.9"}, "megatron", []) == "zero1"
     assert rc.sharding_of({"id": "c", "source": "SC 2021 paper"}, "megatron", []) == "none"
     assert rc.sharding_of({"id": "d", "source": "2024"}, "megatron_deepspeed", []) == "none"
+
+
+def test_tflops_count_the_recomputed_forward_only_under_full_recompute(tmp_path):
+    """Megatron's formula (SC21 eq. 3) counts 4 passes; without full recompute hardware and model
+    FLOPs agree on 3: the same TFLOPs then mean 4/3 the tokens."""
+    f = tmp_path / "runs.csv"
+    f.write_text("id,n_gpus,gpu_type,framework,n_layers,hidden,n_heads,vocab,seq_len,tp,pp,micro_batch,"
+                 "global_batch,activation_checkpointing,measured_tflops_per_gpu\n"
+                 "a,64,A100-80GB,Megatron-LM,40,5120,40,51200,2048,8,1,1,512,full,150\n"
+                 "b,64,A100-80GB,Megatron-LM,40,5120,40,51200,2048,8,1,1,512,none,150\n")
+    a, b = load_runs(f)
+    assert b.measured_tokens_per_s_per_gpu == pytest.approx(a.measured_tokens_per_s_per_gpu * 4 / 3)
