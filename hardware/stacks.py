@@ -69,6 +69,10 @@ class StackProfile(BaseModel):
     overlap_async_tp: float = Field(default=0.6, ge=0, le=1)
     overlap_cp: float = Field(default=0.8, ge=0, le=1)
     overlap_host: float = Field(default=0.5, ge=0, le=1)
+    # OpenMP threads of DeepSpeed's CPU Adam per rank (planner/cpu_optimizer.py). 0: the rank's share
+    # of the node's cores (DeepSpeed's own launcher leaves OMP_NUM_THREADS unset); 1: launched by
+    # torch.distributed.launch / torchrun without OMP_NUM_THREADS, which set it to 1 per process.
+    cpu_optimizer_threads_per_rank: float = Field(default=0.0, ge=0, description="0: the node's share")
     # --- fused kernels, fp8 ------------------------------------------------------------
     compile_elementwise_factor: float = Field(default=0.6, gt=0, le=1)
     fp8_cast_passes: float = Field(default=1.0, ge=0, description="x the fp8 recipe's quantisation traffic "

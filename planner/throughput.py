@@ -27,6 +27,7 @@ import numpy as np
 
 from planner import comm, flops, fp8, gemm_shape
 from planner.activation_offload import activation_offload_s
+from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes, stage_layers
 from planner.model import ModelSpec
@@ -50,9 +51,6 @@ LOSS_PASSES = 4.0
 # and written; Rajbhandari et al. 2020 sec. 3): AdamW, Adafactor, SGD with momentum.
 OPTIMIZER_BYTES_PER_PARAM = {OPTIM["adamw"]: 36.0, OPTIM["adafactor"]: 20.0, OPTIM["sgd"]: 16.0}
 _OPTIMIZER_BYTES = np.array([OPTIMIZER_BYTES_PER_PARAM[i] for i in range(len(OPTIM))])
-# CPU Adam is bound by host memory bandwidth shared by a node's ranks (Ren et al. ATC'21,
-# ZeRO-Offload sec. 4.1); a two-socket server streams ~150 GB/s.
-HOST_MEMORY_GBYTES_PER_S_PER_NODE = 150.0
 
 BOTTLENECKS = np.array(["compute", "network", "bubble", "offload"])
 # The parts a stack profile scales, and the profile field that scales each.
@@ -325,8 +323,8 @@ def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro, 
     per_micro_grads = layout.shards_grads
     d2h = shard * gb / links.host_Bps * (1.0 + per_micro_grads * (ga - 1.0))
     d2h_exposed = np.maximum(d2h - prof["overlap_host"] * ga * bwd_micro, 0.0)
-    host_Bps = HOST_MEMORY_GBYTES_PER_S_PER_NODE * 1e9 / system.gpus_per_node
-    cpu_adam = shard * OPTIMIZER_BYTES_PER_PARAM[OPTIM["adamw"]] / host_Bps
+    cpu_adam = cpu_adam_s(shard, OPTIMIZER_BYTES_PER_PARAM[OPTIM["adamw"]], system,
+                          prof["cpu_optimizer_threads_per_rank"])
     h2d = shard * pb / links.host_Bps
     opt = d2h_exposed + cpu_adam + h2d
     fetch = 2.0 * shard * pb / links.host_Bps
