@@ -79,8 +79,10 @@ def shard_degree(layout: Layout, system: System) -> np.ndarray:
 
 
 def _unit_params(spec: ModelSpec, layout: Layout) -> np.ndarray:
-    """Largest module gathered at once by ZeRO-3/FSDP (a block, or the embedding), per tp rank."""
-    return spec.largest_layer_params / layout.tp
+    """Parameters gathered at once, per tp rank: ZeRO-3 fetches one module's own parameters at a
+    time (an embedding or a linear), FSDP one wrapped unit (a block, or the root's embedding)."""
+    zero3 = layout.sharding == SHARD["zero3"]
+    return np.where(zero3, spec.largest_module_params, spec.largest_layer_params) / layout.tp
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,15 +391,17 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
     from planner.fp8 import weight_cache_bytes as fp8_weight_cache_bytes
+    from planner.memory_required import required_bytes
     from planner.settings import stack_profiles
     from planner.stacks import per_candidate
 
     prof = per_candidate(stack_profiles(settings), layout)
+    cached = np.zeros(shape)  # freed transients the allocator keeps (planner/memory_required.py)
     if settings.fragmentation_margin is not None:
         reserve = np.full(shape, settings.fragmentation_margin * capacity)
     else:  # the stack's caching-allocator model
-        transient = transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
-        reserve = prof["allocator_fraction"] * capacity + prof["allocator_transient_factor"] * transient
+        cached = prof["allocator_transient_factor"] * transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
+        reserve = prof["allocator_fraction"] * capacity + cached
     out = {
         "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings),
         "grads_bytes": grads_bytes(spec, layout, system),
@@ -409,6 +413,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
     }
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
+    out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof["loss_grad_bytes_per_logit"])
     out["capacity_bytes"] = np.full(shape, capacity)
     out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
     out["host_capacity_bytes_per_node"] = np.full(shape, system.host_ram_gib * GIB)
