@@ -11,9 +11,9 @@ ZeRO-3 run of BLOOM-7b1 on 2 A100 ran so ("VRAM hyper-limite: warnings de GPU ca
 flushing"). A run fits while the bytes alive at once fit:
 
 - the freed transients the reserve keeps cached (`memory.transient_bytes`: the logits'
-  gradient, a gathered module's copy) are not alive at the peak, except the part of the
-  logits' gradient beyond the recomputed block: at the loss's backward it is alive next to
-  every saved activation, before any block is rebuilt;
+  gradient, a gathered module's copy) are not alive at the peak, except the logits' gradient
+  at the loss's backward, next to every saved activation, before any block is rebuilt; and the
+  loss's saved logits are freed by the time the last block is rebuilt (`backward_live_bytes`);
 - the fp32 gradient partition that DeepSpeed ZeRO builds from the 16-bit gradients lives only
   in the optimizer step (stage_1_and_2.py `step`: `flat_grad_partition.to(fp32)`, `.grad = None`
   after the update; stage3.py `_prepare_fp32_grad_for_sub_group` / `_release_sub_group`), when
@@ -46,31 +46,49 @@ def step_only_bytes(spec: ModelSpec, layout: Layout, system: System) -> tuple[np
     return fp32, fp32 + flattened
 
 
-def loss_backward_excess_bytes(spec: ModelSpec, layout: Layout, grad_bytes_per_logit) -> np.ndarray:
-    """Bytes of the logits' gradient beyond the block rebuilt in backward (all of it without
-    recompute): alive together with every saved activation at the loss's backward."""
-    from planner.memory import layer_activation_bytes
+def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_grad_cached, prof) -> np.ndarray:
+    """Activation bytes alive at once in backward, from `memory.activation_bytes`' sum.
+
+    The logits' gradient (as far as the reserve holds it: `logits_grad_cached`) is alive at the
+    loss's backward next to every saved activation. Without pipeline stages the loss's saved
+    logits, their gradient and the final norm's tensors are freed before the last block is
+    rebuilt (autograd frees a node's saved tensors once its backward has run), so with recompute
+    the rebuilt block and the loss's backward are not alive together: max, not sum. With
+    pipeline stages the busiest stage is not the one with the loss: the logits' gradient beyond
+    the rebuilt block is added, as alive at once.
+    """
+    from planner.memory import compute_dtype_bytes, layer_activation_bytes
 
     sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
-    logits_grad = grad_bytes_per_logit * sb * spec.vocab_padded / layout.tp
     ck = layout.activation_checkpointing
-    rebuilt = np.where((ck == CKPT["full"]) | (ck == CKPT["blocks"]), layer_activation_bytes(spec, layout), 0.0)
-    return np.maximum(0.0, logits_grad - rebuilt)
+    recompute = (ck == CKPT["full"]) | (ck == CKPT["blocks"])
+    rebuilt = np.where(recompute, layer_activation_bytes(spec, layout, prof["eager_softmax_fp32"]), 0.0)
+    logits_saved = prof["loss_saved_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
+    sp_div = np.where(layout.sequence_parallel == 1, layout.tp, 1)
+    final = sb * spec.hidden * compute_dtype_bytes(layout) * 2 / sp_div  # final norm input + output
+    loss_phase = final + logits_saved + logits_grad_cached
+    one_stage = activations - rebuilt - logits_saved - final + np.maximum(loss_phase, rebuilt)
+    staged = activations + np.maximum(0.0, logits_grad_cached - rebuilt)
+    return np.where(layout.pp == 1, one_stage, staged)
 
 
 def required_bytes(spec: ModelSpec, layout: Layout, system: System, terms: dict[str, np.ndarray],
-                   cached_transient_bytes, grad_bytes_per_logit) -> np.ndarray:
+                   cached_transient_bytes, prof: dict[str, np.ndarray]) -> np.ndarray:
     """Bytes alive at once at the step's peak, once the allocator has flushed its cache.
 
     `terms`: memory_arrays' terms with their `total_bytes`; `cached_transient_bytes`: the part of
-    `fragmentation_bytes` that is freed transients (0 with a fixed fragmentation margin).
+    `fragmentation_bytes` that is freed transients (0 with a fixed fragmentation margin, which
+    then stands for them); `prof`: the stack profiles' fields per candidate.
     """
     cached = np.asarray(cached_transient_bytes, dtype=np.float64)
-    live_transient = np.minimum(cached, loss_backward_excess_bytes(spec, layout, grad_bytes_per_logit))
+    sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
+    logits_grad = prof["loss_grad_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
+    activations = np.asarray(terms["activations_bytes"], dtype=np.float64)
+    live = backward_live_bytes(spec, layout, activations, np.minimum(cached, logits_grad), prof)
     fp32_grads, step_peak = step_only_bytes(spec, layout, system)
-    backward_only = np.asarray(terms["activations_bytes"], dtype=np.float64) + gathered_bytes(spec, layout)
-    resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - backward_only
-    return resident + np.maximum(backward_only + live_transient, step_peak)
+    gathered = gathered_bytes(spec, layout)
+    resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - activations - gathered
+    return resident + np.maximum(live + gathered, step_peak)
 
 
 def gathered_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:

@@ -105,3 +105,22 @@ def test_rule_reads_what_must_fit():
     mem["required_bytes"] = 81.0 * GIB
     assert rules.BY_NAME["gpu_memory"].bad(rules.Knobs(mem=mem))
     assert "reserved peak 90.0" in rules.BY_NAME["gpu_memory"].explain(rules.Knobs(mem=mem))
+
+
+@pytest.mark.parametrize("micro_batch", [1, 8])
+def test_loss_backward_and_rebuilt_block_are_not_alive_together(micro_batch):
+    # one stage, full recompute: block inputs + max(the loss's backward, the rebuilt last block)
+    lay, m = arrays(sharding="zero1", micro_batch=micro_batch, activation_checkpointing="full")
+    sb = 2048 * micro_batch
+    inputs = SPEC.n_layers * sb * SPEC.hidden * 2
+    final = 2 * sb * SPEC.hidden * 2
+    loss = 4.0 * sb * SPEC.vocab_padded * 2 + final  # saved fp32 log-probs + their fp32 gradient
+    rebuilt = one(memory.layer_activation_bytes(SPEC, lay, 1.0))
+    assert one(m["activations_bytes"]) == pytest.approx(inputs + rebuilt + loss - 4.0 * sb * SPEC.vocab_padded)
+    from planner.settings import stack_profiles
+    from planner.stacks import per_candidate
+
+    prof = per_candidate(stack_profiles(Settings()), lay)
+    logits_grad = 4.0 * sb * SPEC.vocab_padded
+    live = memory_required.backward_live_bytes(SPEC, lay, m["activations_bytes"], logits_grad, prof)
+    assert one(live) == pytest.approx(inputs + max(loss, rebuilt), rel=1e-9)
