@@ -84,6 +84,9 @@ class StackProfile(BaseModel):
         default=4.0, ge=0, le=8, description="bytes per logit the loss keeps for backward (4: fp32 softmax)")
     loss_grad_bytes_per_logit: float = Field(
         default=4.0, ge=0, le=8, description="bytes per logit of the logits' gradient buffer (0: written in place)")
+    eager_softmax_fp32: bool = Field(
+        default=False, description="eager attention's softmax runs in fp32 and keeps its fp32 output next to the "
+                                   "16-bit probabilities (Hugging Face: F.softmax(..., dtype=torch.float32).to(dtype))")
     pipeline_outputs_kept: float = Field(
         default=0.0, ge=0, le=4,
         description="stage outputs (s*b*h) the pipeline engine keeps per micro batch in flight until its backward "

@@ -169,6 +169,8 @@ def show_explain(report: EstimateReport, rank: int, json_out: bool) -> None:
         v = getattr(m, f"{k}_bytes")
         mem.add_row(k, _gib(v), f"{v / m.total_bytes:.0%}")
     mem.add_row("[bold]total[/]", f"[bold]{_gib(m.total_bytes)}[/]", "")
+    if m.required_bytes is not None:  # the allocator flushes its cache before it fails
+        mem.add_row("alive at once (must fit)", _gib(m.required_bytes), "")
     mem.add_row("capacity", _gib(m.capacity_bytes), "")
     mem.add_row("host RAM per node", f"{m.host_bytes_per_node / GIB:.0f} of {m.host_capacity_bytes_per_node / GIB:.0f}", "")
     console.print(mem)

@@ -1,7 +1,8 @@
 """Activation-memory terms that depend on how a stack saves tensors (used by planner/memory.py).
 
 - per-op selective activation checkpointing, as torchtitan implements it;
-- the activation tensors a pipeline engine keeps per micro batch in flight.
+- the activation tensors a pipeline engine keeps per micro batch in flight;
+- what eager attention keeps per attention score.
 """
 
 from __future__ import annotations
@@ -61,3 +62,18 @@ def pipeline_outputs_bytes(spec: ModelSpec, layout: Layout, outputs_kept) -> np.
     in_flight = np.minimum(layout.pp, layout.grad_accum)
     interleave = np.where(layout.vpp > 1, layout.vpp * (1 + (layout.pp - 1) / (layout.pp * layout.vpp)), 1.0)
     return np.where(layout.pp > 1, outputs_kept * one * in_flight * interleave, 0.0)
+
+
+def eager_scores_saved_bytes(dtype_bytes, softmax_fp32) -> np.ndarray:
+    """Bytes eager attention keeps for backward per attention score (per head, query and key).
+
+    A 16-bit softmax (Megatron's fused scale-mask-softmax) keeps its output: the compute dtype.
+    Hugging Face's eager attention runs the softmax in fp32 and casts back, e.g. BLOOM
+    (transformers modeling_bloom.py, BloomAttention.forward: `F.softmax(attn_weights, dim=-1,
+    dtype=torch.float32).to(input_dtype)`; Llama's eager_attention_forward the same): softmax's
+    backward keeps its fp32 output (4 B) and the next bmm the 16-bit probabilities, 6 B in all
+    under bf16/fp16 (an attention dropout of 0, BLOOM's and Llama's, keeps no mask). In fp32 the
+    cast is a no-op: 4 B.
+    """
+    c = np.asarray(dtype_bytes, dtype=np.float64)
+    return np.where((np.asarray(softmax_fp32) > 0) & (c < 4), c + 4.0, c)

@@ -155,7 +155,7 @@ def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str, profiles=No
     simplicity: less sharding, no offload, no recompute, smaller tp/pp, bigger micro batch,
     smaller gradient accumulation. Offload plans are discounted by the model's error."""
     simple = search_mod.simplicity(lay)
-    headroom = found.mem["capacity_bytes"][idx] - found.mem["total_bytes"][idx]
+    headroom = found.mem["capacity_bytes"][idx] - found.mem.get("required_bytes", found.mem["total_bytes"])[idx]
     if objective == "memory-headroom" or perf is None:
         score = headroom + 1.0  # higher is better, > 0 for plans that fit
     elif objective == "tokens_per_s":
@@ -191,7 +191,7 @@ def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
     idx = np.flatnonzero(mem_fail)
     if idx.size == 0:
         idx = np.arange(len(found.layout))
-    over = np.maximum(found.mem["total_bytes"][idx] / found.mem["capacity_bytes"][idx],
+    over = np.maximum(found.mem["required_bytes"][idx] / found.mem["capacity_bytes"][idx],
                       found.mem["host_bytes_per_node"][idx] / found.mem["host_capacity_bytes_per_node"][idx])
     order = idx[np.argsort(over, kind="stable")]
     # distinct misses: candidates that differ only in grad_accum repeat the same line

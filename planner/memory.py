@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.activation_terms import op_sac_block_bytes, pipeline_outputs_bytes
+from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
 from planner.settings import Settings
@@ -79,8 +79,10 @@ def shard_degree(layout: Layout, system: System) -> np.ndarray:
 
 
 def _unit_params(spec: ModelSpec, layout: Layout) -> np.ndarray:
-    """Largest module gathered at once by ZeRO-3/FSDP (a block, or the embedding), per tp rank."""
-    return spec.largest_layer_params / layout.tp
+    """Parameters gathered at once, per tp rank: ZeRO-3 fetches one module's own parameters at a
+    time (an embedding or a linear), FSDP one wrapped unit (a block, or the root's embedding)."""
+    zero3 = layout.sharding == SHARD["zero3"]
+    return np.where(zero3, spec.largest_module_params, spec.largest_layer_params) / layout.tp
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,7 +268,7 @@ def host_bytes_per_node(spec: ModelSpec, layout: Layout, system: System, setting
 
 # ---------------------------------------------------------------------------------------
 # activations
-def layer_activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) -> np.ndarray:
     """Bytes one transformer block saves for backward, per micro batch, without recompute.
 
     Korthikanti et al. 2022 sec. 4.1, tensor by tensor (a dropout-free model; their 34sbh +
@@ -288,19 +290,21 @@ def layer_activation_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
     replicated = 4 * sb * h * a / sp_div + norm_stats  # 2 norm inputs + 2 norm outputs
     qkv = sb * (h + 2 * spec.kv_dim) * a / t
     attn_out = sb * h * a / t
-    core = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout), heads * sb * 4)
+    core = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), heads * sb * 4)
     mlp = sb * spec.ffn * a / t * (4 if spec.mlp == "swiglu" else 2)
     return replicated + qkv + attn_out + core + mlp
 
 
-def _eager_core_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
-    """Softmax probabilities of eager attention: local queries x all keys, per head."""
+def _eager_core_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) -> np.ndarray:
+    """Softmax probabilities of eager attention: local queries x all keys, per head; where the
+    stack's softmax runs in fp32 (`softmax_fp32`), its fp32 output too (activation_terms.py)."""
     s = layout.seq_len.astype(np.float64)
-    return (spec.n_heads / layout.tp) * layout.micro_batch * (s / layout.cp) * s * compute_dtype_bytes(layout)
+    per_score = eager_scores_saved_bytes(compute_dtype_bytes(layout), softmax_fp32)
+    return (spec.n_heads / layout.tp) * layout.micro_batch * (s / layout.cp) * s * per_score
 
 
 def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
-                     pipeline_outputs_kept=0.0) -> np.ndarray:
+                     pipeline_outputs_kept=0.0, softmax_fp32=0.0) -> np.ndarray:
     """Activation bytes on the busiest GPU.
 
     - full recompute keeps each block's input (sbh, /t with sequence parallelism) and
@@ -321,8 +325,8 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
     a = compute_dtype_bytes(layout)
     sb = (s * b).astype(np.float64)
     sp_div = np.where(layout.sequence_parallel == 1, t, 1)
-    per_layer = layer_activation_bytes(spec, layout)
-    eager = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout), 0.0)
+    per_layer = layer_activation_bytes(spec, layout, softmax_fp32)
+    eager = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), 0.0)
     layer_input = sb * h * a / sp_div
     ck = layout.activation_checkpointing
     frac = np.where(ck == CKPT["blocks"], layout.checkpoint_fraction, 1.0)
@@ -389,26 +393,29 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
     from planner.fp8 import weight_cache_bytes as fp8_weight_cache_bytes
+    from planner.memory_required import required_bytes
     from planner.settings import stack_profiles
     from planner.stacks import per_candidate
 
     prof = per_candidate(stack_profiles(settings), layout)
+    cached = np.zeros(shape)  # freed transients the allocator keeps (planner/memory_required.py)
     if settings.fragmentation_margin is not None:
         reserve = np.full(shape, settings.fragmentation_margin * capacity)
     else:  # the stack's caching-allocator model
-        transient = transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
-        reserve = prof["allocator_fraction"] * capacity + prof["allocator_transient_factor"] * transient
+        cached = prof["allocator_transient_factor"] * transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
+        reserve = prof["allocator_fraction"] * capacity + cached
     out = {
         "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings),
         "grads_bytes": grads_bytes(spec, layout, system),
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
-                                              prof["pipeline_outputs_kept"]),
+                                              prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"]),
         "comm_buffers_bytes": comm_buffer_bytes(spec, layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
     }
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
+    out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof)
     out["capacity_bytes"] = np.full(shape, capacity)
     out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
     out["host_capacity_bytes_per_node"] = np.full(shape, system.host_ram_gib * GIB)

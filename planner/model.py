@@ -150,10 +150,27 @@ class ModelSpec(BaseModel):
 
     @property
     def largest_layer_params(self) -> int:
-        """Largest single module's parameter count (ZeRO-3 gathers one module at a time)."""
+        """Largest FSDP unit: one block (FSDP wraps each block), or the root's embedding."""
         block = self.params_per_layer
         emb = self.vocab_padded * self.hidden
         return max(block, emb)
+
+    @property
+    def largest_module_params(self) -> int:
+        """Largest module holding parameters of its own, what ZeRO-3 gathers at once.
+
+        DeepSpeed fetches and releases each submodule's direct parameters in its forward and
+        backward hooks, and sizes "largest_layer_params" the same way in its estimators
+        (deepspeed/runtime/zero/stage3.py `model_to_params`: max over modules of
+        `sum(p.numel() for p in m.parameters(recurse=False))`): the embedding or one linear,
+        not a whole block. Linears counted fused where implementations fuse them (q, k and v in
+        GPT-2, Megatron-LM and BLOOM), so the bound holds for either form."""
+        h, f, q = self.hidden, self.ffn, self.q_dim
+        bias = int(self.bias)
+        qkv = q + 2 * self.kv_dim
+        linears = [qkv * (h + int(self.bias if self.qkv_bias is None else self.qkv_bias)),  # q, k, v fused
+                   h * (q + bias), f * (h + bias), h * (f + bias)]  # o, up (and gate), down
+        return max(self.vocab_padded * h, self.max_positions * h, *linears)
 
     def describe(self) -> str:
         gqa = f", {self.kv_heads} kv heads" if self.kv_heads != self.n_heads else ""

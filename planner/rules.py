@@ -64,6 +64,12 @@ def _gib(x) -> float:
     return float(np.asarray(x).reshape(-1)[0]) / GIB
 
 
+def _needed(mem):
+    """Bytes alive at once (the allocator flushes its cache before it fails), else the reserved peak."""
+    need = mem.get("required_bytes")
+    return mem["total_bytes"] if need is None else need
+
+
 def _batch(k: Knobs):
     return k.micro_batch * k.grad_accum * k.dp
 
@@ -141,8 +147,9 @@ RULES: tuple[Rule, ...] = (
           "profiles"),
          lambda k: unsupported(k.profiles, k) if k.profiles is not None else False),
     Rule("gpu_memory", "does not fit in GPU memory", "memory", ("mem",),
-         lambda k: k.mem["total_bytes"] > k.mem["capacity_bytes"],
-         lambda k: f"needs {_gib(k.mem['total_bytes']):.1f} GiB per GPU > {_gib(k.mem['capacity_bytes']):.1f} GiB", memory=True),
+         lambda k: _needed(k.mem) > k.mem["capacity_bytes"],
+         lambda k: f"needs {_gib(_needed(k.mem)):.1f} GiB per GPU > {_gib(k.mem['capacity_bytes']):.1f} GiB "
+                   f"(reserved peak {_gib(k.mem['total_bytes']):.1f} GiB)", memory=True),
     Rule("host_memory", "does not fit in host RAM", "memory", ("mem",),
          lambda k: k.mem["host_bytes_per_node"] > k.mem["host_capacity_bytes_per_node"],
          lambda k: f"needs {_gib(k.mem['host_bytes_per_node']):.0f} GiB host RAM per node > "

@@ -135,12 +135,16 @@ class MemoryBreakdown(Frozen):
     fragmentation_bytes: float
     total_bytes: float
     capacity_bytes: float
+    required_bytes: float | None = Field(
+        default=None, description="bytes alive at once at the peak: what must fit once the caching allocator "
+                                  "has flushed its cache (planner/memory_required.py); total_bytes is the reserved peak")
     host_bytes_per_node: float
     host_capacity_bytes_per_node: float
 
     @property
     def headroom_bytes(self) -> float:
-        return self.capacity_bytes - self.total_bytes
+        """Capacity left over what must fit (the reserved peak where that is not known)."""
+        return self.capacity_bytes - (self.total_bytes if self.required_bytes is None else self.required_bytes)
 
 
 class StepTimeBreakdown(Frozen):

@@ -58,7 +58,7 @@ def test_zero3_model_states_match_deepspeed(dp, offload):
 
 def _zero3(fn, dp, per_node, offload):
     cpu, gpu, largest = fn(
-        SPEC.n_params, SPEC.largest_layer_params, num_gpus_per_node=per_node,
+        SPEC.n_params, SPEC.largest_module_params, num_gpus_per_node=per_node,
         num_nodes=dp // per_node, cpu_offload=offload != "none",
         cpu_offload_params=offload == "optimizer+params", zero_init=True), None, None
     return cpu[0], cpu[1], None

@@ -1,0 +1,100 @@
+"""What must fit in GPU memory, next to the reserved peak that planner/memory.py sums.
+
+The terms of `memory.memory_arrays` add up to the caching allocator's reserved peak as a run
+with room to spare reports it (nvidia-smi, `max_memory_reserved`): a freed block stays cached
+and the step's later buffers come on top. Short of memory the allocator gives its cached
+blocks back and retries: "num_alloc_retries: number of failed cudaMalloc calls that result in a
+cache flush and retry" (torch.cuda.memory_stats). DeepSpeed ZeRO-3 warns when it happens
+("pytorch allocator cache flushes since last step. this happens when there is high memory
+pressure and is detrimental to performance", deepspeed/runtime/zero/stage3.py), and seed 003's
+ZeRO-3 run of BLOOM-7b1 on 2 A100 ran so ("VRAM hyper-limite: warnings de GPU cache
+flushing"). A run fits while the bytes alive at once fit:
+
+- the freed transients the reserve keeps cached (`memory.transient_bytes`: the logits'
+  gradient, a gathered module's copy) are not alive at the peak, except the logits' gradient
+  at the loss's backward, next to every saved activation, before any block is rebuilt; and the
+  loss's saved logits are freed by the time the last block is rebuilt (`backward_live_bytes`);
+- the fp32 gradient partition that DeepSpeed ZeRO builds from the 16-bit gradients lives only
+  in the optimizer step (stage_1_and_2.py `step`: `flat_grad_partition.to(fp32)`, `.grad = None`
+  after the update; stage3.py `_prepare_fp32_grad_for_sub_group` / `_release_sub_group`), when
+  the activations are freed: the step needs max(activations, that partition + the flattened
+  16-bit copy it is cast from), not their sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.layout import CKPT, OFFLOAD, PREC, SHARD, Layout
+from planner.model import ModelSpec
+from planner.system import System
+
+
+def step_only_bytes(spec: ModelSpec, layout: Layout, system: System) -> tuple[np.ndarray, np.ndarray]:
+    """(the fp32 gradient partition `memory.grads_bytes` counts, the step's own peak with the
+    flattened 16-bit partition it is cast from); 0 where the fp32 copy lives on the host (offload)
+    or is not made (DDP, FSDP, pure bf16; ZeRO-1/2 train fp32 in place)."""
+    from planner.memory import _is_mixed, compute_dtype_bytes, params_per_gpu, shard_degree
+
+    part = params_per_gpu(spec, layout) / shard_degree(layout, system)
+    s = layout.sharding
+    on_gpu = layout.offload == OFFLOAD["none"]
+    zero12 = ((s == SHARD["zero1"]) | (s == SHARD["zero2"])) & _is_mixed(layout)
+    zero3 = (s == SHARD["zero3"]) & (layout.precision != PREC["bf16_pure"])
+    fp32 = np.where(on_gpu & (zero12 | zero3), 4.0 * part, 0.0)
+    flattened = np.where(fp32 > 0, compute_dtype_bytes(layout) * part, 0.0)
+    return fp32, fp32 + flattened
+
+
+def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_grad_cached, prof) -> np.ndarray:
+    """Activation bytes alive at once in backward, from `memory.activation_bytes`' sum.
+
+    The logits' gradient (as far as the reserve holds it: `logits_grad_cached`) is alive at the
+    loss's backward next to every saved activation. Without pipeline stages the loss's saved
+    logits, their gradient and the final norm's tensors are freed before the last block is
+    rebuilt (autograd frees a node's saved tensors once its backward has run), so with recompute
+    the rebuilt block and the loss's backward are not alive together: max, not sum. With
+    pipeline stages the busiest stage is not the one with the loss: the logits' gradient beyond
+    the rebuilt block is added, as alive at once.
+    """
+    from planner.memory import compute_dtype_bytes, layer_activation_bytes
+
+    sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
+    ck = layout.activation_checkpointing
+    recompute = (ck == CKPT["full"]) | (ck == CKPT["blocks"])
+    rebuilt = np.where(recompute, layer_activation_bytes(spec, layout, prof["eager_softmax_fp32"]), 0.0)
+    logits_saved = prof["loss_saved_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
+    sp_div = np.where(layout.sequence_parallel == 1, layout.tp, 1)
+    final = sb * spec.hidden * compute_dtype_bytes(layout) * 2 / sp_div  # final norm input + output
+    loss_phase = final + logits_saved + logits_grad_cached
+    one_stage = activations - rebuilt - logits_saved - final + np.maximum(loss_phase, rebuilt)
+    staged = activations + np.maximum(0.0, logits_grad_cached - rebuilt)
+    return np.where(layout.pp == 1, one_stage, staged)
+
+
+def required_bytes(spec: ModelSpec, layout: Layout, system: System, terms: dict[str, np.ndarray],
+                   cached_transient_bytes, prof: dict[str, np.ndarray]) -> np.ndarray:
+    """Bytes alive at once at the step's peak, once the allocator has flushed its cache.
+
+    `terms`: memory_arrays' terms with their `total_bytes`; `cached_transient_bytes`: the part of
+    `fragmentation_bytes` that is freed transients (0 with a fixed fragmentation margin, which
+    then stands for them); `prof`: the stack profiles' fields per candidate.
+    """
+    cached = np.asarray(cached_transient_bytes, dtype=np.float64)
+    sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
+    logits_grad = prof["loss_grad_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
+    activations = np.asarray(terms["activations_bytes"], dtype=np.float64)
+    live = backward_live_bytes(spec, layout, activations, np.minimum(cached, logits_grad), prof)
+    fp32_grads, step_peak = step_only_bytes(spec, layout, system)
+    gathered = gathered_bytes(spec, layout)
+    resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - activations - gathered
+    return resident + np.maximum(live + gathered, step_peak)
+
+
+def gathered_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """ZeRO-3's gathered module and its 16-bit gradients (counted in `memory.weights_bytes` and
+    `grads_bytes`): alive in forward and backward only, released before the optimizer step."""
+    from planner.memory import _unit_params, compute_dtype_bytes
+
+    zero3 = layout.sharding == SHARD["zero3"]
+    return np.where(zero3, 2.0 * compute_dtype_bytes(layout) * _unit_params(spec, layout), 0.0)
