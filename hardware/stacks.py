@@ -68,7 +68,10 @@ class StackProfile(BaseModel):
     # PR #1188: "the async version is not async at all, because each all_gather calls
     # torch.cuda.synchronize()"; issue #1069) and the prefetch trace was off by one (PR #1170, "significant
     # zero-3 slowdown compared to zero-2"). Megatron-DeepSpeed's ZeRO-3 rows (seed 002, May 2021,
-    # DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3) ran that code: its profile sets 0.
+    # DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3) ran that code: its profile sets 0. DeepSpeed since 0.6
+    # (PR #1453, 2022: PartitionedParameterCoordinator) prefetches the next submodule's parameters during
+    # the current one's compute (at least one parameter beyond stage3_prefetch_bucket_size): a fetch
+    # shorter than the compute beside it is hidden whole, so the hf profile sets 1.
     overlap_zero3: float = Field(default=0.60, ge=0, le=1)
     overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
     overlap_tp: float = Field(default=0.0, ge=0, le=1)
