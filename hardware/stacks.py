@@ -63,6 +63,15 @@ class StackProfile(BaseModel):
     # optimizer.reduce_gradients at the boundary, deepspeed/runtime/engine.py): nothing hidden, 0.
     # Megatron's distributed optimizer overlaps it (--overlap-grad-reduce).
     overlap_zero1: float = Field(default=0.80, ge=0, le=1)
+    # ZeRO-3 parameter fetches hide behind at most this share of a pass's compute (planner/zero3.py).
+    # DeepSpeed before mid-2021 hid nothing: every fetch all-gather synchronised the device (DeepSpeed
+    # PR #1188: "the async version is not async at all, because each all_gather calls
+    # torch.cuda.synchronize()"; issue #1069) and the prefetch trace was off by one (PR #1170, "significant
+    # zero-3 slowdown compared to zero-2"). Megatron-DeepSpeed's ZeRO-3 rows (seed 002, May 2021,
+    # DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3) ran that code: its profile sets 0. DeepSpeed since 0.6
+    # (PR #1453, 2022: PartitionedParameterCoordinator) prefetches the next submodule's parameters during
+    # the current one's compute (at least one parameter beyond stage3_prefetch_bucket_size): a fetch
+    # shorter than the compute beside it is hidden whole, so the hf profile sets 1.
     overlap_zero3: float = Field(default=0.60, ge=0, le=1)
     overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
     overlap_tp: float = Field(default=0.0, ge=0, le=1)

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, flops, fp8, gemm_shape
+from planner import comm, flops, fp8, gemm_shape, zero3
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
@@ -251,11 +251,16 @@ def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     exposed = exposed + z12 * (times * rs_hidden + g.allgather_s(pbytes, nb_g))
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
     per_node = per_node + z12 * (times * rs_b + ag_b)
-    # ZeRO-3 / FSDP: gather parameters for forward and again for backward (not FSDP's
-    # SHARD_GRAD_OP), reduce-scatter grads, every micro batch, module by module behind the
-    # prefetch (Rajbhandari et al. SC20; Zhao et al. VLDB 2023).
-    full = is_["zero3"] | is_["fsdp_full_shard"] | is_["fsdp_shard_grad_op"]
-    ov = np.where(is_["zero3"], prof["overlap_zero3"], prof["overlap_fsdp"])
+    # DeepSpeed ZeRO-3: fetches per submodule and recompute, every micro batch (planner/zero3.py).
+    if np.any(is_["zero3"]):
+        z3, z3_bytes = zero3.exposed_s(spec, layout, g, _gather_bytes(spec, layout, prof), _grad_bytes(layout),
+                                       fwd_micro, bwd_micro, prof)
+        exposed = exposed + is_["zero3"] * z3
+        per_node = per_node + is_["zero3"] * z3_bytes
+    # FSDP: gather parameters for forward and again for backward (not SHARD_GRAD_OP),
+    # reduce-scatter grads, every micro batch, unit by unit behind the prefetch (Zhao et al. VLDB 2023).
+    full = is_["fsdp_full_shard"] | is_["fsdp_shard_grad_op"]
+    ov = prof["overlap_fsdp"]
     ag = g.allgather_s(pbytes, L)
     ag_bwd = ~is_["fsdp_shard_grad_op"] * ag
     rs_l = g.allgather_s(gbytes, L)

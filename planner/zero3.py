@@ -1,0 +1,93 @@
+"""DeepSpeed ZeRO-3: the parameter fetches and gradient reduce-scatter of one micro batch.
+
+DeepSpeed's ZeRO-3 (runtime/zero/partitioned_param_coordinator.py) all-gathers a submodule's
+parameters just before the submodule runs and releases them right after, unless the trace shows
+the same parameter used again within `stage3_max_reuse_distance` parameters (the planner exports
+`stage3_max_live_params` for it; 1e9 by default). Parameters below
+`stage3_param_persistence_threshold` (10 x hidden with the HF "auto" config, as the planner
+exports) stay resident and are never gathered: biases and norms. Per micro batch that makes
+(Rajbhandari et al. SC20 sec. 7; ZeRO++, Wang et al. 2023, sec. 2: forward all-gather M,
+backward all-gather M, gradient reduce-scatter M):
+- block weights: gathered in forward and again in backward. With activation recompute the
+  recompute forward gathers them and the block's backward, one block later, reuses them (the HF
+  DeepSpeed guide on stage3_max_reuse_distance: "super helpful when you have activation
+  checkpointing enabled, where we do a forward recompute and backward passes a single layer
+  granularity and want to keep the parameter in the forward recompute till the backward").
+  With a reuse distance shorter than one block the backward gathers a third time.
+- the embedding and the output layer (tied or not): the input embedding is gathered in forward
+  and again for its backward (all blocks lie in between both times); the output layer is
+  gathered in forward (a tied one again, the embedding having been released) and kept for its
+  backward, which follows at once: three vocabulary-sized gathers per micro batch.
+- one reduce-scatter of the gradients.
+Each fetch is one all-gather call (coalesced over the submodule's weights): its latency is paid
+per weight matrix, not per block.
+
+Overlap: the prefetch gathers the next submodule while the current one computes, so a pass
+hides at most the stack's overlap share of its compute time, in seconds as they really are:
+exposed = max(c * T - overlap * compute, c * T / fetches), c the stack's comm_time_factor (the
+collectives run c times slower than the catalog links). `exposed_s` returns exposed / c, the raw
+part the profile fit multiplies by c (recomputed at each fit iteration).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner import flops
+from planner.comm import Group
+from planner.model import ModelSpec
+
+# stage3_param_persistence_threshold that HF's "auto" DeepSpeed config sets, and that
+# planner/exports/deepspeed_json.py writes: 10 x hidden.
+PERSISTENCE_THRESHOLD_PER_HIDDEN = 10
+
+
+def _gathered_weights(spec: ModelSpec) -> list[int]:
+    """Element counts of one block's parameters that ZeRO-3 gathers (above the persistence
+    threshold): the weight matrices. Each nn.Linear is its own submodule and fetch (a fused QKV
+    projection, as in GPT-2 and BLOOM, is one fetch where this counts three: an upper bound)."""
+    limit = PERSISTENCE_THRESHOLD_PER_HIDDEN * spec.hidden
+    sizes = [int(np.prod(s)) for s in spec.layer_param_shapes()]
+    return [n for n in sizes if n > limit]
+
+
+def gathers(spec: ModelSpec, layout) -> dict[str, np.ndarray]:
+    """Elements all-gathered per micro batch in forward and in backward, and the number of
+    all-gather calls, for the parameters of the busiest stage of one GPU (before sharding:
+    tensor/pipeline parallel parts of the model, over dp ranks)."""
+    tp = np.asarray(layout.tp, dtype=np.float64)
+    pp = np.asarray(layout.pp, dtype=np.float64)
+    layers = np.maximum(np.ceil(spec.n_layers / pp), 1.0)
+    weights = _gathered_weights(spec)
+    block = float(sum(weights)) / tp
+    block_calls = float(len(weights))
+    emb = spec.vocab_padded * spec.hidden / tp
+    # Recompute forward + a reuse distance shorter than one block: backward gathers again.
+    block_recompute, _, _ = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
+    short_reuse = np.asarray(layout.stage3_max_live_params, dtype=np.float64) < block
+    bwd_block_gathers = 1.0 + block_recompute * short_reuse
+    # (DeepSpeed runs ZeRO-3 without pipeline stages: both ends are on every GPU)
+    fwd = layers * block + 2.0 * emb  # input embedding, output layer
+    bwd = layers * block * bwd_block_gathers + emb  # the embedding's backward
+    calls_fwd = layers * block_calls + 2.0
+    calls_bwd = layers * block_calls * bwd_block_gathers + 1.0
+    return {"fwd": fwd, "bwd": bwd, "calls_fwd": calls_fwd, "calls_bwd": calls_bwd}
+
+
+def exposed_s(spec: ModelSpec, layout, g: Group, gather_bytes, grad_bytes, fwd_micro, bwd_micro, prof):
+    """(raw exposed seconds per step, bytes one node sends across the network per step) of the
+    ZeRO-3 collectives: `gather_bytes`/`grad_bytes` per parameter on the wire, `fwd_micro` and
+    `bwd_micro` the stack-scaled compute seconds of one micro batch's passes."""
+    n = gathers(spec, layout)
+    P = spec.n_params / (np.asarray(layout.tp, dtype=np.float64) * np.asarray(layout.pp, dtype=np.float64))
+    k = prof["comm_time_factor"]
+    ov = prof["overlap_zero3"]
+    ag_f = g.allgather_s(n["fwd"] * gather_bytes, n["calls_fwd"])
+    ag_b = g.allgather_s(n["bwd"] * gather_bytes, n["calls_bwd"])
+    rs = g.allgather_s(P * grad_bytes, np.ceil(P / layout.reduce_bucket_elems))
+    fwd = np.maximum(k * ag_f - ov * fwd_micro, k * ag_f / n["calls_fwd"])
+    bwd = np.maximum(k * (ag_b + rs) - ov * bwd_micro, k * rs / n["calls_bwd"])
+    ga = layout.grad_accum
+    exposed = ga * (fwd + bwd) / k
+    node = ga * (g.node_bytes((n["fwd"] + n["bwd"]) * gather_bytes, 1.0) + g.node_bytes(P * grad_bytes, 1.0))
+    return exposed, node
