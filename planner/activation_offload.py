@@ -14,7 +14,7 @@ import numpy as np
 
 from planner import comm
 from planner.layout import Layout
-from planner.memory import offloaded_checkpoint_bytes
+from planner.host_memory import offloaded_checkpoint_bytes
 from planner.model import ModelSpec
 
 

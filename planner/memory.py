@@ -218,54 +218,6 @@ def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarr
     return np.where(on_gpu, per_param * p / n, 0.0)
 
 
-def host_offload_bytes_per_rank(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
-    """Host bytes one rank pins for offloaded states (ZeRO-Offload, Ren et al. 2021).
-
-    Optimizer offload: fp32 master + optimizer states + fp32 grads (DeepSpeed's 16 B of the
-    12+4); parameter offload adds the 16-bit parameter partition.
-    """
-    p = params_per_gpu(spec, layout)
-    n = shard_degree(layout, system)
-    per_param = optimizer_state_bytes_per_param(spec, layout) + 4.0 + 4.0
-    opt = np.where(layout.offload != OFFLOAD["none"], per_param * p / n, 0.0)
-    params = np.where(layout.offload == OFFLOAD["optimizer+params"],
-                      compute_dtype_bytes(layout) * p / n, 0.0)
-    return opt + params
-
-
-def offloaded_checkpoint_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
-    """Bytes of checkpointed block inputs one rank keeps in host memory per micro batch and
-    stage (DeepSpeed activation checkpointing with partition_activations and cpu_checkpointing:
-    each block input s*b*h split over the TP group; deepspeed/runtime/activation_checkpointing/
-    checkpointing.py); 0 without activation offload."""
-    s, b = layout.seq_len / layout.cp, layout.micro_batch
-    per_layer = (s * b).astype(np.float64) * spec.hidden * compute_dtype_bytes(layout) / layout.tp
-    frac = np.where(layout.activation_checkpointing == CKPT["blocks"], layout.checkpoint_fraction, 1.0)
-    heavy, _ = stage_layers(spec, layout)
-    return (layout.activation_offload == 1) * frac * heavy * per_layer
-
-
-def host_bytes_per_node(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> np.ndarray:
-    """Peak host RAM per node: model construction, or offloaded states, plus per-rank overhead.
-
-    Without ZeRO-3's `zero.Init` (or FSDP's meta-device init) every rank first builds its whole
-    (tp/pp slice of the) model in fp32 in host memory: seed 002's ZeRO-2 run of 52B on 64 V100
-    was killed by cgroups needing > 40 GB host RAM per GPU, with or without offload.
-    DeepSpeed's estimators count the same: `4 * num_gpus_per_node * params`.
-    """
-    ranks = system.gpus_per_node
-    p = params_per_gpu(spec, layout)
-    s = layout.sharding
-    zero_init = s == SHARD["zero3"]
-    fsdp = layout.is_fsdp
-    init = np.select([zero_init, fsdp], [4.0 * p / shard_degree(layout, system), 4.0 * p],
-                     default=4.0 * p * ranks)
-    in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
-    checkpoints = offloaded_checkpoint_bytes(spec, layout) * in_flight
-    steady = (host_offload_bytes_per_rank(spec, layout, system) + checkpoints) * ranks
-    return np.maximum(init, steady) + settings.host_overhead_gib_per_rank * GIB * ranks
-
-
 # ---------------------------------------------------------------------------------------
 # activations
 def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) -> np.ndarray:
@@ -417,6 +369,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof)
     out["capacity_bytes"] = np.full(shape, capacity)
+    from planner.host_memory import host_bytes_per_node  # it builds on this module
+
     out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
     out["host_capacity_bytes_per_node"] = np.full(shape, system.host_ram_gib * GIB)
     return out

@@ -25,10 +25,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, flops, fp8, gemm_shape, zero3
+from planner import comm, dp_comm, flops, fp8, gemm_shape
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
-from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, SHARD, Layout
+from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
 from planner.memory import compute_dtype_bytes, stage_layers
 from planner.model import ModelSpec
 from planner.scenario import PRECISIONS, Performance, StepTimeBreakdown
@@ -175,114 +175,16 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
     }
 
 
-def _params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
-    return spec.n_params / (layout.tp * layout.pp).astype(np.float64)
-
-
 def _optimizer_shard(spec: ModelSpec, layout: Layout) -> np.ndarray:
     """Parameters whose optimizer state one GPU updates (ZeRO-1+ shard it over dp x cp)."""
     dp = 1.0 + layout.shards_optimizer * (layout.dp * layout.cp - 1.0)
-    return _params_per_gpu(spec, layout) / dp
+    return dp_comm.params_per_gpu(spec, layout) / dp
 
 
 def _optimizer_step_s(spec, layout, system, settings) -> np.ndarray:
     shard = _optimizer_shard(spec, layout)
     per_param = _OPTIMIZER_BYTES[np.asarray(layout.optimizer)]
     return (layout.offload == OFFLOAD["none"]) * shard * per_param / _hbm_Bps(system, settings)
-
-
-def _grad_bytes(layout: Layout) -> np.ndarray:
-    """Bytes per gradient element on the wire: AMP keeps fp32 grads under DDP; DeepSpeed and
-    FSDP mixed precision reduce in 16 bit (Micikevicius et al. 2018; FSDP MixedPrecision)."""
-    p = layout.precision
-    fp32_grads = (p == PREC["fp32"]) | ((layout.sharding == SHARD["none"]) & (p != PREC["bf16_pure"]))
-    return 2.0 + 2.0 * fp32_grads
-
-
-def _gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
-    """Bytes per parameter all-gathered by ZeRO-3/FSDP: the compute dtype, or 1 for the block
-    linears under fp8 where the stack all-gathers float8 weights (torchao)."""
-    c = compute_dtype_bytes(layout).astype(np.float64)
-    f8 = (layout.precision == PREC["fp8"]) & (prof["fp8_allgather"] > 0)
-    linear_share = spec.n_layers * spec.params_per_layer / spec.n_params
-    return np.where(f8, c - linear_share * (c - 1.0), c)
-
-
-def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
-    """Share of the DDP all-reduce that no backward is left to hide: the last bucket, which holds
-    the input embedding (its gradient is ready when backward ends; DDP fills buckets in reverse
-    parameter order and never splits a tensor: Li et al. VLDB 2020 sec. 3.2.3 and 4.1). With
-    pipeline stages the embedding sits on the first stage, not the busiest: one bucket's share."""
-    emb = spec.vocab_padded * spec.hidden / layout.tp / _params_per_gpu(spec, layout)
-    return np.where(layout.pp == 1, np.maximum(np.minimum(emb, 1.0), 1.0 / buckets), 1.0 / buckets)
-
-
-def _dp_comm(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
-    """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node.
-
-    The data-parallel group is dp x cp: context-parallel ranks hold the same parameters."""
-    dp = layout.dp * layout.cp
-    ga, s = layout.grad_accum, layout.sharding
-    m = comm.members_per_node(dp, layout.tp, links.gpus_per_node)
-    g = comm.Group.of(links, dp, m)
-    P = _params_per_gpu(spec, layout)
-    gbytes = P * _grad_bytes(layout)
-    pbytes = P * _gather_bytes(spec, layout, prof)
-    nb_r = np.ceil(P / layout.reduce_bucket_elems)
-    nb_g = np.ceil(P / layout.allgather_bucket_elems)
-    L = np.maximum(np.ceil(spec.n_layers / layout.pp), 1.0)
-    is_ = {name: s == code for name, code in SHARD.items()}
-
-    # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
-    # (Li et al. VLDB 2020).
-    ar = g.allreduce_s(gbytes, nb_r)
-    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar * _last_bucket_share(spec, layout, nb_r))
-    exposed = is_["none"] * ddp
-    per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
-    # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
-    # batch) behind backward, then an all-gather of the updated 16-bit parameters (Rajbhandari
-    # et al. SC20).
-    z12 = is_["zero1"] | is_["zero2"]
-    rs = g.allgather_s(gbytes, nb_r)
-    # ZeRO-1 reduces once, after backward in DeepSpeed (engine.allreduce_gradients): its own overlap
-    ov12 = np.where(is_["zero1"], prof["overlap_zero1"], prof["overlap_zero12"])
-    rs_hidden = np.maximum(rs - ov12 * bwd_micro, rs / nb_r)
-    times = 1.0 + is_["zero2"] * (ga - 1.0)
-    exposed = exposed + z12 * (times * rs_hidden + g.allgather_s(pbytes, nb_g))
-    rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
-    per_node = per_node + z12 * (times * rs_b + ag_b)
-    # DeepSpeed ZeRO-3: fetches per submodule and recompute, every micro batch (planner/zero3.py).
-    if np.any(is_["zero3"]):
-        z3, z3_bytes = zero3.exposed_s(spec, layout, g, _gather_bytes(spec, layout, prof), _grad_bytes(layout),
-                                       fwd_micro, bwd_micro, prof)
-        exposed = exposed + is_["zero3"] * z3
-        per_node = per_node + is_["zero3"] * z3_bytes
-    # FSDP: gather parameters for forward and again for backward (not SHARD_GRAD_OP),
-    # reduce-scatter grads, every micro batch, unit by unit behind the prefetch (Zhao et al. VLDB 2023).
-    full = is_["fsdp_full_shard"] | is_["fsdp_shard_grad_op"]
-    ov = prof["overlap_fsdp"]
-    ag = g.allgather_s(pbytes, L)
-    ag_bwd = ~is_["fsdp_shard_grad_op"] * ag
-    rs_l = g.allgather_s(gbytes, L)
-    sharded = ga * (np.maximum(ag - ov * fwd_micro, ag / L)
-                    + np.maximum(ag_bwd + rs_l - ov * bwd_micro, rs_l / L))
-    exposed = exposed + full * sharded
-    gathers = 2.0 - is_["fsdp_shard_grad_op"]
-    per_node = per_node + full * ga * (gathers * ag_b + rs_b)
-    # Hybrid shard: shard inside the node, all-reduce the grad shard across nodes.
-    hy = is_["fsdp_hybrid"]
-    if np.any(hy):
-        gi = comm.Group.of(links, m, m)
-        replicas = np.maximum(dp // m, 1)
-        gx = comm.Group.of(links, replicas, 1)
-        ag_h, rs_h = gi.allgather_s(pbytes, L), gi.allgather_s(gbytes, L)
-        ar_h = gx.allreduce_s(gbytes / m, L)
-        ovf = prof["overlap_fsdp"]
-        hybrid = ga * (np.maximum(ag_h - ovf * fwd_micro, ag_h / L)
-                       + np.maximum(ag_h + rs_h + ar_h - ovf * bwd_micro, rs_h / L))
-        exposed = exposed + hy * hybrid
-        per_node = per_node + hy * ga * gx.node_bytes(gbytes / m, 2.0)
-    return exposed, per_node
 
 
 def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof):
@@ -323,7 +225,7 @@ def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro, 
     Infinity/FSDP param offload also fetches the parameter shard twice per micro batch."""
     ga = layout.grad_accum
     shard = _optimizer_shard(spec, layout)
-    gb = _grad_bytes(layout)
+    gb = dp_comm.grad_bytes(layout)
     pb = compute_dtype_bytes(layout)
     per_micro_grads = layout.shards_grads
     d2h = shard * gb / links.host_Bps * (1.0 + per_micro_grads * (ga - 1.0))
@@ -362,7 +264,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     compute_s = ga * micro + optimizer_raw * prof["optimizer_time_factor"] + prof["step_overhead_s"]
 
     tp_s, cp_s, pp_s = _tp_cp_pp_comm(spec, layout, links, system, parts, prof)
-    dp_raw, node_bytes = _dp_comm(spec, layout, links, fwd_micro, bwd_micro, prof)
+    dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof)
     dp_s = dp_raw * prof["comm_time_factor"]
     comm_s = tp_s + cp_s + pp_s + dp_s
     # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21).

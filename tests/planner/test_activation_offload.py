@@ -8,7 +8,8 @@ from planner import rules
 from planner.errors import PlanError
 from planner.exports import deepspeed_config
 from planner.layout import Layout
-from planner.memory import memory_arrays, offloaded_checkpoint_bytes
+from planner.host_memory import offloaded_checkpoint_bytes
+from planner.memory import memory_arrays
 from planner.presets import resolve_model
 from planner.resolve import resolve_system
 from planner.scenario import ExecutionPlan, Scenario

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from planner import memory
+from planner import host_memory, memory
 from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -74,7 +74,7 @@ def test_host_ram_differs_from_deepspeed_for_a_stated_reason():
     ds_cpu, _ = estimate_zero2_model_states_mem_needs(SPEC.n_params, num_gpus_per_node=8, num_nodes=2, cpu_offload=False)
     settings = Settings(host_overhead_gib_per_rank=0)
     lay = Layout.from_plan(ExecutionPlan(dp=16, sharding="zero2", precision="bf16"))
-    ours = memory.host_bytes_per_node(SPEC, lay, system(16, 8), settings)[0]
+    ours = host_memory.host_bytes_per_node(SPEC, lay, system(16, 8), settings)[0]
     assert ours == pytest.approx(ds_cpu / 1.5, rel=1e-6)
 
 
