@@ -28,6 +28,7 @@ from hardware.stacks import profile_to_toml  # noqa: E402
 from planner import profile_fit  # noqa: E402
 from planner.runs import load_runs  # noqa: E402
 from planner.validate import _groups  # noqa: E402
+from validation import replicates  # noqa: E402
 
 DATA = REPO / "validation" / "data"
 STACKS_DIR = REPO / "catalog" / "stacks"
@@ -63,6 +64,10 @@ def main(argv=None) -> int:
         inside = int(np.sum(np.abs(seeds) <= SEED_BAND))
         print(f"  seed rows with a stated, consistent configuration: {inside} of {seeds.size} inside the seeds' "
               f"+-{100 * SEED_BAND:.0f}% band (run-to-run spread they report)")
+        seed_runs = [r for r in runs if r.id.startswith("s00")]
+        rep = replicates.inside_band(seed_runs, errors, SEED_BAND)
+        print(f"  ... scored against the spread of repeated configurations (validation/replicates.py): "
+              f"{sum(rep.values())} of {len(rep)} inside")
     by_stack: dict[str, list[float]] = defaultdict(list)
     for r in runs:
         if r.id in errors:
