@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.stacks import SourceError, StackProfile
-from planner import throughput
+from planner import fit_weights, throughput
 from planner.layout import Layout
 from planner.runs import Run
 from planner.settings import Settings
@@ -39,6 +39,7 @@ PARAMS = (
 RIDGE_POOLED = 0.05  # pull of the pooled fit towards the analytic model
 RIDGE_STACK = 0.01  # pull of a stack's fit towards the pooled fit
 ITERATIONS = 3
+GENERIC = "generic"  # the profile of frameworks without data of their own: always the pooled fit
 
 
 @dataclass
@@ -104,21 +105,26 @@ def _with(profile: StackProfile, x: np.ndarray) -> StackProfile:
 
 
 def fit(runs: list[Run], priors: dict[str, StackProfile]) -> dict[str, StackProfile]:
-    """Profiles fitted on `runs` (those with a measured speed); stacks without runs get the
-    pooled fit of all stacks."""
+    """Profiles fitted on `runs` (those with a measured speed), each pulled towards the pooled fit
+    of all stacks the more the fewer independent origins measured it, seed-log rows weighted by their
+    day-to-day spread (planner/fit_weights.py); stacks without runs, and `generic`, get the pooled fit."""
     runs = [r for r in runs if r.scored and r.layout_stated]
     stacks = sorted(set(priors) | {r.plan.stack for r in runs})
     profiles = {s: priors.get(s) or StackProfile(id=s, name=s) for s in stacks}
     if not runs:
         return profiles
-    w = _weights(runs)
+    w = _weights(runs) * fit_weights.noise_weights(runs)
     one = np.array([p[4] for p in PARAMS])
     for _ in range(ITERATIONS):
         d = _design(runs, profiles)
         pooled = _solve(d.A, d.b, w, one, RIDGE_POOLED)
         for s in stacks:
             mine = np.array([r.plan.stack == s for r in runs])
-            x = _solve(d.A[mine], d.b[mine], w[mine], pooled, RIDGE_STACK) if mine.any() else pooled
+            if s == GENERIC or not mine.any():
+                x = pooled  # a stack without data of its own: the pooled fit (its rows count in it)
+            else:
+                ridge = fit_weights.stack_ridge([r for r, m in zip(runs, mine) if m], RIDGE_STACK)
+                x = _solve(d.A[mine], d.b[mine], w[mine], pooled, ridge)
             profiles[s] = _with(profiles[s], x)
     return profiles
 
