@@ -79,7 +79,9 @@ def main(argv=None) -> int:
             print(f"Ranking within {len(groups)} {label} groups (CV): mean Spearman "
                   f"{np.mean([g.spearman for g in groups]):.2f}, mean top-1 regret "
                   f"{100 * np.mean([g.top1_regret for g in groups]):.1f}%")
-    final = profile_fit.fit(runs, priors)
+    final, sites = profile_fit.fit_sites(runs, priors)
+    print("Site factors of the seed logs (x the model's step time of every row of that log, any stack; "
+          "planner/site_effects.py): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(sites.items())))
     generic_mape = stack_cv.report(runs, priors, final) if profile_fit.GENERIC in priors else None
     if args.write:
         for sid, prof in final.items():

@@ -58,3 +58,34 @@ def test_noisy_few_origin_stack_is_pulled_towards_the_pool(monkeypatch):
     far = factor_distance(profile_fit.fit(pub + seed, priors))["hf"]
     assert near < far
     assert np.isfinite(near)
+
+
+def test_site_factor_is_the_shrunk_ratio_of_its_rows():
+    from planner import site_effects
+
+    keys = ["seed009", "seed009", None]
+    # the model says half the measured time on both rows of the log: m near 2, pulled a little to 1
+    sites = site_effects.update(np.array([0.5, 0.5, 0.5]), np.array([1.0, 1.0, 1.0]), keys)
+    assert set(sites) == {"seed009"}
+    assert 1.9 < sites["seed009"] < 2.0
+    assert list(site_effects.row_factors(keys, sites)) == [sites["seed009"]] * 2 + [1.0]
+
+
+def test_a_slow_seed_log_gets_a_site_factor_not_a_slow_stack():
+    """Seed 002's HF rows (Jean Zay, +-40% logs): the fit gives their log a site factor > 1 so the hf
+    factors stay nearer the pooled ones than without site factors."""
+    from planner import site_effects
+    from validation.stack_cv import factor_distance
+
+    pub, seed = _runs()
+    priors = load_catalog().stacks
+    profiles, sites = profile_fit.fit_sites(pub + seed, priors)
+    assert sites["seed002"] > 1.2
+    with_sites = factor_distance(profiles)["hf"]
+    orig = site_effects.SITE_SPREAD
+    try:
+        site_effects.SITE_SPREAD = 1e-3  # a site factor pinned at 1
+        without = factor_distance(profile_fit.fit(pub + seed, priors))["hf"]
+    finally:
+        site_effects.SITE_SPREAD = orig
+    assert with_sites < without
