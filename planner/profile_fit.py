@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.stacks import SourceError, StackProfile
-from planner import throughput
+from planner import fit_weights, site_effects, throughput
 from planner.layout import Layout
 from planner.runs import Run
 from planner.settings import Settings
@@ -39,6 +39,7 @@ PARAMS = (
 RIDGE_POOLED = 0.05  # pull of the pooled fit towards the analytic model
 RIDGE_STACK = 0.01  # pull of a stack's fit towards the pooled fit
 ITERATIONS = 3
+GENERIC = "generic"  # the profile of frameworks without data of their own: always the pooled fit
 
 
 @dataclass
@@ -104,23 +105,46 @@ def _with(profile: StackProfile, x: np.ndarray) -> StackProfile:
 
 
 def fit(runs: list[Run], priors: dict[str, StackProfile]) -> dict[str, StackProfile]:
-    """Profiles fitted on `runs` (those with a measured speed); stacks without runs get the
-    pooled fit of all stacks."""
+    """Profiles fitted on `runs` (those with a measured speed), each pulled towards the pooled fit
+    of all stacks the more the fewer independent origins measured it, seed-log rows weighted by their
+    day-to-day spread (planner/fit_weights.py) and scaled by their log's site factor
+    (planner/site_effects.py); stacks without runs, and `generic`, get the pooled fit."""
+    return fit_sites(runs, priors)[0]
+
+
+def fit_sites(runs: list[Run], priors: dict[str, StackProfile]) -> tuple[dict[str, StackProfile], dict[str, float]]:
+    """`fit`, and the site factor of each seed origin (x the model's step time of its rows)."""
     runs = [r for r in runs if r.scored and r.layout_stated]
     stacks = sorted(set(priors) | {r.plan.stack for r in runs})
     profiles = {s: priors.get(s) or StackProfile(id=s, name=s) for s in stacks}
     if not runs:
-        return profiles
-    w = _weights(runs)
-    one = np.array([p[4] for p in PARAMS])
+        return profiles, {}
+    w = _weights(runs) * fit_weights.noise_weights(runs)
+    site_of = site_effects.keys(runs)
+    sites: dict[str, float] = {}
+    code = np.array([stacks.index(r.plan.stack) for r in runs])
     for _ in range(ITERATIONS):
         d = _design(runs, profiles)
-        pooled = _solve(d.A, d.b, w, one, RIDGE_POOLED)
-        for s in stacks:
-            mine = np.array([r.plan.stack == s for r in runs])
-            x = _solve(d.A[mine], d.b[mine], w[mine], pooled, RIDGE_STACK) if mine.any() else pooled
-            profiles[s] = _with(profiles[s], x)
-    return profiles
+        for _ in range(site_effects.INNER if any(site_of) else 1):
+            m = site_effects.row_factors(site_of, sites)
+            xs = _solve_stacks(d.A * m[:, None], d.b * m, w, runs, stacks)
+            model = np.einsum("ij,ij->i", d.A, np.array(xs)[code]) + d.b
+            sites = site_effects.update(model, w, site_of)
+        profiles = {s: _with(profiles[s], x) for s, x in zip(stacks, xs)}
+    return profiles, sites
+
+
+def _solve_stacks(A: np.ndarray, b: np.ndarray, w: np.ndarray, runs: list[Run], stacks: list[str]) -> list[np.ndarray]:
+    pooled = _solve(A, b, w, np.array([p[4] for p in PARAMS]), RIDGE_POOLED)
+    xs = []
+    for s in stacks:
+        mine = np.array([r.plan.stack == s for r in runs])
+        if s == GENERIC or not mine.any():
+            xs.append(pooled)  # a stack without data of its own: the pooled fit (its rows count in it)
+        else:
+            ridge = fit_weights.stack_ridge([r for r, k in zip(runs, mine) if k], RIDGE_STACK)
+            xs.append(_solve(A[mine], b[mine], w[mine], pooled, ridge))
+    return xs
 
 
 def predict_ratio(runs: list[Run], profiles: dict[str, StackProfile]) -> np.ndarray:
@@ -141,8 +165,9 @@ def cross_validate(runs: list[Run], priors: dict[str, StackProfile]) -> dict[str
     for src in sorted({r.source for r in scored}):
         train = [r for r in scored if r.source != src]
         test = [r for r in scored if r.source == src]
-        profiles = fit(train, priors)
-        for r, ratio in zip(test, predict_ratio(test, profiles)):
+        profiles, sites = fit_sites(train, priors)
+        site = site_effects.row_factors(site_effects.keys(test), sites)  # a held-out log's own site factor
+        for r, ratio in zip(test, predict_ratio(test, profiles) / site):
             errors[r.id] = float(ratio - 1.0)
     return errors
 

@@ -38,7 +38,7 @@ FP8RecipeName = Literal["tensorwise", "rowwise", "delayed"]
 Optimizer = Literal["adamw", "adafactor", "sgd"]
 Attention = Literal["flash", "eager"]
 # The software stack that runs the plan: its efficiency profile lives in catalog/stacks/<id>.toml.
-Stack = Literal["megatron", "megatron_deepspeed", "hf", "fsdp", "torchtitan", "bundled"]
+Stack = Literal["megatron", "megatron_deepspeed", "hf", "fsdp", "torchtitan", "bundled", "generic"]
 
 SHARDINGS: tuple[str, ...] = Sharding.__args__  # type: ignore[attr-defined]
 OFFLOADS: tuple[str, ...] = Offload.__args__  # type: ignore[attr-defined]

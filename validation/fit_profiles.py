@@ -28,7 +28,7 @@ from hardware.stacks import profile_to_toml  # noqa: E402
 from planner import profile_fit  # noqa: E402
 from planner.runs import load_runs  # noqa: E402
 from planner.validate import _groups  # noqa: E402
-from validation import replicates  # noqa: E402
+from validation import replicates, stack_cv  # noqa: E402
 
 DATA = REPO / "validation" / "data"
 STACKS_DIR = REPO / "catalog" / "stacks"
@@ -83,7 +83,10 @@ def main(argv=None) -> int:
             print(f"Ranking within {len(groups)} {label} groups (CV): mean Spearman "
                   f"{np.mean([g.spearman for g in groups]):.2f}, mean top-1 regret "
                   f"{100 * np.mean([g.top1_regret for g in groups]):.1f}%")
-    final = profile_fit.fit(runs, priors)
+    final, sites = profile_fit.fit_sites(runs, priors)
+    print("Site factors of the seed logs (x the model's step time of every row of that log, any stack; "
+          "planner/site_effects.py): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(sites.items())))
+    generic_mape = stack_cv.report(runs, priors, final) if profile_fit.GENERIC in priors else None
     if args.write:
         for sid, prof in final.items():
             mine = [s for s in by_source if any(r.source == s.source and r.plan.stack == sid for r in runs)]
@@ -91,6 +94,8 @@ def main(argv=None) -> int:
             # +-40% day to day for one configuration; their CV errors stay in cv_by_source)
             errs = [errors[r.id] for r in runs if r.id in errors and r.plan.stack == sid and not r.id.startswith("s00")]
             errs = errs or by_stack.get(sid, [])
+            if sid == profile_fit.GENERIC:  # no rows of its own: its error is the leave-one-stack-out one
+                errs = [generic_mape / 100] if generic_mape is not None else []
             prof = prof.model_copy(update={
                 "fit_method": "bounded ridge least squares on relative step-time error (planner/profile_fit.py); "
                               "leave-one-source-out CV; cv_mape_pct over the published rows of this stack "

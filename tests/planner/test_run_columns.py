@@ -1,5 +1,7 @@
 """Free-text knob columns of a runs file -> the planner's vocabulary (planner/run_columns.py)."""
 
+from pathlib import Path
+
 import pytest
 
 from hardware.catalog import load_catalog
@@ -13,10 +15,31 @@ from planner.runs import load_runs
     ("Megatron-LM + DeepSpeed (3D)", "megatron_deepspeed"), ("GPT-NeoX", "megatron_deepspeed"),
     ("NeMo 24.07 (Megatron-Core)", "megatron"), ("MegaScale (Megatron-LM based)", "megatron"),
     ("metaseq (FSDP + Megatron TP)", "fsdp"), ("MosaicML Composer", "fsdp"), ("torchtitan (FSDP2)", "torchtitan"),
-    ("HF Transformers + DeepSpeed", "hf"), ("DeepSpeed ZeRO", "hf"), ("Accelerate", "hf"),
+    ("HF Transformers + DeepSpeed", "hf"), ("Accelerate", "hf"), ("HF Trainer + DeepSpeed ZeRO-3", "hf"),
+    ("accelerate + PyTorch FSDP", "hf"), ("HuggingFace transformers", "hf"), ("HF", "hf"),
+    ("PyTorch FSDP", "fsdp"), ("FSDP", "fsdp"),
+    # no model code named, or a framework without data: the pooled fit
+    ("DeepSpeed ZeRO", "generic"), ("DeepSpeed ZeRO-3", "generic"), ("DDP", "generic"), ("JAX/pjit", "generic"),
 ])
 def test_framework_to_stack(framework, stack):
-    assert rc.stack_of({"framework": framework}, []) == stack
+    assert rc.stack_of({"id": "paper_001", "framework": framework}, []) == stack
+
+
+def test_unknown_framework_is_generic_and_noted():
+    notes = []
+    assert rc.stack_of({"id": "x", "framework": ""}, notes) == "generic"
+    assert notes and "generic" in notes[0]
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "ddp", "fsdp", "hf-deepspeed"])
+def test_seed_logs_bare_frameworks_ran_transformers_code(framework):
+    assert rc.stack_of({"id": "s003-01", "framework": framework}, []) == "hf"
+    assert rc.stack_of({"id": "s002-01", "framework": "megatron"}, []) == "megatron"
+
+
+def test_seed_runs_file_hf_rows_stay_hf():
+    runs = load_runs(Path(__file__).resolve().parents[2] / "validation" / "data" / "seed_runs.csv")
+    assert {r.plan.stack for r in runs if r.id.startswith("s003")} == {"hf"}
 
 
 @pytest.mark.parametrize("text,sharding", [
@@ -84,8 +107,9 @@ def test_a_file_in_other_spellings_loads(tmp_path):
     assert (a.plan.stack, a.plan.sharding, a.plan.activation_checkpointing, a.plan.precision, a.plan.attention) == \
         ("megatron_deepspeed", "zero1", "full", "fp16", "eager")
     assert a.system.gpu.hbm_gib == 40
+    # bare "DeepSpeed": the model code is not named, the pooled (generic) profile
     assert (b.plan.stack, b.plan.sharding, b.plan.offload, b.plan.activation_checkpointing, b.plan.attention) == \
-        ("hf", "zero3", "optimizer", "none", "flash")
+        ("generic", "zero3", "optimizer", "none", "flash")
 
 
 def test_a_layout_the_stated_stack_cannot_run_takes_the_nearest_stack_that_can(tmp_path):
