@@ -47,6 +47,14 @@ class StackProfile(BaseModel):
     attention_time_factor: float = Field(default=1.0, gt=0)
     elementwise_time_factor: float = Field(default=1.0, gt=0)
     layer_overhead_us: float = Field(default=0.0, ge=0, description="per block and micro batch, fwd+bwd")
+    # Host microseconds per kernel launch when launches are synchronous (CUDA_LAUNCH_BLOCKING=1;
+    # planner/launch_sync.py). Prior: BigScience's on/off test (tr11-176B-ml chronicles-prequel,
+    # "dealing with JZ hanging": 200B, 80 layers, TP8 PP10 MBS1 GBS512) measured 97.20 TFLOPs async
+    # and 91.04 synchronous on 80 A100 (+3.6 ms per block and micro batch, ~46 us for each of its ~78
+    # launches) and no difference on 160 (84.44 / 84.59): 25 us, about the mean. Independently ~20 us
+    # from a PyTorch element-wise op's call to its kernel's start on a V100 (NVIDIA Nsight Systems
+    # user guide, PyTorch example), which a blocking launch adds in full.
+    sync_launch_us: float = Field(default=25.0, ge=0, description="per kernel launch, synchronous launches only")
     comm_time_factor: float = Field(default=1.0, gt=0)
     optimizer_time_factor: float = Field(default=1.0, gt=0)
     # Fixed seconds per optimizer step, paid once whatever the grad accumulation (fitted by

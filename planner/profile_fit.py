@@ -3,10 +3,11 @@
 The step time of planner/throughput.py is linear in a profile's time factors once the raw parts
 are known (Calculon-style decomposition, Isaev et al. SC23):
 
-    step = (1 + bubble) * (g*GEMM + a*ATTN + e*ELEM + o*LAYERS + TP + CP + PP) + u*OPT + c*DP + OFFLOAD + s
+    step = (1 + bubble) * (g*GEMM + a*ATTN + e*ELEM + o*LAYERS + k*LAUNCHES + TP + CP + PP) + u*OPT + c*DP + OFFLOAD + s
 
-(s: the stack's fixed seconds per optimizer step, which grad accumulation amortises) so the factors
-(g, a, e, o, u, c, s) minimise sum_i w_i (step_i / measured_i - 1)^2 with bounds and a
+(s: the stack's fixed seconds per optimizer step, which grad accumulation amortises; k: host
+microseconds per synchronous kernel launch, LAUNCHES nonzero only for CUDA_LAUNCH_BLOCKING=1 runs)
+so the factors (g, a, e, o, k, u, c, s) minimise sum_i w_i (step_i / measured_i - 1)^2 with bounds and a
 ridge pull towards a prior (the pooled fit of every stack, itself pulled towards 1). The raw parts
 depend weakly on the factors (overlap hides comm behind scaled compute), so the fit is repeated
 with the parts recomputed. `cross_validate` leaves one source (a table of one origin) out at a time
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.stacks import SourceError, StackProfile
-from planner import fit_weights, site_effects, throughput
+from planner import fit_weights, launch_sync, site_effects, throughput
 from planner.layout import Layout
 from planner.runs import Run
 from planner.settings import Settings
@@ -32,10 +33,16 @@ PARAMS = (
     ("attention_time_factor", "raw_attention_s", 0.3, 4.0, 1.0, 0.5),
     ("elementwise_time_factor", "raw_elementwise_s", 0.3, 8.0, 1.0, 1.0),
     ("layer_overhead_us", "raw_overhead_s", 0.0, 100000.0, 0.0, 500.0),
+    # host time per synchronous launch: prior and scale from BigScience's own on/off measurement
+    # (hardware/stacks.py: 0 and ~46 us per launch in two tests)
+    ("sync_launch_us", "raw_launch_sync_s", 0.0, 1000.0, launch_sync.SYNC_LAUNCH_US_PRIOR,
+     launch_sync.SYNC_LAUNCH_US_PRIOR),
     ("optimizer_time_factor", "raw_optimizer_s", 0.5, 20.0, 1.0, 2.0),
     ("comm_time_factor", "raw_dp_comm_s", 0.3, 10.0, 1.0, 1.0),
     ("step_overhead_s", "raw_step_overhead_s", 0.0, 10.0, 0.0, 1.0),
 )
+# raw parts inside each micro batch (the pipeline bubble scales them)
+_IN_MICRO_BATCH = ("raw_gemm_s", "raw_attention_s", "raw_elementwise_s", "raw_overhead_s", "raw_launch_sync_s")
 RIDGE_POOLED = 0.05  # pull of the pooled fit towards the analytic model
 RIDGE_STACK = 0.01  # pull of a stack's fit towards the pooled fit
 ITERATIONS = 3
@@ -60,7 +67,7 @@ def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
         measured = r.plan.global_batch * r.plan.seq_len / (r.measured_tokens_per_s_per_gpu * r.plan.gpus)
         row = []
         for field, key, *_ in PARAMS:
-            scale = bubble if key in ("raw_gemm_s", "raw_attention_s", "raw_elementwise_s", "raw_overhead_s") else 1.0
+            scale = bubble if key in _IN_MICRO_BATCH else 1.0
             row.append(scale * get[key] / measured)
         fixed = bubble * (get["tp_comm_s"] + get["cp_comm_s"] + get["pp_comm_s"]) + get["offload_s"]
         A.append(row)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware.models import Catalog
-from planner import flops, peak_memory, run_columns, run_hardware
+from planner import flops, launch_sync, peak_memory, run_columns, run_hardware
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -169,7 +169,8 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   host_ram_gib=cluster.host_ram_gib, host_to_gpu_gbps=cluster.host_to_gpu_gbps,
                   intranode_gbps=hw.intranode_gbps or cluster.intranode_gbps or gpu.intranode_gbps,
                   internode_gbps=net or cluster.internode_gbps,
-                  internode_efficiency=None if net else cluster.internode_collective_efficiency)
+                  internode_efficiency=None if net else cluster.internode_collective_efficiency,
+                  launch_blocking=launch_sync.launch_blocking_of(row, notes))
 
 
 def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPlan:

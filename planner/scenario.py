@@ -156,6 +156,8 @@ class StepTimeBreakdown(Frozen):
     bubble_s: float
     offload_s: float
     bottleneck: str
+    # part of compute_s: host time of synchronous kernel launches (CUDA_LAUNCH_BLOCKING=1 jobs)
+    launch_sync_s: float = 0.0
 
 
 class Performance(Frozen):

@@ -23,6 +23,9 @@ class System(Frozen):
     # numbers above in the comm model when present.
     measured_intranode_busbw_gbps: float | None = None
     measured_internode_busbw_gbps: float | None = None
+    # The job runs with CUDA_LAUNCH_BLOCKING=1 (every kernel launch waits for its kernel; the
+    # host's per-op time adds to the GPU's: planner/launch_sync.py)
+    launch_blocking: bool = False
 
     @property
     def nodes(self) -> int:

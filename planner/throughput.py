@@ -8,7 +8,8 @@ per candidate in `layout`. The step of the busiest pipeline stage is
 compute   block GEMMs at the GPU's peak x a GEMM-size efficiency (catalog curve; fp8 GEMMs at
           the fp8 peak), fused attention at the GPU's attention-kernel efficiency by sequence
           length, element-wise kernels at HBM speed, per-block framework overhead, the
-          logits and loss, the optimizer step; each part scaled by the stack's profile;
+          logits and loss, the optimizer step, the host time of synchronous kernel launches
+          (CUDA_LAUNCH_BLOCKING=1 jobs: planner/launch_sync.py); each part scaled by the stack's profile;
 bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2);
 comm      TP collectives (hidden by async TP where the stack does it), ring-attention KV
           exchange (context parallelism), PP sends, DP/ZeRO/FSDP collectives minus the part
@@ -25,7 +26,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, dp_comm, flops, fp8, gemm_shape
+from planner import comm, dp_comm, flops, fp8, gemm_shape, launch_sync
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -59,6 +60,7 @@ FACTORS = {
     "attention": "attention_time_factor",
     "elementwise": "elementwise_time_factor",
     "overhead": "layer_overhead_us",
+    "launch_sync": "sync_launch_us",
     "dp_comm": "comm_time_factor",
     "optimizer": "optimizer_time_factor",
 }
@@ -170,6 +172,7 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
         "attention": layers * tokens * attn_t,
         "elementwise": layers * tokens * elem_t + with_logits * logits * 0.25,
         "overhead": layers * 1e-6,  # x layer_overhead_us
+        "launch_sync": launch_sync.raw_s(layout, layers, system.launch_blocking),  # x sync_launch_us
         "fwd_share": np.full(np.shape(layers), fwd_share),
         "layers": layers,
     }
@@ -307,11 +310,13 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_attention_s": ga * parts["attention"],
         "raw_elementwise_s": ga * parts["elementwise"],
         "raw_overhead_s": ga * parts["overhead"],
+        "raw_launch_sync_s": ga * parts["launch_sync"],
         "raw_dp_comm_s": dp_raw,
         "raw_optimizer_s": optimizer_raw,
         "raw_step_overhead_s": np.ones(np.shape(step)),  # x step_overhead_s
         "bubble_fraction": bubble_frac,
         "optimizer_s": optimizer_raw * prof["optimizer_time_factor"],
+        "launch_sync_s": ga * scaled["launch_sync"],
         "dp_comm_s": dp_s,
         "tp_comm_s": tp_s,
         "cp_comm_s": cp_s,
