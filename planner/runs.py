@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware.models import Catalog
-from planner import run_precision, flops, peak_memory, run_columns, run_hardware
+from planner import flops, peak_memory, run_columns, run_hardware, run_precision
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
