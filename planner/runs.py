@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware.models import Catalog
-from planner import flops, launch_sync, peak_memory, run_columns, run_hardware
+from planner import flops, launch_sync, peak_memory, run_columns, run_hardware, run_precision
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -289,6 +289,7 @@ def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
         tps, it = _measured(row, spec, plan, system, notes)
         plan = _recompute_from_counts(row, spec, plan, tps, notes)
         plan = run_columns.capable_stack(plan, catalog.stacks, notes)
+        plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
         mem = _num(row, "measured_peak_mem_GB")
         outcome = (row.get("outcome") or "ok").strip() or "ok"
         stated = bool((row.get("tp") or "").strip() or (row.get("pp") or "").strip())

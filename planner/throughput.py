@@ -26,7 +26,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, dp_comm, flops, fp8, gemm_shape, launch_sync
+from planner import comm, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -127,7 +127,6 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     act = (10.0 * ~sp + (24.0 + 10.0 * sp) / tp) * (spec.hidden / 2)
     elem = act * act_bytes / hbm
     elem = elem * np.where(layout.compile == 1, prof["compile_elementwise_factor"], 1.0)
-    elem = elem + eager * (5.0 * spec.n_heads) * layout.seq_len / tp * act_bytes / 2 / hbm
     return gemm, attn, elem
 
 
@@ -156,6 +155,10 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
     gemm_t = gemm * (3.0 + block + linear_share)
     attn_t = attn * (3.0 + block + attn_share)
     elem_t = elem * (ELEMENTWISE_PASSES + block + 0.5 * linear_share)
+    # eager attention's element-wise kernels over the score matrix (their own passes)
+    elem_t = elem_t + (layout.attention == ATTN["eager"]) * eager_traffic.seconds_per_token(
+        spec.n_heads, layout.seq_len, layout.tp, compute_dtype_bytes(layout), layout.precision == PREC["fp16"],
+        prof["eager_softmax_fp32"], block + 0.5 * linear_share, _hbm_Bps(system, settings))
     # fp8 quantisation of the block linears' operands, forward + backward (the recipe's kernels)
     hbm = _hbm_Bps(system, settings)
     elem_t = elem_t + prof["fp8_cast_passes"] * fp8.cast_s_per_token(spec, layout, prof, hbm, block + linear_share)
