@@ -83,17 +83,19 @@ def test_48_node_contenders_rank_better_with_the_shape_model():
     """Golden (catalog profiles, no refit): BLOOM 181B, '48 node contenders' (TP8, PP 6 or 12,
     micro batch 1-8). Measured when written: Spearman -0.32 without the shape model, 0.00 with it;
     top-1 regret 13.1% -> 7.3%. Smaller micro batches give fewer output tiles at TP8 (wave
-    quantization), which the measurements show (mb1 < mb2 < mb4 at the same TP/PP)."""
+    quantization), which the measurements show (mb1 < mb2 < mb4 at the same TP/PP). Since the
+    synchronous-launch host time (planner/launch_sync.py) carries part of that trend, the shape
+    model's own gain is smaller: Spearman 0.21 -> 0.36, regret 7.3% both, mb1/mb4 0.979 -> 0.949."""
     runs = [r for r in _bloom_runs() if "48 node" in r.source and r.spec.hidden == 14336]
     assert len(runs) == 7
     meas = np.array([r.measured_tokens_per_s_per_gpu for r in runs])
     off, on = _predict(runs, False), _predict(runs, True)
-    assert _spearman(on, meas) >= _spearman(off, meas) + 0.25
+    assert _spearman(on, meas) >= _spearman(off, meas) + 0.1
     regret = 1 - meas[on.argmax()] / meas.max()
-    assert regret <= 1 - meas[off.argmax()] / meas.max() - 0.04
+    assert regret <= 1 - meas[off.argmax()] / meas.max()
     # micro batch 1 loses against 4 at TP8 PP6 (measured 78.1 vs 89.9 tokens/s/GPU)
     i1, i4 = (next(i for i, r in enumerate(runs) if r.plan.pp == 6 and r.plan.micro_batch == mb) for mb in (1, 4))
-    assert on[i1] / on[i4] < off[i1] / off[i4] - 0.03  # 0.996 vs 1.043 when written
+    assert on[i1] / on[i4] < off[i1] / off[i4] - 0.02  # 0.996 vs 1.043 when written; 0.949 vs 0.979 now
 
 
 def test_bloom_181b_group_ranks_better_with_the_shape_model():
