@@ -16,6 +16,9 @@ Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm", "nonparametric"]
 Position = Literal["learned", "rope", "alibi"]
 QkNorm = Literal["none", "per_head", "full"]
+# The LLaMA block (Touvron et al. 2023, arXiv 2302.13971, sec. 2.2): SwiGLU MLP, RMSNorm, rotary
+# positions; untied embeddings and no biases as in its released configs.
+LLAMA_BLOCK = dict(mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False, bias=False)
 
 
 def round_up(n: int, multiple: int) -> int:

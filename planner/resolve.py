@@ -7,14 +7,14 @@ from pydantic import ValidationError
 from hardware.catalog import load_catalog
 from hardware.models import Catalog, Cluster
 from planner.errors import PlanError, unknown
-from planner.model import ModelSpec
+from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import Scenario
 from planner.system import System
 
 # A scenario that names neither a cluster nor a GPU runs on this catalog entry.
 DEFAULT_CLUSTER = "dgx-a100"
 
-_ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab")
+_ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "mlp")
 
 
 def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = None) -> ModelSpec:
@@ -37,7 +37,8 @@ def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = 
                             f"or the architecture columns (missing: {', '.join(missing)})")
         base = ModelSpec(name="custom", n_layers=1, hidden=64, n_heads=1, vocab=1,
                          vocab_multiple=128, max_positions=scenario.seq_len or 2048)
-        spec = _rebuild(base, overrides)
+        block = LLAMA_BLOCK if scenario.mlp == "swiglu" else {}
+        spec = _rebuild(base, {**block, **overrides})
     if scenario.seq_len and scenario.seq_len > spec.max_positions and spec.position == "learned":
         raise PlanError("seq_len", f"{scenario.seq_len} exceeds the model's {spec.max_positions} "
                         "learned positions")

@@ -205,6 +205,9 @@ class _ModelAndSystem(Frozen):
     n_kv_heads: int | None = Field(default=None, gt=0, description="Key/value heads (GQA; default n_heads)")
     ffn_hidden: int | None = Field(default=None, gt=0, description="MLP hidden size")
     vocab: int | None = Field(default=None, gt=0, description="Vocabulary size")
+    mlp: Literal["gelu", "swiglu"] | None = Field(
+        default=None, description="MLP form: gelu (GPT block, 2 matrices) or swiglu (3 matrices; a model given "
+        "by its columns then gets the LLaMA block: RMSNorm, RoPE, untied embeddings, no biases)")
     # system
     gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
     gpus: int | None = Field(default=None, gt=0, le=1_000_000, description="GPU count")
