@@ -180,7 +180,7 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
         "fwd_share": np.full(np.shape(layers), fwd_share),
         "layers": layers,
         # fill and drain run through the lighter stages (planner/pipeline_stages.py)
-        "bubble_ratio": pipeline_stages.ratio(spec.n_layers, layout.pp, heavy, light, per_layer, logits,
+        "bubble_stage_factor": pipeline_stages.ratio(spec.n_layers, layout.pp, heavy, light, per_layer, logits,
                                               last_is_busiest),
     }
 
@@ -279,7 +279,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     comm_s = tp_s + cp_s + pp_s + dp_s
     # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21), x the
     # lighter stages' share of the fill and drain (Alpa eq. 2: planner/pipeline_stages.py).
-    bubble_frac = (layout.pp - 1) / (ga * layout.vpp) * parts["bubble_ratio"]
+    bubble_frac = (layout.pp - 1) / (ga * layout.vpp) * parts["bubble_stage_factor"]
     busy = ga * micro + tp_s + cp_s + pp_s
     bubble_s = bubble_frac * busy
     offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
@@ -323,7 +323,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_optimizer_s": optimizer_raw,
         "raw_step_overhead_s": np.ones(np.shape(step)),  # x step_overhead_s
         "bubble_fraction": bubble_frac,
-        "bubble_ratio": np.broadcast_to(parts["bubble_ratio"], np.shape(step)),
+        "bubble_stage_factor": np.broadcast_to(parts["bubble_stage_factor"], np.shape(step)),
         "optimizer_s": optimizer_raw * prof["optimizer_time_factor"],
         "launch_sync_s": ga * scaled["launch_sync"],
         "dp_comm_s": dp_s,
