@@ -10,7 +10,8 @@ compute   block GEMMs at the GPU's peak x a GEMM-size efficiency (catalog curve;
           length, element-wise kernels at HBM speed, per-block framework overhead, the
           logits and loss, the optimizer step, the host time of synchronous kernel launches
           (CUDA_LAUNCH_BLOCKING=1 jobs: planner/launch_sync.py); each part scaled by the stack's profile;
-bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2);
+bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2), the fill
+          and drain through the lighter stages where stages differ (planner/pipeline_stages.py);
 comm      TP collectives (hidden by async TP where the stack does it), ring-attention KV
           exchange (context parallelism), PP sends, DP/ZeRO/FSDP collectives minus the part
           hidden behind compute (the stack's overlap fractions);
@@ -26,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync
+from planner import comm, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, pipeline_stages
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -178,6 +179,9 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
         "launch_sync": launch_sync.raw_s(layout, layers, system.launch_blocking),  # x sync_launch_us
         "fwd_share": np.full(np.shape(layers), fwd_share),
         "layers": layers,
+        # fill and drain run through the lighter stages (planner/pipeline_stages.py)
+        "bubble_stage_factor": pipeline_stages.ratio(spec.n_layers, layout.pp, heavy, light, per_layer, logits,
+                                              last_is_busiest),
     }
 
 
@@ -273,8 +277,9 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof)
     dp_s = dp_raw * prof["comm_time_factor"]
     comm_s = tp_s + cp_s + pp_s + dp_s
-    # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21).
-    bubble_frac = (layout.pp - 1) / (ga * layout.vpp)
+    # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21), x the
+    # lighter stages' share of the fill and drain (Alpa eq. 2: planner/pipeline_stages.py).
+    bubble_frac = (layout.pp - 1) / (ga * layout.vpp) * parts["bubble_stage_factor"]
     busy = ga * micro + tp_s + cp_s + pp_s
     bubble_s = bubble_frac * busy
     offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
@@ -318,6 +323,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_optimizer_s": optimizer_raw,
         "raw_step_overhead_s": np.ones(np.shape(step)),  # x step_overhead_s
         "bubble_fraction": bubble_frac,
+        "bubble_stage_factor": np.broadcast_to(parts["bubble_stage_factor"], np.shape(step)),
         "optimizer_s": optimizer_raw * prof["optimizer_time_factor"],
         "launch_sync_s": ga * scaled["launch_sync"],
         "dp_comm_s": dp_s,

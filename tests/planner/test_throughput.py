@@ -63,9 +63,11 @@ def test_pipeline_bubble_is_p_minus_1_over_m_v():
     kw = dict(tp=2, pp=4, dp=1, micro_batch=1, seq_len=2048)
     for ga, vpp in ((8, 1), (16, 1), (8, 2)):
         p = _perf({**kw, "grad_accum": ga, "vpp": vpp}, gpus=8, spec=spec, cluster="dgx-a100")
-        # the bubble is (p-1)/(m v) of the busy time (compute minus optimizer + tp/pp sends)
+        # the bubble is (p-1)/(m v) of the busy time (compute minus optimizer + tp/pp sends), less
+        # where the last stage, which also runs the output layer, is the slowest (pipeline_stages.py)
         busy = p["step_time_s"] - p["bubble_s"] - p["optimizer_s"] - p["dp_comm_s"] - p["offload_s"]
-        assert p["bubble_s"] / busy == pytest.approx(3 / (ga * vpp), rel=0.02)
+        assert p["bubble_s"] / busy == pytest.approx(3 / (ga * vpp) * p["bubble_stage_factor"], rel=0.02)
+        assert 0.9 < p["bubble_stage_factor"] < 1.0  # 10 blocks a stage; the output layer is ~half a block
     assert _perf({**kw, "pp": 1, "dp": 4, "grad_accum": 8}, gpus=8, spec=spec, cluster="dgx-a100")["bubble_s"] == 0
 
 
