@@ -14,7 +14,7 @@ from planner.errors import PlanError
 
 # ---------------------------------------------------------------- numbers
 
-_NUMBER = re.compile(r"^[~≈]?\s*(\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?:\(.*\))?$")
+_NUMBER = re.compile(r"^[~≈]?\s*(-?\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?:\(.*\))?$")
 
 
 def number(row, key: str, unit: str = "") -> float | None:
@@ -200,3 +200,15 @@ def expert_parallel_refused(row) -> None:
     ep = _int_column(row, ("ep", "expert_parallel", "expert_parallel_size"))
     if ep and ep > 1:
         raise PlanError("ep", f"row {row.get('id')}: expert parallelism {ep} (mixture of experts) is not modelled")
+
+
+def outcome_of(row, notes: list[str]) -> str:
+    """ok | OOM | the cell as written (a run that failed otherwise: reported, not scored)."""
+    raw = (row.get("outcome") or "").strip()
+    low = raw.lower()
+    if re.search(r"\boom\b|out[\s_-]*of[\s_-]*memory", low):
+        return "OOM"
+    if not raw or re.fullmatch(r"(ok|okay|success\w*|succeeded|ran|run|completed?|done|yes|finished|pass\w*)\b.*", low):
+        return "ok"
+    notes.append(f"outcome {raw!r}: neither ok nor OOM, not scored")
+    return raw

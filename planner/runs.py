@@ -13,11 +13,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from hardware.models import Catalog
 from planner import flops, launch_sync, peak_memory, run_columns, run_hardware, run_layout, run_precision, run_text
 from planner.errors import PlanError
 from planner.model import ModelSpec
-from planner.scenario import ExecutionPlan
+from planner.scenario import ExecutionPlan, Frozen
 from planner.sizes import gpt_for_params
 from planner.system import System
 
@@ -248,32 +250,60 @@ def _recompute_from_counts(row, spec: ModelSpec, plan: ExecutionPlan, tps: float
     return plan.model_copy(update={"activation_checkpointing": "full", "checkpoint_fraction": 1.0})
 
 
-def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
-    """Every row of a runs CSV as a `Run` (an unusable row is an error naming it)."""
+class NotPredicted(Frozen):
+    """A row the planner cannot express: kept out of the scores, reported with its reason."""
+
+    id: str
+    field: str
+    reason: str
+
+    @classmethod
+    def of(cls, rid: str, error: Exception) -> "NotPredicted":
+        if isinstance(error, PlanError):
+            return cls(id=rid, field=error.field, reason=error.message.removeprefix(f"row {rid}: "))
+        if isinstance(error, ValidationError):
+            first = error.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ())) or "row"
+            return cls(id=rid, field=field, reason=first["msg"])
+        return cls(id=rid, field="row", reason=str(error))
+
+
+def _run(row, catalog: Catalog) -> Run:
+    notes: list[str] = []
+    spec = _spec(row, catalog, notes)
+    system = _system(row, catalog, notes)
+    plan, stated = _plan(row, spec, system, notes)
+    tps, it = _measured(row, spec, plan, system, notes)
+    plan = _recompute_from_counts(row, spec, plan, tps, notes)
+    plan = run_columns.capable_stack(plan, catalog.stacks, notes)
+    plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
+    mem = _num(row, "measured_peak_mem_GB")
+    outcome = run_text.outcome_of(row, notes)
+    inconsistent = None
+    if plan.gpus != system.gpus:
+        inconsistent = (f"tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp {plan.dp} = {plan.gpus} GPUs, "
+                        f"the row says {system.gpus}: not scored")
+        notes.append(inconsistent)
+    if not stated:
+        notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
+    return Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
+               (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
+               stated, inconsistent, peak_memory.convention_of(row, notes))
+
+
+def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[NotPredicted] | None = None) -> list[Run]:
+    """Every row of a runs CSV as a `Run`. A row the planner cannot express is an error naming it, or,
+    given a `not_predicted` list, is appended there with its reason and the other rows are read."""
     if catalog is None:
         from hardware.catalog import load_catalog
 
         catalog = load_catalog()
     runs = []
     for row in read_rows(Path(path)):
-        notes: list[str] = []
-        spec = _spec(row, catalog, notes)
-        system = _system(row, catalog, notes)
-        plan, stated = _plan(row, spec, system, notes)
-        tps, it = _measured(row, spec, plan, system, notes)
-        plan = _recompute_from_counts(row, spec, plan, tps, notes)
-        plan = run_columns.capable_stack(plan, catalog.stacks, notes)
-        plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
-        mem = _num(row, "measured_peak_mem_GB")
-        outcome = (row.get("outcome") or "ok").strip() or "ok"
-        inconsistent = None
-        if plan.gpus != system.gpus:
-            inconsistent = (f"tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp {plan.dp} = {plan.gpus} GPUs, "
-                            f"the row says {system.gpus}: not scored")
-            notes.append(inconsistent)
-        if not stated:
-            notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
-        runs.append(Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
-                        (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
-                        stated, inconsistent, peak_memory.convention_of(row, notes)))
+        try:
+            runs.append(_run(row, catalog))
+        except (PlanError, ValidationError) as e:
+            if not_predicted is None:
+                raise
+            not_predicted.append(NotPredicted.of(row.get("id") or "?", e))
     return runs
