@@ -7,6 +7,7 @@ taken here is a named rule and is written into the run's assumptions.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from planner import run_text
@@ -79,6 +80,25 @@ def layout_of(row, gpus: int, per_node: int, cp: int, notes: list[str]) -> RowLa
     return RowLayout(tp, pp, dp, stated)
 
 
+def global_batch_of(row, seq_len: int, notes: list[str]) -> float | None:
+    """Sequences per step: `global_batch`, or a token count ('4M tokens', '4M', a `global_batch_tokens`
+    column) over the sequence length (noted; 'M' as 10^6 or 2^20, whichever gives whole sequences)."""
+    cell = (row.get("global_batch") or "").strip()
+    m = re.fullmatch(r"([\d.,]+)\s*([KM])?\s*(tokens?|tok)?", cell, re.I)
+    if m and (m.group(2) or m.group(3)):
+        value = float(m.group(1).replace(",", ""))
+        unit = (m.group(2) or "").lower()
+        scales = {"k": (1e3, 2**10), "m": (1e6, 2**20)}.get(unit, (1.0,))
+        tokens = min((value * sc for sc in scales), key=lambda t: abs(t / seq_len - round(t / seq_len)))
+    else:
+        tokens = run_text.number(row, "global_batch_tokens")
+        if tokens is None:
+            return run_text.number(row, "global_batch")
+    batch = max(round(tokens / seq_len), 1)
+    notes.append(f"global batch of {tokens:,.0f} tokens: {batch} sequences of {seq_len}")
+    return float(batch)
+
+
 def batch_of(row, spec: ModelSpec, gpus: int, dp: int, pp: int, seq_len: int, notes: list[str]) -> tuple[int, int]:
     """(micro batch, grad accumulation): from the columns (grad_accum, else global_batch), else the
     notes, else the planner's own batch rule (`plan estimate`'s: GPT-3's tokens per step for the size),
@@ -91,7 +111,7 @@ def batch_of(row, spec: ModelSpec, gpus: int, dp: int, pp: int, seq_len: int, no
             notes.append("micro batch not stated: 1")
     mb = int(mb)
     ga_column = run_text.grad_accum_of({k: v for k, v in row.items() if k != "notes"})
-    gbs = run_text.number(row, "global_batch")
+    gbs = global_batch_of(row, seq_len, notes)
     if ga_column:
         return mb, ga_column
     if gbs is not None:

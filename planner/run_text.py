@@ -17,20 +17,37 @@ from planner.errors import PlanError
 _NUMBER = re.compile(r"^[~≈]?\s*(-?\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?:\(.*\))?$")
 
 
-def number(row, key: str, unit: str = "") -> float | None:
-    """A numeric cell: '1,024', '~64', '64 (8 nodes)', '7B' (with unit 'B'); blank -> None. Counts
-    and measurements are positive: zero, a negative number or text is a PlanError naming the cell."""
+# units a curator may write after a column's number (stripped; the column's unit is the one meant)
+UNITS = {"n_params_B": r"B|billion", "measured_peak_mem_GB": r"GB|GiB|G", "measured_iter_time_s": r"s|sec|seconds",
+         "measured_tflops_per_gpu": r"TFLOPS?(/s)?", "measured_tokens_per_sec_per_gpu": r"tok(en)?s?/s(ec)?(/GPU)?",
+         "measured_mfu": r"%", "seq_len": r"tokens"}
+
+
+def number(row, key: str) -> float | None:
+    """A numeric cell: '1,024', '~64', '64 (8 nodes)', '7B' (the column's unit, UNITS), '4k' (seq_len:
+    x 1024); blank -> None. Counts and measurements are positive: zero, a negative number or text is a
+    PlanError naming the cell."""
     raw = (row.get(key) or "").strip()
     if not raw or raw.lower() in ("n/a", "na", "-", "?", "none", "not stated"):
         return None
-    v = re.sub(rf"\s*{unit}$", "", raw, flags=re.I) if unit else raw
-    m = _NUMBER.match(v)
+    v = re.sub(rf"\s*({UNITS[key]})$", "", raw, flags=re.I) if key in UNITS else raw
+    kilo = key == "seq_len" and re.fullmatch(r"\d+\s*[kK]", v)
+    m = _NUMBER.match(v.rstrip("kK ") if kilo else v)
     if not m:
         raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a number")
-    value = float(m.group(1).replace(",", "").replace("_", ""))
+    value = float(m.group(1).replace(",", "").replace("_", "")) * (1024 if kilo else 1)
     if value <= 0:
         raise PlanError(key, f"row {row.get('id')}: {raw!r} must be > 0")
     return value
+
+
+def mfu_of(row, notes: list[str]) -> float | None:
+    """measured_mfu as a fraction: '41%' or 41.5 (a percentage, > 1) -> 0.415 (noted)."""
+    mfu = number(row, "measured_mfu")
+    if mfu is not None and mfu > 1:
+        notes.append(f"measured_mfu {mfu:g} read as a percentage: {mfu / 100:g}")
+        return mfu / 100
+    return mfu
 
 
 def column(row, *keys: str) -> str:

@@ -80,8 +80,7 @@ def source_of(row: dict[str, str]) -> str:
 
 
 def _num(row, key, cast=float):
-    unit = "B" if key == "n_params_B" else ""
-    v = run_text.number(row, key, unit)
+    v = run_text.number(row, key)
     return None if v is None else cast(v)
 
 
@@ -206,7 +205,7 @@ def _measured(row, spec: ModelSpec, plan: ExecutionPlan, system: System, notes) 
     if days:
         total = 1e11 / (days * 86400)
         return total / gpus, tokens_step / total
-    tf, mfu = _num(row, "measured_tflops_per_gpu"), _num(row, "measured_mfu")
+    tf, mfu = _num(row, "measured_tflops_per_gpu"), run_text.mfu_of(row, notes)
     rid = row["id"]
     if tf and rid.startswith("s00"):  # seed 002's formula with the row's stated size
         factor = 4 if plan.activation_checkpointing == "full" else 3

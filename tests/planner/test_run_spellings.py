@@ -290,3 +290,45 @@ def test_number_spellings(tmp_path, cells, expected):
 def test_params_with_unit(tmp_path):
     run = load(tmp_path, n_layers="", hidden="", n_heads="", n_kv_heads="", ffn_hidden="", n_params_B="7B")
     assert 6e9 < run.spec.n_params < 8e9
+
+
+@pytest.mark.parametrize("cell,batch", [("4M tokens", 2048), ("4M", 2048), ("4,194,304 tokens", 2048),
+                                        ("2M", 1024), ("1024", 1024)])
+def test_global_batch_in_tokens(tmp_path, cell, batch):
+    run = load(tmp_path, global_batch=cell, tp="8", dp="8")
+    assert run.plan.global_batch == batch
+
+
+def test_global_batch_tokens_column(tmp_path):
+    run = load(tmp_path, ("global_batch_tokens",), global_batch="", global_batch_tokens="1048576")
+    assert run.plan.global_batch == 512
+
+
+@pytest.mark.parametrize("cells,check", [
+    (dict(seq_len="4k"), lambda r: r.plan.seq_len == 4096), (dict(seq_len="8K"), lambda r: r.plan.seq_len == 8192),
+    (dict(measured_peak_mem_GB="71.5 GiB"), lambda r: r.measured_peak_mem_gib is not None),
+    (dict(measured_tokens_per_sec_per_gpu="3,890 tokens/s"), lambda r: r.measured_tokens_per_s_per_gpu == 3890),
+    (dict(measured_tokens_per_sec_per_gpu="", measured_iter_time_s="1.42 s"), lambda r: r.measured_iter_time_s == 1.42),
+])
+def test_cells_with_units(tmp_path, cells, check):
+    assert check(load(tmp_path, **cells))
+
+
+@pytest.mark.parametrize("mfu", ["41.5%", "41.5", "0.415"])
+def test_mfu_as_percentage(tmp_path, mfu):
+    a = load(tmp_path, measured_tokens_per_sec_per_gpu="", measured_mfu=mfu)
+    b = load(tmp_path, measured_tokens_per_sec_per_gpu="", measured_mfu="0.415")
+    assert a.measured_tokens_per_s_per_gpu == pytest.approx(b.measured_tokens_per_s_per_gpu)
+
+
+@pytest.mark.parametrize("outcome,expected", [("ok", "ok"), ("OK", "ok"), ("success", "ok"), ("completed", "ok"),
+                                              ("", "ok"), ("OOM", "OOM"), ("out of memory", "OOM"),
+                                              ("CUDA OOM", "OOM"), ("diverged", "diverged")])
+def test_outcome_spellings(tmp_path, outcome, expected):
+    run = load(tmp_path, outcome=outcome)
+    assert run.outcome == expected and run.scored == (expected == "ok")
+
+
+def test_gh200_is_read_as_h200_and_noted(tmp_path):
+    run = load(tmp_path, gpu_type="GH200 Grace Hopper", gpus_per_node="4")
+    assert "H200" in run.system.gpu.name and any("GH200" in n for n in run.assumptions)
