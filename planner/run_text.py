@@ -98,6 +98,9 @@ def internode_gbps(text: str, per_node_gpus: int, notes: list[str]) -> float | N
     if m:  # "8x200 Gb/s", "8 x 400G", "Slingshot-11 4x200" (a NIC's rate: Gb/s)
         unit = m.group(3) if m.lastindex and m.lastindex >= 3 and m.group(3) else "Gbps"
         return int(m.group(1)) * _gbps(m.group(2), unit)
+    m = re.search(_RATE + r"\s*(?:x|×|\*)\s*(\d+)\b", text, re.I)
+    if m:  # "400 Gbps x 8"
+        return int(m.group(3)) * _gbps(m.group(1), m.group(2))
     link = next((gbps for pat, gbps in _LINKS if re.search(pat, text.upper())), None)
     nics = re.search(r"(\d+)\s*(?:x\s*)?(?:NICs|HCAs|rails|ports|adapters)\b|(\d+)\s*(?:x|×)\s*(?:[A-Za-z-]*\s*)?"
                      r"(?:HDR|NDR|EDR|XDR|ConnectX)", text, re.I)
@@ -109,6 +112,8 @@ def internode_gbps(text: str, per_node_gpus: int, notes: list[str]) -> float | N
             return gbps * per_node_gpus
         if count:
             return gbps * count
+        if re.search(r"per\s+node|node[\s-]*(to|-)[\s-]*node|aggregate|total", text, re.I):
+            return gbps
         if re.search(r"per\s+(NIC|HCA|port|link|rail)", text, re.I) or (link and gbps == link):
             notes.append(f"network {gbps:g} Gbps per NIC, NIC count not stated: one NIC per GPU "
                          f"({per_node_gpus}, rail-optimised DGX/HGX nodes)")
@@ -132,13 +137,16 @@ def cp_of(row, notes: list[str]) -> int:
     if given:
         return given
     text = row.get("notes") or ""
-    found = _int_in(text, (r"\bCP\s*[=:]?\s*(\d+)\b", r"context[\s_-]*parallel(?:ism)?(?:[\s_-]*size)?"
-                           r"(?:\s*(?:of|=|:))?\s*(\d+)\b"))
+    found = _int_in(text, (r"\bCP(?:[\s_-]*(?:size|degree))?\s*[=:]?\s*(\d+)\b",
+                           r"context[\s_-]*parallel(?:ism)?(?:[\s_-]*(?:size|degree))?(?:\s*(?:of|=|:))?\s*(\d+)\b",
+                           r"(\d+)[\s-]*way\s+(?:context[\s_-]*parallel|CP\b)"))
     return found or 1
 
 
 _VPP = (r"interleave[^=\d;]*=\s*(\d+)", r"\bVPP?\s*[=:]?\s*(\d+)\b",
-        r"virtual[\s_-]*pipeline(?:[\s_-]*model)?(?:[\s_-]*parallel)?(?:[\s_-]*size)?\s*[=:]?\s*(\d+)",
+        r"virtual[\s_-]*pipeline(?:[\s_-]*(?:model|parallel|size|stages?|degree|chunks?))*\s*[=:]?\s*(\d+)",
+        r"virtual[\s_-]*stages?[\s_-]*per[\s_-]*(?:pipeline[\s_-]*)?(?:rank|GPU|stage)\s*[=:]?\s*(\d+)",
+        r"virtual[\s_-]*stages?\s*[=:]\s*(\d+)", r"model\s*chunks?(?:\s*per\s*\w+)?\s*[=:]\s*(\d+)",
         r"(\d+)\s*model\s*chunks", r"(\d+)\s*virtual\s*(?:pipeline\s*)?stages?\s*per\s*(?:GPU|rank|device|stage)")
 _LAYERS_PER_VIRTUAL = (r"(\d+)\s*layers?\s*per\s*virtual", r"layers?[\s_-]*per[\s_-]*virtual[\s_-]*(?:pipeline[\s_-]*)?"
                        r"stage\s*[=:]?\s*(\d+)")
@@ -152,9 +160,9 @@ def vpp_of(row, pp: int, n_layers: int, notes: list[str]) -> int:
         return 1
     given = _int_column(row, ("vpp", "virtual_pipeline", "virtual_pipeline_size", "interleave"))
     text = row.get("notes") or ""
-    vpp = given or _int_in(text, _VPP)
+    per = None if given else _int_in(text, _LAYERS_PER_VIRTUAL)  # before _VPP: "..._virtual_pipeline_stage=2"
+    vpp = given or (None if per else _int_in(text, _VPP))
     if vpp is None:
-        per = _int_in(text, _LAYERS_PER_VIRTUAL)
         if per:
             stage_layers = n_layers // pp
             vpp = max(stage_layers // per, 1)
@@ -185,7 +193,7 @@ def sequence_parallel_of(row, tp: int, stack_default: bool, year: int | None, ge
         return cell in ("yes", "y", "true", "1", "on", "sp", "enabled")
     text = row.get("notes") or ""
     if re.search(r"\b(no|without|w/o|disabled?)\s+(sequence[\s_-]*parallel\w*|SP)\b|\bSP\s*(off|=\s*(0|false))\b"
-                 r"|sequence[\s_-]*parallel\w*\s*(off|=\s*(0|false))", text, re.I):
+                 r"|sequence[\s_-]*parallel\w*\s*(off|[=:]\s*(0|false|no))", text, re.I):
         return False
     if re.search(r"sequence[\s_-]*parallel|\bSP\b", text, re.I):
         return True

@@ -48,7 +48,8 @@ def load(tmp_path, extra_columns=(), **cells):
     # a named InfiniBand generation without a count: one NIC per GPU (rail-optimised DGX/HGX nodes)
     ("InfiniBand HDR", 8, 1600), ("HDR100 InfiniBand", 8, 800), ("NDR", 8, 3200), ("IB NDR400", 8, 3200),
     ("EDR InfiniBand", 4, 400), ("4x HDR", 8, 800), ("8 x NDR", 8, 3200), ("200 Gbps HDR InfiniBand", 8, 1600),
-    ("ConnectX-7 InfiniBand", 8, 3200),
+    ("ConnectX-7 InfiniBand", 8, 3200), ("400 Gbps x 8", 8, 3200), ("100 Gb/s EDR per node", 8, 100),
+    ("InfiniBand NDR 8x400", 8, 3200), ("1x HDR per node", 8, 200),
 ])
 def test_internode_network_spellings(tmp_path, text, per_node, gbps):
     run = load(tmp_path, internode_network=text, gpus_per_node=str(per_node))
@@ -75,6 +76,8 @@ def test_named_generation_without_a_count_is_noted(tmp_path):
     ("4 virtual stages per GPU", 8, 4), ("layers per virtual stage 2", 8, 6), ("2 layers per virtual stage", 8, 6),
     ("num_layers_per_virtual_pipeline_stage=2", 8, 6), ("--num-layers-per-virtual-pipeline-stage 3", 8, 4),
     ("interleaved: 4 layers per virtual stage", 4, 6), ("interleaved: 1 layer per virtual stage", 8, 12),
+    ("virtual pipeline stages: 4", 8, 4), ("--num-virtual-stages-per-pipeline-rank 4", 8, 4),
+    ("model chunks per GPU: 4", 8, 4), ("interleaved (vpp 4)", 8, 4),
     ("no interleaving", 8, 1), ("", 8, 1), ("VP=6", 1, 1),
 ])
 def test_virtual_pipeline_spellings(tmp_path, notes, pp, vpp):
@@ -95,7 +98,7 @@ def test_vpp_column(tmp_path):
 @pytest.mark.parametrize("notes,cp", [
     ("CP=2", 2), ("CP 2", 2), ("CP: 2", 2), ("cp2", 2), ("context parallel 2", 2), ("context parallel=2", 2),
     ("context_parallel_size=2", 2), ("--context-parallel-size 2", 2), ("context parallelism of 2", 2),
-    ("FSDP 4 x CP 2 (context parallel=2)", 2), ("CPU offload of the optimizer", 1), ("CP=1, VP=1", 1), ("", 1),
+    ("FSDP 4 x CP 2 (context parallel=2)", 2), ("CP size 2", 2), ("2-way context parallelism", 2), ("2-way CP", 2), ("CPU offload of the optimizer", 1), ("CP=1, VP=1", 1), ("", 1),
 ])
 def test_context_parallel_spellings(tmp_path, notes, cp):
     run = load(tmp_path, notes=notes, dp="")
@@ -126,7 +129,7 @@ def test_expert_parallel_column_is_refused_with_its_reason(tmp_path):
     ("", "", "invented probe (2021)", False),  # before sequence parallelism (Korthikanti et al. 2022)
     ("sequence parallel", "", "invented probe (2021)", True), ("TP8 + SP", "DeepSpeed", "x", True),
     ("--sequence-parallel", "", "x", True), ("no sequence parallelism", "Megatron-LM", "x", False),
-    ("SP off", "Megatron-Core", "x", False), ("", "Megatron-LM", "x", True),
+    ("SP off", "Megatron-Core", "x", False), ("sequence_parallel: false", "Megatron-Core", "x", False), ("", "Megatron-LM", "x", True),
 ])
 def test_sequence_parallel(tmp_path, notes, framework, source, sp):
     run = load(tmp_path, notes=notes, framework=framework, source=source)
