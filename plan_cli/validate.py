@@ -36,7 +36,11 @@ def validate(
     from planner.validate import validate as run_validate
 
     cat = load_catalog(catalog)
-    report = run_validate(load_runs(runs, cat), Settings(stacks=cat.stacks))
+    skipped: list = []
+    report = run_validate(load_runs(runs, cat, skipped), Settings(stacks=cat.stacks), skipped)
+    if not report.runs and report.not_predicted:  # nothing to score: the first reason is the error
+        first = report.not_predicted[0]
+        raise PlanError(first.field, f"row {first.id}: {first.reason} (no row of {runs} could be predicted)")
     if json_out:
         print_json(report)
         return
@@ -49,7 +53,10 @@ def validate(
             mem = "-" if p.measured_mem_gib is None else f"{p.measured_mem_gib:.1f} ({p.mem_convention})"
             console.print(f"{p.id:28} {p.stack:18} {meas:>14} {p.predicted_tokens_per_s_per_gpu:9,.0f} {err:>7} "
                           f"{p.predicted_mem_gib:6.1f} {mem:>17} {p.outcome}/{p.verdict or 'fits'}", highlight=False)
-    console.print(f"{len(report.runs)} runs, {len(report.runs)} predicted (0 not predicted). Stack profiles: "
+    for miss in report.not_predicted:
+        console.print(f"not predicted: {miss.id}: {miss.field}: {miss.reason}", highlight=False)
+    total = len(report.runs) + len(report.not_predicted)
+    console.print(f"{total} runs, {len(report.runs)} predicted ({len(report.not_predicted)} not predicted). Stack profiles: "
                   "catalog/stacks (in-sample on the runs they were fitted on, their fit_sources; "
                   "cross-validated errors: validation/fit_profiles.py)", highlight=False)
     console.print(f"{'source':60} {'runs':>4} {'speed':>5} {'MAPE':>7} {'bias':>7} {'iter MAPE':>9}")

@@ -17,8 +17,9 @@ from planner.scenario import FP8_RECIPES
 # first; a Hugging Face marker before FSDP: HF accelerate + FSDP runs transformers code -> hf)
 _STACKS = [
     ("torchtitan", "torchtitan"), ("metaseq", "fsdp"), ("gpt-neox", "megatron_deepspeed"), ("neox", "megatron_deepspeed"),
-    ("megatron", "megatron"), ("nemo", "megatron"), ("megascale", "megatron"), ("nanotron", "megatron"),
-    ("llm-foundry", "fsdp"), ("composer", "fsdp"), ("fms-fsdp", "fsdp"),
+    ("megatron", "megatron"), (r"\bm-?core\b", "megatron"), ("nemo", "megatron"), ("megascale", "megatron"),
+    ("nanotron", "megatron"),
+    ("llm-foundry", "fsdp"), ("composer", "fsdp"), ("mosaic", "fsdp"), ("fms-fsdp", "fsdp"), (r"\bolmo", "fsdp"),
     ("hf-deepspeed", "hf"), ("accelerate", "hf"), ("transformers", "hf"), ("hugging ?face", "hf"), (r"\bhf\b", "hf"),
     ("fsdp", "fsdp"), ("fairscale", "fsdp"), ("bundled", "bundled"),
 ]
@@ -49,12 +50,21 @@ def stack_of(row, notes) -> str:
     for key, stack in _STACKS:
         if re.search(key, fw):
             return stack
-    notes.append(f"framework {fw or 'not stated'}: stack generic (the pooled fit of all stacks)")
+    jax = " (a JAX/XLA stack: no profile of its own)" if re.search(r"jax|maxtext|pax|t5x|levanter|tpu", fw) else ""
+    notes.append(f"framework {fw or 'not stated'}{jax}: stack generic (the pooled fit of all stacks)")
     return GENERIC
 
 
 def _shard_word(v: str) -> str | None:
-    v = v.lower()
+    v = v.lower().strip()
+    if re.fullmatch(r"(none|no|ddp|off|-|n/?a|false|0)?|(no|not|without)[\s_-]*shard\w*|.*\bno[_\s-]*shard\b.*", v):
+        return "none"
+    if re.fullmatch(r"[0-3]", v):
+        return f"zero{v}" if v != "0" else "none"
+    if re.search(r"infinity|zero\s*\+\+", v):
+        return "zero3"
+    if re.search(r"zero[\s_-]*offload", v):
+        return "zero2"  # ZeRO-Offload runs on ZeRO-2 (Ren et al. 2021)
     if re.search(r"hsdp|hybrid", v):
         return "fsdp_hybrid"
     if re.search(r"shard[_\s-]*grad[_\s-]*op|grad[_\s-]*op", v):
@@ -63,12 +73,10 @@ def _shard_word(v: str) -> str | None:
         return "fsdp_full_shard"
     if re.search(r"distributed[_\s-]*optimi[sz]er|dist[_\s-]*opt", v):
         return "zero1"
-    m = re.search(r"zero[\s_-]*(?:stage)?[\s_-]*([0-3])|stage[\s_-]*([0-3])", v)
+    m = re.search(r"zero[\s_-]*(?:stage)?[\s_-]*([0-3])|stage[\s_-]*([0-3])|\bz([0-3])\b", v)
     if m:
-        n = int(m.group(1) or m.group(2))
+        n = int(next(g for g in m.groups() if g))
         return f"zero{n}" if n else "none"
-    if re.fullmatch(r"(none|no|ddp|off|-)?", v):
-        return "none"
     return None
 
 
@@ -101,11 +109,14 @@ def sharding_of(row, stack: str, notes) -> str:
 
 def offload_of(row, notes) -> str:
     v = _cell(row, "offload").lower()
-    if re.fullmatch(r"(none|no|off|false|-)?", v):
+    shard = _cell(row, "sharding", "zero_stage_or_fsdp").lower()
+    if not v and re.search(r"infinity|offload", shard):  # "ZeRO-Offload" / "ZeRO-Infinity" in the sharding cell
+        v = shard
+    if re.fullmatch(r"(none|no|off|false|-|n/?a|0)?", v):
         return "none"
     if "param" in v or "full" in v or "infinity" in v:
         return "optimizer+params"
-    if "optim" in v or "cpu" in v or "yes" in v:
+    if "optim" in v or "cpu" in v or "yes" in v or "offload" in v or "nvme" in v:
         return "optimizer"
     raise PlanError("offload", f"row {row.get('id')}: {v!r} is not an offload (allowed: none, optimizer, "
                     "optimizer+params)")
@@ -125,10 +136,16 @@ def checkpointing_of(row, stack: str, notes) -> tuple[str, float, bool]:
             notes.append("selective = half of the blocks recomputed (fms-fsdp/torchtitan block form)")
             return "blocks", 0.5, sp
         return "selective", 1.0, sp
-    word = raw.split(" ")[0]
-    if word in ("none", "no", "off", "false", "0"):
+    word = re.split(r"[\s(:=,;]+", raw)[0]
+    if word in ("none", "no", "off", "false", "0", "disabled", "n/a", "na", "-") or re.search(r"\bno\s+(recomput|checkpoint)", raw):
         return "none", 1.0, sp
-    if word in ("full", "yes", "on", "true", "1", "all", "uniform", "block"):
+    if re.search(r"every\s+(other|2nd|second)\b|\bhalf\b", raw):
+        notes.append("checkpointing: every other block recomputed (blocks 0.5)")
+        return "blocks", 0.5, sp
+    if re.search(r"selective", raw):  # "recompute_granularity=selective"
+        return checkpointing_of({**row, "activation_checkpointing": "selective"}, stack, notes)
+    if word in ("full", "yes", "on", "true", "1", "all", "uniform", "block", "enabled") or re.search(
+            r"\bfull\b|every\s+(layer|block)|all\s+(layers|blocks)|recompute|checkpointing", raw):
         return "full", 1.0, sp
     raise PlanError("activation_checkpointing", f"row {row.get('id')}: {raw!r} is not a checkpointing (allowed: "
                     "none, selective, full)")
@@ -136,14 +153,17 @@ def checkpointing_of(row, stack: str, notes) -> tuple[str, float, bool]:
 
 def precision_of(row, system, notes) -> str:
     raw = _cell(row, "precision").lower()
-    if raw.startswith("fp8") or "float8" in raw:
+    if re.search(r"fp8|float8|e4m3", raw):
         return "fp8"
-    for p in ("bf16", "fp16", "fp32"):
-        if raw.startswith(p):
-            return p
+    if re.search(r"bf16|bfloat", raw):
+        return "bf16"
+    if re.search(r"fp16|float16|\bhalf\b", raw):
+        return "fp16"
+    if re.search(r"fp32|float32|tf32|full precision|single", raw):
+        return "fp32"
     if raw.startswith("mixed") or "amp" in raw:
-        p = "bf16" if "bf16" in raw or "bfloat" in raw else "fp16"
-        return p
+        notes.append("mixed precision without a format: fp16 (torch.cuda.amp's default dtype)")
+        return "fp16"
     p = "bf16" if system.gpu.bf16_tflops else "fp16"
     notes.append(f"precision not stated: {p}")
     return p
@@ -162,7 +182,7 @@ def fp8_recipe_of(row, precision: str, notes) -> str:
     named = next((r for r in FP8_RECIPES if r in raw), None)
     if named or precision != "fp8":
         return named or "tensorwise"
-    if "transformer engine" in raw or re.search(r"\bte\b", raw):
+    if "transformer engine" in raw or re.search(r"\bte\b|hybrid|delayed", raw):
         notes.append("fp8 recipe not stated: delayed (Transformer Engine's default DelayedScaling)")
         return "delayed"
     notes.append("fp8 recipe not stated: tensorwise (torchao float8's default)")
@@ -175,6 +195,11 @@ def _year(text: str) -> int | None:
         return 2000 + int(m.group(1))
     years = [int(y) for y in re.findall(r"(?<!\d)(20[12]\d)(?!\d)", text)]
     return max(years) if years else None
+
+
+def year_of(row) -> int | None:
+    """The year the row's source or notes state (arXiv id or a 20xx), None if none."""
+    return _year(f"{row.get('source') or ''} {row.get('notes') or ''}")
 
 
 def attention_of(row, system, notes) -> str:

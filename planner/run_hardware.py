@@ -66,6 +66,8 @@ def resolve(gpu_type: str, machine_text: str, gpu_ids: set[str]) -> RowHardware:
             nvlink = gbps
             notes.append(f"{variant} read as {base} with NVLink {gbps:g} Gbps per direction")
     family = next((f for pat, f in _FAMILIES if re.search(pat, text)), None)
+    if "GH200" in text:  # Grace Hopper: one Hopper GPU with 96 GB HBM3 or 144 GB HBM3e (NVIDIA GH200 datasheet)
+        notes.append("GH200 read as H200 (the same Hopper GPU; the 96 GB HBM3 variant has less memory)")
     if family is None:
         raise UnknownGpu(raw)
     mem = _memory_gb(text)

@@ -13,11 +13,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from hardware.models import Catalog
-from planner import flops, launch_sync, peak_memory, run_columns, run_hardware, run_precision
+from planner import flops, launch_sync, peak_memory, run_columns, run_hardware, run_layout, run_precision, run_text
 from planner.errors import PlanError
 from planner.model import ModelSpec
-from planner.scenario import ExecutionPlan
+from planner.scenario import ExecutionPlan, Frozen
 from planner.sizes import gpt_for_params
 from planner.system import System
 
@@ -78,13 +80,8 @@ def source_of(row: dict[str, str]) -> str:
 
 
 def _num(row, key, cast=float):
-    v = (row.get(key) or "").strip()
-    if not v:
-        return None
-    try:
-        return cast(float(v))
-    except ValueError:
-        raise PlanError(key, f"row {row.get('id')}: {v!r} is not a number") from None
+    v = run_text.number(row, key)
+    return None if v is None else cast(v)
 
 
 def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
@@ -92,7 +89,7 @@ def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
 
     name = (row.get("model_name") or "").strip()
     layers, hidden, heads = _num(row, "n_layers", int), _num(row, "hidden", int), _num(row, "n_heads", int)
-    seq = _num(row, "seq_len", int) or 2048
+    seq = _num(row, "seq_len", int) or run_layout.DEFAULT_SEQ_LEN
     if name in catalog.models:
         return resolve_model(name)
     if layers and hidden and heads:
@@ -132,19 +129,6 @@ def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
     return spec
 
 
-def _internode_gbps(text: str, per_node_gpus: int) -> float | None:
-    m = re.search(r"(\d+(?:\.\d+)?)\s*G(?:bps|b/s)", text, re.I)
-    if not m:
-        return None
-    gbps = float(m.group(1))
-    if re.search(r"per GPU", text, re.I):
-        gbps *= per_node_gpus
-    m8 = re.search(r"(\d+)\s*x\s*(\d+)\s*Gbps", text, re.I)
-    if m8:
-        gbps = float(m8.group(1)) * float(m8.group(2))
-    return gbps
-
-
 def _system(row, catalog: Catalog, notes: list[str]) -> System:
     gtype = (row.get("gpu_type") or "").strip()
     machine = " ".join(row.get(k) or "" for k in ("internode_network", "notes", "source"))
@@ -156,12 +140,12 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
     notes.extend(hw.notes)
     gpu_id, cluster_id = hw.gpu_id, hw.cluster_id
     cluster = catalog.clusters[cluster_id]
-    gpus = _num(row, "n_gpus", int)
+    gpus = run_layout.gpus_of(row, notes)
     per_node = _num(row, "gpus_per_node", int)
     if per_node is None:
         per_node = cluster.gpus_per_node
         notes.append(f"gpus_per_node not stated: {per_node} ({cluster_id})")
-    net = _internode_gbps(row.get("internode_network") or "", per_node)
+    net = run_text.internode_gbps(row.get("internode_network") or "", per_node, notes)
     if net is None:
         notes.append(f"network of {cluster_id} ({cluster.internode_gbps:g} Gbps per node)")
     gpu = catalog.gpus[gpu_id]
@@ -173,34 +157,24 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   launch_blocking=launch_sync.launch_blocking_of(row, notes))
 
 
-def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPlan:
+def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[ExecutionPlan, bool]:
+    """The row's plan, and whether it states its parallel layout."""
     text = row.get("notes") or ""
     stack = run_columns.stack_of(row, notes)
-    tp = _num(row, "tp", int) or 1
-    pp = _num(row, "pp", int) or 1
-    m = re.search(r"\bCP[=\s]*(\d+)|FSDP \d+ x CP (\d+)", text)
-    cp = int(next(g for g in m.groups() if g)) if m else 1
-    dp = _num(row, "dp", int) or system.gpus // (tp * pp * cp)
-    if tp * pp * cp * dp != system.gpus:
-        derived = system.gpus // (tp * pp * cp)
-        notes.append(f"dp {dp} does not match {system.gpus} GPUs / (tp x pp x cp): dp {derived}")
-        dp = max(derived, 1)
-    mb = _num(row, "micro_batch", int)
-    if mb is None:
-        mb = 1
-        notes.append("micro batch not stated: 1")
-    gbs = _num(row, "global_batch", int) or mb * dp
-    ga = _num(row, "grad_accum", int) or max(gbs // (mb * dp), 1)
+    run_text.expert_parallel_refused(row)
+    cp = run_text.cp_of(row, notes)
+    lay = run_layout.layout_of(row, system.gpus, system.gpus_per_node, cp, notes)
+    tp, pp, dp = lay.tp, lay.pp, lay.dp
+    seq = run_layout.seq_len_of(row, notes)
+    mb, ga = run_layout.batch_of(row, spec, system.gpus, dp, pp, seq, notes)
     ckpt, fraction, sp_ckpt = run_columns.checkpointing_of(row, stack, notes)
-    sp = sp_ckpt or (tp > 1 and stack in ("megatron", "torchtitan"))
-    mv = re.search(r"(?:interleave[^=]*=|VP=)\s*(\d+)", text)
-    vpp = int(mv.group(1)) if mv and pp > 1 else 1
-    if vpp > 1 and spec.n_layers % (pp * vpp):
-        notes.append(f"vpp {vpp} does not divide the layers: vpp 1")
-        vpp = 1
+    year = run_columns.year_of(row)
+    sp = run_text.sequence_parallel_of(row, tp, sp_ckpt or (tp > 1 and stack in ("megatron", "torchtitan")), year,
+                                       stack == run_columns.GENERIC, notes)
+    vpp = run_text.vpp_of(row, pp, spec.n_layers, notes)
     lowered = text.lower()
     precision = run_columns.precision_of(row, system, notes)
-    return ExecutionPlan(
+    plan = ExecutionPlan(
         attention=run_columns.attention_of(row, system, notes),
         stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
         sharding=run_columns.sharding_of(row, stack, notes), offload=run_columns.offload_of(row, notes),
@@ -210,10 +184,11 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPl
         optimizer="adafactor" if "adafactor" in lowered else "adamw",
         compile="compile" in lowered and "no compile" not in lowered,
         async_tp="async tp" in lowered or "tp-comm-overlap" in lowered,
-        micro_batch=mb, grad_accum=ga, seq_len=_num(row, "seq_len", int) or 2048,
+        micro_batch=mb, grad_accum=ga, seq_len=seq,
         reduce_bucket_elems=spec.hidden**2, allgather_bucket_elems=spec.hidden**2,
         stage3_prefetch_elems=int(0.9 * spec.hidden**2),
     )
+    return plan, lay.stated
 
 
 def _measured(row, spec: ModelSpec, plan: ExecutionPlan, system: System, notes) -> tuple[float | None, float | None]:
@@ -230,11 +205,11 @@ def _measured(row, spec: ModelSpec, plan: ExecutionPlan, system: System, notes) 
     if days:
         total = 1e11 / (days * 86400)
         return total / gpus, tokens_step / total
-    tf, mfu = _num(row, "measured_tflops_per_gpu"), _num(row, "measured_mfu")
+    tf, mfu = _num(row, "measured_tflops_per_gpu"), run_text.mfu_of(row, notes)
     rid = row["id"]
     if tf and rid.startswith("s00"):  # seed 002's formula with the row's stated size
         factor = 4 if plan.activation_checkpointing == "full" else 3
-        flop = float(row["n_params_B"]) * 1e9 * factor * 2 * tokens_step
+        flop = _num(row, "n_params_B") * 1e9 * factor * 2 * tokens_step
         notes.append("speed from the seed's TFLOPs formula")
     elif tf and "MFU vs" in (row.get("notes") or ""):
         # model TFLOPs (6N + attention), as MFU against the 16-bit peak
@@ -274,33 +249,60 @@ def _recompute_from_counts(row, spec: ModelSpec, plan: ExecutionPlan, tps: float
     return plan.model_copy(update={"activation_checkpointing": "full", "checkpoint_fraction": 1.0})
 
 
-def load_runs(path: Path, catalog: Catalog | None = None) -> list[Run]:
-    """Every row of a runs CSV as a `Run` (an unusable row is an error naming it)."""
+class NotPredicted(Frozen):
+    """A row the planner cannot express: kept out of the scores, reported with its reason."""
+
+    id: str
+    field: str
+    reason: str
+
+    @classmethod
+    def of(cls, rid: str, error: Exception) -> "NotPredicted":
+        if isinstance(error, PlanError):
+            return cls(id=rid, field=error.field, reason=error.message.removeprefix(f"row {rid}: "))
+        if isinstance(error, ValidationError):
+            first = error.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ())) or "row"
+            return cls(id=rid, field=field, reason=first["msg"])
+        return cls(id=rid, field="row", reason=str(error))
+
+
+def _run(row, catalog: Catalog) -> Run:
+    notes: list[str] = []
+    spec = _spec(row, catalog, notes)
+    system = _system(row, catalog, notes)
+    plan, stated = _plan(row, spec, system, notes)
+    tps, it = _measured(row, spec, plan, system, notes)
+    plan = _recompute_from_counts(row, spec, plan, tps, notes)
+    plan = run_columns.capable_stack(plan, catalog.stacks, notes)
+    plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
+    mem = _num(row, "measured_peak_mem_GB")
+    outcome = run_text.outcome_of(row, notes)
+    inconsistent = None
+    if plan.gpus != system.gpus:
+        inconsistent = (f"tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp {plan.dp} = {plan.gpus} GPUs, "
+                        f"the row says {system.gpus}: not scored")
+        notes.append(inconsistent)
+    if not stated:
+        notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
+    return Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
+               (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
+               stated, inconsistent, peak_memory.convention_of(row, notes))
+
+
+def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[NotPredicted] | None = None) -> list[Run]:
+    """Every row of a runs CSV as a `Run`. A row the planner cannot express is an error naming it, or,
+    given a `not_predicted` list, is appended there with its reason and the other rows are read."""
     if catalog is None:
         from hardware.catalog import load_catalog
 
         catalog = load_catalog()
     runs = []
     for row in read_rows(Path(path)):
-        notes: list[str] = []
-        spec = _spec(row, catalog, notes)
-        system = _system(row, catalog, notes)
-        plan = _plan(row, spec, system, notes)
-        tps, it = _measured(row, spec, plan, system, notes)
-        plan = _recompute_from_counts(row, spec, plan, tps, notes)
-        plan = run_columns.capable_stack(plan, catalog.stacks, notes)
-        plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
-        mem = _num(row, "measured_peak_mem_GB")
-        outcome = (row.get("outcome") or "ok").strip() or "ok"
-        stated = bool((row.get("tp") or "").strip() or (row.get("pp") or "").strip())
-        inconsistent = None
-        if plan.gpus != system.gpus:
-            inconsistent = (f"tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp {plan.dp} = {plan.gpus} GPUs, "
-                            f"the row says {system.gpus}: not scored")
-            notes.append(inconsistent)
-        if not stated:
-            notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
-        runs.append(Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
-                        (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
-                        stated, inconsistent, peak_memory.convention_of(row, notes)))
+        try:
+            runs.append(_run(row, catalog))
+        except (PlanError, ValidationError) as e:
+            if not_predicted is None:
+                raise
+            not_predicted.append(NotPredicted.of(row.get("id") or "?", e))
     return runs

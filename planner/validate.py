@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from planner import memory, peak_memory, rules, search, throughput
 from planner.layout import Layout
-from planner.runs import Run
+from planner.errors import PlanError
+from planner.runs import NotPredicted, Run
 from planner.scenario import Frozen, Scenario
 from planner.settings import Settings, stack_profiles
 
@@ -84,6 +85,8 @@ class ValidationReport(Frozen):
     groups: list[GroupScore]
     mean_spearman: float | None
     mean_top1_regret: float | None
+    not_predicted: list[NotPredicted] = Field(default_factory=list, description="rows the planner cannot express, "
+                                              "with the field and the reason (not scored)")
 
 
 def resolved_plan(run: Run, settings: Settings):
@@ -206,6 +209,17 @@ def _groups(preds: list[RunPrediction], runs: list[Run]) -> list[GroupScore]:
     return out
 
 
-def validate(runs: list[Run], settings: Settings | None = None) -> ValidationReport:
+def validate(runs: list[Run], settings: Settings | None = None,
+             not_predicted: list[NotPredicted] | None = None) -> ValidationReport:
+    """Predict and score every run; a run the planner cannot predict joins `not_predicted` with its
+    reason (a PlanError, or a knob value the plan's fields refuse) and the others are scored."""
     settings = settings or Settings()
-    return score([predict(r, settings) for r in runs], runs)
+    skipped = list(not_predicted or [])
+    preds, kept = [], []
+    for r in runs:
+        try:
+            preds.append(predict(r, settings))
+            kept.append(r)
+        except (PlanError, ValidationError) as e:
+            skipped.append(NotPredicted.of(r.id, e))
+    return score(preds, kept).model_copy(update={"not_predicted": skipped})
