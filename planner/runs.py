@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from hardware.models import Catalog
 from planner import flops, launch_sync, peak_memory, run_columns, run_hardware, run_layout, run_precision, run_text
 from planner.errors import PlanError
-from planner.model import ModelSpec
+from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
 from planner.sizes import gpt_for_params
 from planner.system import System
@@ -102,7 +102,7 @@ def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
         llama = bool(kv and kv != heads) or "llama" in name.lower()
         if ffn and ffn != 4 * hidden and ffn % 2 == 0 and not ("mpt" in name.lower()):
             llama = llama or abs(ffn - 8 * hidden / 3) / hidden < 1.2
-        gated = dict(mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False, bias=False)
+        gated = LLAMA_BLOCK
 
         def build(shape: dict) -> ModelSpec:
             return ModelSpec(name=name or "custom", n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=kv,
