@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardware.models import Catalog
-from planner import flops, launch_sync, peak_memory, run_columns, run_hardware, run_precision
+from planner import deepspeed_era, flops, launch_sync, peak_memory, run_columns, run_hardware, run_precision
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -170,7 +170,8 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   intranode_gbps=hw.intranode_gbps or cluster.intranode_gbps or gpu.intranode_gbps,
                   internode_gbps=net or cluster.internode_gbps,
                   internode_efficiency=None if net else cluster.internode_collective_efficiency,
-                  launch_blocking=launch_sync.launch_blocking_of(row, notes))
+                  launch_blocking=launch_sync.launch_blocking_of(row, notes),
+                  deepspeed_version=deepspeed_era.version_of(row, notes))
 
 
 def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> ExecutionPlan:
