@@ -80,6 +80,7 @@ class StackProfile(BaseModel):
     # (PR #1453, 2022: PartitionedParameterCoordinator) prefetches the next submodule's parameters during
     # the current one's compute (at least one parameter beyond stage3_prefetch_bucket_size): a fetch
     # shorter than the compute beside it is hidden whole, so the hf profile sets 1.
+    # A run that states an older DeepSpeed gets 0 whatever its stack (planner/deepspeed_era.py).
     overlap_zero3: float = Field(default=0.60, ge=0, le=1)
     overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
     overlap_tp: float = Field(default=0.0, ge=0, le=1)

@@ -26,6 +26,9 @@ class System(Frozen):
     # The job runs with CUDA_LAUNCH_BLOCKING=1 (every kernel launch waits for its kernel; the
     # host's per-op time adds to the GPU's: planner/launch_sync.py)
     launch_blocking: bool = False
+    # The DeepSpeed version the job ran ("0.3.17"), when stated: before 0.6 ZeRO-3 fetches block
+    # the device and hide behind nothing (planner/deepspeed_era.py)
+    deepspeed_version: str | None = None
 
     @property
     def nodes(self) -> int:
