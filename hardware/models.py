@@ -65,6 +65,8 @@ class GPU(_Entry):
     matmul_efficiency: list[EfficiencyPoint] = Field(default_factory=list)
     # Fused attention (FlashAttention-2 class) efficiency by sequence length (kernel benchmarks).
     attention_efficiency: list[AttentionPoint] = Field(default_factory=list)
+    # cuDNN fused attention (Transformer Engine on Hopper; planner/attention_kernel.py), same units.
+    cudnn_attention_efficiency: list[AttentionPoint] = Field(default_factory=list)
     # GEMM shape effects (planner/gemm_shape.py): streaming multiprocessors, cuBLAS tiles, the K
     # step in bytes. No sm_count: no tile/wave quantization modelled for this GPU.
     sm_count: int | None = Field(default=None, gt=0)

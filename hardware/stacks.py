@@ -41,6 +41,7 @@ class StackProfile(BaseModel):
     compile: bool = False
     async_tp: bool = False
     fp8_allgather: bool = False  # FSDP all-gathers the float8 weights (torchao)
+    cudnn_attention: bool = False  # fused attention = cuDNN's where the GPU has a curve (planner/attention_kernel.py)
     activation_offload: bool = False  # DeepSpeed checkpointing API: partition_activations + cpu_checkpointing
     # --- time multipliers on the analytic model's parts (1 = the model as written) ------
     gemm_time_factor: float = Field(default=1.0, gt=0)

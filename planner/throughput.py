@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, pipeline_stages
+from planner import attention_kernel, comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, pipeline_stages
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -112,9 +112,9 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     attn_ft, attn_size = flops.attention_core_gemm(spec, tokens, layout.seq_len, layout.tp)
     eager = layout.attention == ATTN["eager"]
     if system.gpu.attention_efficiency:
-        curve = [(p.seq_len, p.fraction) for p in system.gpu.attention_efficiency]
         # the fused kernel skips the masked half of a causal score matrix
-        fused = 0.5 * attn_ft / (peak16 * flops.attention_efficiency(curve, layout.seq_len, spec.head_dim))
+        eff = attention_kernel.efficiency(system.gpu, layout.seq_len, spec.head_dim, prof["cudnn_attention"])
+        fused = 0.5 * attn_ft / (peak16 * eff)
     else:
         fused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
     unfused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * shape_attn)
