@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, zero3
+from planner import comm, fsdp_overlap, zero3
 from planner.layout import PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
@@ -88,8 +88,9 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     ag = g.allgather_s(pbytes, L)
     ag_bwd = ~is_["fsdp_shard_grad_op"] * ag
     rs_l = g.allgather_s(gbytes, L)
-    sharded = ga * (np.maximum(ag - ov * fwd_micro, ag / L)
-                    + np.maximum(ag_bwd + rs_l - ov * bwd_micro, rs_l / L))
+    floor = fsdp_overlap.exposed_floor  # the first gather / last reduce-scatter and more (fms-fsdp traces)
+    sharded = ga * (np.maximum(ag - ov * fwd_micro, floor(ag, L))
+                    + np.maximum(ag_bwd + rs_l - ov * bwd_micro, floor(ag_bwd + rs_l, L)))
     exposed = exposed + full * sharded
     gathers = 2.0 - is_["fsdp_shard_grad_op"]
     per_node = per_node + full * ga * (gathers * ag_b + rs_b)
@@ -102,8 +103,8 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
         ag_h, rs_h = gi.allgather_s(pbytes, L), gi.allgather_s(gbytes, L)
         ar_h = gx.allreduce_s(gbytes / m, L)
         ovf = prof["overlap_fsdp"]
-        hybrid = ga * (np.maximum(ag_h - ovf * fwd_micro, ag_h / L)
-                       + np.maximum(ag_h + rs_h + ar_h - ovf * bwd_micro, rs_h / L))
+        hybrid = ga * (np.maximum(ag_h - ovf * fwd_micro, floor(ag_h, L))
+                       + np.maximum(ag_h + rs_h + ar_h - ovf * bwd_micro, floor(ag_h + rs_h + ar_h, L)))
         exposed = exposed + hy * hybrid
         per_node = per_node + hy * ga * gx.node_bytes(gbytes / m, 2.0)
     return exposed, per_node

@@ -16,8 +16,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hardware.models import Catalog
-from planner import (deepspeed_era, flops, launch_sync, peak_memory, run_columns, run_hardware, run_layout,
-                     run_precision, run_text)
+from planner import (deepspeed_era, flops, launch_sync, megatron_ddp, peak_memory, run_columns, run_hardware,
+                     run_layout, run_precision, run_text)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -156,7 +156,8 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   internode_gbps=net or cluster.internode_gbps,
                   internode_efficiency=None if net else cluster.internode_collective_efficiency,
                   launch_blocking=launch_sync.launch_blocking_of(row, notes),
-                  deepspeed_version=deepspeed_era.version_of(row, notes))
+                  deepspeed_version=deepspeed_era.version_of(row, notes),
+                  ddp_after_backward=megatron_ddp.after_backward_of(row, notes))
 
 
 def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[ExecutionPlan, bool]:

@@ -29,6 +29,8 @@ class System(Frozen):
     # The DeepSpeed version the job ran ("0.3.17"), when stated: before 0.6 ZeRO-3 fetches block
     # the device and hide behind nothing (planner/deepspeed_era.py)
     deepspeed_version: str | None = None
+    # Megatron-LM's local DDP: the gradient all-reduce follows backward (planner/megatron_ddp.py)
+    ddp_after_backward: bool = False
 
     @property
     def nodes(self) -> int:

@@ -27,7 +27,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import attention_kernel, comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, pipeline_stages
+from planner import (attention_kernel, comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync,
+                     megatron_ddp, pipeline_stages)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -264,6 +265,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     layout = _as_float(layout)
     prof = {**per_candidate(stack_profiles(settings), layout), **fp8.per_candidate(fp8.recipes(settings), layout)}
     prof = deepspeed_era.with_fetch_overlap(prof, system.deepspeed_version)
+    prof = megatron_ddp.with_ddp_overlap(prof, system.ddp_after_backward)
     links = comm.Links.of(system, settings)
     parts = _compute_parts(spec, layout, system, settings, prof)
     scaled = {k: parts[k] * prof[f] for k, f in FACTORS.items() if k in parts}
