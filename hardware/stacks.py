@@ -86,6 +86,12 @@ class StackProfile(BaseModel):
     overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
     overlap_tp: float = Field(default=0.0, ge=0, le=1)
     overlap_async_tp: float = Field(default=0.6, ge=0, le=1)
+    # Async TP hides each collective behind its own adjacent matmul only (PyTorch micro-pipeline TP:
+    # fused all-gather-matmul / matmul-reduce-scatter, torch/_inductor/fx_passes/micro_pipeline_tp.py;
+    # the backward's dX reduce-scatters are not fused): planner/async_tp.py. False: overlap_async_tp
+    # x all GEMM time (Megatron/TE userbuffers, which also overlap the backward's reduce-scatters).
+    async_tp_fused_pairs: bool = Field(
+        default=False, description="async TP as PyTorch's micro-pipelined fused matmul+collective pairs")
     overlap_cp: float = Field(default=0.8, ge=0, le=1)
     overlap_host: float = Field(default=0.5, ge=0, le=1)
     # OpenMP threads of DeepSpeed's CPU Adam per rank (planner/cpu_optimizer.py). 0: the rank's share

@@ -27,8 +27,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import (attention_kernel, comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync,
-                     megatron_ddp, pipeline_stages)
+from planner import (async_tp, attention_kernel, comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape,
+                     launch_sync, megatron_ddp, pipeline_stages)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -174,6 +174,7 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
     fwd_share = 1.0 / 3.0
     return {
         "gemm": layers * tokens * gemm_t + with_logits * logits * 0.75,
+        "block_gemm": layers * tokens * gemm_t,
         "attention": layers * tokens * attn_t,
         "elementwise": layers * tokens * elem_t + with_logits * logits * 0.25,
         "overhead": layers * 1e-6,  # x layer_overhead_us
@@ -207,14 +208,18 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     c = compute_dtype_bytes(layout)
     act = c * tokens * spec.hidden
     layers = parts["layers"]
-    block, _, _ = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
+    block, _, linear_share = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
     calls = layers * (4.0 + 2.0 * block)
     m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
     act = act * fp8.tp_bytes_factor(layout, prof, block)
     tp_raw = comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
     ov_tp = np.where(layout.async_tp == 1, prof["overlap_async_tp"], prof["overlap_tp"])
     gemm_micro = parts["gemm"] * prof["gemm_time_factor"]
-    tp_s = layout.grad_accum * np.maximum(tp_raw - ov_tp * gemm_micro, tp_raw * (1 - ov_tp) * 0.25)
+    tp_s = np.maximum(tp_raw - ov_tp * gemm_micro, tp_raw * (1 - ov_tp) * 0.25)
+    fused = async_tp.exposed_s(spec, layout, tp_raw, parts["block_gemm"] * prof["gemm_time_factor"], layers,
+                               block, linear_share, ov_tp)
+    micro_pipelined = (layout.async_tp == 1) & np.asarray(prof["async_tp_fused_pairs"], dtype=bool)
+    tp_s = layout.grad_accum * np.where(micro_pipelined, fused, tp_s)
 
     kv = c * tokens * 2.0 * spec.kv_dim / layout.tp
     cp_bytes = layers * 3.0 * (layout.cp - 1.0) * kv  # forward K/V, backward K/V + dK/dV
