@@ -116,8 +116,8 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
         curve = [(p.seq_len, p.fraction) for p in system.gpu.attention_efficiency]
         # the fused kernel skips the masked half of a causal score matrix
         fused = 0.5 * attn_ft / (peak16 * flops.attention_efficiency(curve, layout.seq_len, spec.head_dim))
-    else:
-        fused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
+    else:  # no measured curve: a share of a dense GEMM's efficiency, on the causal half too
+        fused = 0.5 * attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
     unfused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * shape_attn)
     attn = np.where(eager, unfused, fused)
 

@@ -77,6 +77,16 @@ def continuous(check: str, rs: list[Result], key: str, label: str, jump: float =
             flag(check, f"{key} jumps {va:.4g} -> {vb:.4g} ({vb / va - 1:+.0%}) with {label}", a, b)
 
 
+def weak_scaling(check: str, rs: list[Result]) -> None:
+    """More data-parallel GPUs at the same work per GPU are never faster per GPU, except for the
+    optimizer step, which ZeRO/FSDP shard over dp (it shrinks as 1/dp): the step without it never
+    shrinks."""
+    for r in rs:
+        if not r.refused:
+            r.perf["step_less_optimizer_s"] = r["step_time_s"] - r["optimizer_s"]
+    monotonic(check, rs, "step_less_optimizer_s", +1, "more GPUs (dp only), same work per GPU")
+
+
 # ------------------------------------------------------------------------------- plan families
 def gpt(name):
     return model_columns(name)
@@ -148,7 +158,7 @@ def check_network() -> None:
             monotonic("network", rs, "tokens_per_s_per_gpu", +1, "faster network")
 
 
-NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+NODES = (0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
 def check_weak_scaling() -> None:
@@ -160,13 +170,13 @@ def check_weak_scaling() -> None:
         for model, tp, pp, sharding, stack, seq in cases:
             rs = []
             for nodes in NODES:
-                gpus = nodes * 8
+                gpus = int(nodes * 8)
                 if gpus % (tp * pp):
                     continue
                 dp = gpus // (tp * pp)
                 rs.append(run(**gpt(model), gpu=gpu, gpus=gpus, tp=tp, pp=pp, seq_len=seq, sharding=sharding,
                               stack=stack, precision=prec(gpu), global_batch=dp * 16))
-            monotonic("weak_scaling", rs, "tokens_per_s_per_gpu", -1, "more GPUs (dp only)")
+            weak_scaling("weak_scaling", rs)
             # From 1 to 2 nodes the DP/ZeRO-3/FSDP collectives leave NVLink (450-900 GB/s per GPU)
             # for the NICs (25-50 GB/s per GPU): a real step (ZeRO-3 on 8 B200 -> 16: -47%), not a
             # discontinuity of the model; the continuity check starts at 2 nodes.
@@ -372,16 +382,74 @@ def check_broad_grid() -> None:
                         cp = max(1, seq // 16384) if stack in ("megatron", "torchtitan", "generic") else 1
                         rs = []
                         for nodes in NODES:
-                            gpus = nodes * 8
+                            gpus = int(nodes * 8)
                             if gpus % (tp * pp * cp):
                                 continue
                             dp = gpus // (tp * pp * cp)
                             rs.append(run(**cols, gpu=gpu, gpus=gpus, tp=tp, pp=pp, cp=cp, seq_len=seq,
                                           sequence_parallel=tp > 1 and stack in ("megatron", "torchtitan"),
                                           stack=stack, sharding=sharding, precision=prec(gpu), global_batch=dp * 8))
-                        monotonic("grid_weak_scaling", rs, "tokens_per_s_per_gpu", -1, "more GPUs (dp only)")
-                        continuous("grid_node_continuity", [r for r in rs if r.knobs["gpus"] > 8],
-                                   "tokens_per_s_per_gpu", "node count doubled")
+                        weak_scaling("grid_weak_scaling", rs)
+                        # from dp 1 to 2 the gradient exchange (FSDP: the parameter gathers too)
+                        # appears: a real step, like the NVLink -> NIC step from 1 to 2 nodes
+                        continuous("grid_node_continuity", [r for r in rs if r.knobs["gpus"] > 8
+                                                            and r["gpus_dp"] > 1], "tokens_per_s_per_gpu",
+                                   "node count doubled")
+
+
+def check_gpu_ratio() -> None:
+    """The same one-node plan on two GPUs: the speed ratio lies between the ratios of their HBM
+    bandwidths and of their dense 16-bit peaks (x 0.7 .. 1.3: efficiency curves differ)."""
+    cat = catalog().gpus
+    for gpu in GPUS:
+        for ref in ("a100-80gb", "h100-80gb"):
+            if gpu == ref:
+                continue
+            for model, tp, seq in (("gpt-125m", 1, 2048), ("gpt-1.3b", 1, 2048), ("llama-8b", 1, 8192),
+                                   ("llama-70b", 8, 4096), ("gpt-13b", 2, 32768)):
+                rs = [run(**gpt(model), gpu=g, gpus=8, tp=tp, seq_len=seq, global_batch=16 // tp, micro_batch=2,
+                          precision=prec(gpu), activation_checkpointing="full") for g in (ref, gpu)]
+                if not _ok(*rs):
+                    continue
+                COUNTS["gpu_ratio"] += 1
+                speed = rs[1]["tokens_per_s_per_gpu"] / rs[0]["tokens_per_s_per_gpu"]
+                peak = cat[gpu].peak_tflops(prec(gpu)) / cat[ref].peak_tflops("bf16")
+                hbm = cat[gpu].hbm_gbytes_per_s / cat[ref].hbm_gbytes_per_s
+                if not 0.7 * min(peak, hbm) <= speed <= 1.3 * max(peak, hbm):
+                    flag("gpu_ratio", f"{gpu} / {ref} speed {speed:.2f} outside peak ratio {peak:.2f}, HBM ratio "
+                         f"{hbm:.2f}", *rs)
+
+
+def check_cp_scaling() -> None:
+    """Long sequences: trading dp for cp on the same GPUs changes per-GPU speed smoothly."""
+    for gpu in ("h100-80gb", "a100-80gb", "mi300x", "b200"):
+        for model, tp in (("llama-8b", 1), ("llama-70b", 8), ("gpt-13b", 2)):
+            for stack, sharding in (("megatron", "zero1"), ("torchtitan", "fsdp_full_shard")):
+                rs = [run(**gpt(model), gpu=gpu, gpus=tp * 64, tp=tp, cp=cp, seq_len=131072, global_batch=64,
+                          stack=stack, sharding=sharding, sequence_parallel=tp > 1, precision=prec(gpu))
+                      for cp in (1, 2, 4, 8, 16, 32, 64)]
+                # the compute only: ring attention moves (cp-1)/cp of the K/V per layer whatever cp, and
+                # FSDP gathers the model every micro batch, while the compute per micro batch halves
+                # with cp: the exposed part max(raw - overlap x compute, 0) has a legitimate kink
+                for r in rs:
+                    if not r.refused:
+                        r.perf["compute_tokens_per_s"] = 64 * 131072 / r["compute_s"]
+                continuous("cp_continuity", rs, "compute_tokens_per_s", "cp doubled, dp halved")
+
+
+def check_flash_vs_eager() -> None:
+    """A fused (flash) attention kernel computes the causal half of the scores and never writes
+    them: its attention time is never above the eager (materialised) one, on any GPU."""
+    for gpu in GPUS:
+        for model, seq in (("gpt-1.3b", 2048), ("llama-8b", 8192), ("gpt-13b", 32768)):
+            rs = [run(**gpt(model), gpu=gpu, gpus=8, seq_len=seq, global_batch=8, precision=prec(gpu), attention=a)
+                  for a in ("eager", "flash")]
+            monotonic("flash_vs_eager", rs, "tokens_per_s_per_gpu", +1, "flash instead of eager attention")
+            # the core alone: FlashAttention-2 on Hopper reaches ~35% of the peak on the causal half
+            # (Dao 2023; the catalog's H100 curve) against cuBLAS's ~70% on the whole score GEMMs, so
+            # its core time is about the eager one (it wins by not materialising the scores): 10%
+            if _ok(*rs) and rs[1]["raw_attention_s"] > 1.1 * rs[0]["raw_attention_s"]:
+                flag("flash_vs_eager", "fused attention core slower than the eager score GEMMs", *rs)
 
 
 def check_per_plan() -> None:
@@ -424,7 +492,8 @@ def check_per_plan() -> None:
 
 CHECKS = (check_feasibility, check_grad_accum, check_vpp, check_network, check_weak_scaling, check_model_size,
           check_seq_len, check_checkpointing_sp_offload, check_same_chip, check_uneven_pp, check_cp_and_zero_memory,
-          check_fp8, check_cp_refusal, check_network_invariance, check_micro_batch, check_broad_grid, check_per_plan)
+          check_fp8, check_cp_refusal, check_network_invariance, check_micro_batch, check_gpu_ratio, check_cp_scaling, check_flash_vs_eager, check_broad_grid,
+          check_per_plan)
 
 
 def main(argv=None) -> int:
