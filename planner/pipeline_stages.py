@@ -36,3 +36,17 @@ def ratio(n_layers: int, pp, heavy, light, per_layer, logits, last_is_busiest) -
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(denom > 0, others / np.where(denom > 0, denom, 1.0), 1.0)
     return np.clip(r, 0.0, 1.0)
+
+
+def bubble_fraction(pp, grad_accum, vpp) -> np.ndarray:
+    """Idle time of a stage over its busy time, stages equal: (p - 1) / (m v) when there are at
+    least as many micro batches m as stages p (Narayanan et al. SC21, eq. 1 and 2), and more when
+    the interleaved schedule has fewer: m < p micro batches never meet on a GPU, so they run down
+    the chain of p x v model chunks (t / v each, t a stage's forward + backward) as through a
+    plain pipeline of p v stages, (p v + m - 1) t / v in all: a bubble of (p - m) t + (m - 1) t / v.
+    A step is never shorter than one micro batch crossing every stage (p t). Equal to (p - 1) / m
+    without interleaving (v = 1), for any m."""
+    p = np.asarray(pp, dtype=np.float64)
+    m = np.asarray(grad_accum, dtype=np.float64)
+    v = np.asarray(vpp, dtype=np.float64)
+    return (np.maximum(p - m, 0.0) + (np.minimum(m, p) - 1.0) / v) / m

@@ -96,8 +96,8 @@ RULES: tuple[Rule, ...] = (
                    f"layer (allowed: pp <= {k.spec.n_layers})"),
     Rule("cp_seq_len", "cp does not divide seq_len", "cp", ("cp", "seq_len"),
          lambda k: k.seq_len % k.cp != 0, lambda k: f"{k.cp} does not divide seq_len ({k.seq_len})"),
-    Rule("cp_heads", "cp does not divide n_heads", "cp", ("cp", "spec"),
-         lambda k: k.spec.n_heads % k.cp != 0, lambda k: f"{k.cp} does not divide n_heads ({k.spec.n_heads})"),
+    # no head-count rule for cp: ring attention (Megatron-Core, torchtitan) splits the sequence and
+    # passes K/V chunks around, every GPU keeps every head (only Ulysses splits heads; not modelled)
     Rule("vpp_layers", "interleaved pipeline: pp x vpp does not divide n_layers", "vpp", ("pp", "vpp", "spec"),
          lambda k: (k.vpp > 1) & (k.spec.n_layers % (k.pp * k.vpp) != 0),
          lambda k: f"interleaving needs pp x vpp = {k.pp * k.vpp} to divide n_layers ({k.spec.n_layers})",

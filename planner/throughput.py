@@ -10,7 +10,8 @@ compute   block GEMMs at the GPU's peak x a GEMM-size efficiency (catalog curve;
           length, element-wise kernels at HBM speed, per-block framework overhead, the
           logits and loss, the optimizer step, the host time of synchronous kernel launches
           (CUDA_LAUNCH_BLOCKING=1 jobs: planner/launch_sync.py); each part scaled by the stack's profile;
-bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2), the fill
+bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2; more when
+          an interleaved schedule has fewer micro batches than stages), the fill
           and drain through the lighter stages where stages differ (planner/pipeline_stages.py);
 comm      TP collectives (hidden by async TP where the stack does it), ring-attention KV
           exchange (context parallelism), PP sends, DP/ZeRO/FSDP collectives minus the part
@@ -116,8 +117,8 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
         # the fused kernel skips the masked half of a causal score matrix
         eff = attention_kernel.efficiency(system.gpu, layout.seq_len, spec.head_dim, prof["cudnn_attention"])
         fused = 0.5 * attn_ft / (peak16 * eff)
-    else:
-        fused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
+    else:  # no measured curve: a share of a dense GEMM's efficiency, on the causal half too
+        fused = 0.5 * attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
     unfused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * shape_attn)
     attn = np.where(eager, unfused, fused)
 
@@ -287,7 +288,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     comm_s = tp_s + cp_s + pp_s + dp_s
     # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21), x the
     # lighter stages' share of the fill and drain (Alpa eq. 2: planner/pipeline_stages.py).
-    bubble_frac = (layout.pp - 1) / (ga * layout.vpp) * parts["bubble_stage_factor"]
+    bubble_frac = pipeline_stages.bubble_fraction(layout.pp, ga, layout.vpp) * parts["bubble_stage_factor"]
     busy = ga * micro + tp_s + cp_s + pp_s
     bubble_s = bubble_frac * busy
     offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
