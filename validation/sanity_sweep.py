@@ -41,8 +41,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 
-from planner import flops
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python validation/sanity_sweep.py` from anywhere
+
+from planner import flops  # noqa: E402
 from validation.sanity_plans import catalog, model_columns, plateau
 from validation.sanity_record import (COUNTS, GPUS, SEEN, TERMS, TOL, VIOLATIONS, _ok, flag, gpt, monotonic, prec,
                                       run)
