@@ -178,16 +178,19 @@ def vpp_of(row, pp: int, n_layers: int, notes: list[str]) -> int:
     return vpp
 
 
-# sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198) in Megatron-LM from 2022; stacks that
-# name it are read by their own defaults, a row of an unnamed stack from this year on is read with it on
+# sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198) in Megatron-LM from 2022 (Megatron-LM
+# v3.0, `--sequence-parallel`); a stack whose default has it (Megatron-LM, torchtitan) is read with it off
+# for a source of an earlier year (SC21 2021, the 2020 README tables: the code then had no such flag), a
+# row of an unnamed stack from this year on is read with it on
 SP_FIRST_YEAR = 2022
 
 
 def sequence_parallel_of(row, tp: int, stack_default: bool, year: int | None, generic: bool,
                          notes: list[str]) -> bool | None:
     """Sequence parallelism as stated (a `sequence_parallel` column, the notes: "sequence parallel",
-    "--sequence-parallel", "TP8 + SP", "no sequence parallelism", "SP off"); else the stack's default;
-    for an unnamed stack with tp > 1, on from SP_FIRST_YEAR (noted). None: nothing says, no default."""
+    "--sequence-parallel", "TP8 + SP", "no sequence parallelism", "SP off"); else the stack's default, off
+    for a source of a year before SP_FIRST_YEAR (noted); for an unnamed stack with tp > 1, on from
+    SP_FIRST_YEAR (noted). None: nothing says, no default."""
     cell = column(row, "sequence_parallel", "sp").lower()
     if cell:
         return cell in ("yes", "y", "true", "1", "on", "sp", "enabled")
@@ -197,6 +200,9 @@ def sequence_parallel_of(row, tp: int, stack_default: bool, year: int | None, ge
         return False
     if re.search(r"sequence[\s_-]*parallel|\bSP\b", text, re.I):
         return True
+    if stack_default and tp > 1 and year is not None and year < SP_FIRST_YEAR:
+        notes.append(f"sequence parallelism not stated: off (source {year}; Megatron-LM has it from {SP_FIRST_YEAR})")
+        return False
     if tp <= 1 or stack_default or not generic:
         return stack_default and tp > 1
     on = year is None or year >= SP_FIRST_YEAR

@@ -61,6 +61,18 @@ def test_unstated_recompute_read_from_the_flop_counts():
     assert runs["nemo_perf_001"].plan.activation_checkpointing == "selective"
 
 
+def test_sequence_parallelism_only_where_the_code_had_it():
+    """SC21 (2021) and the 2020 tables ran before Megatron-LM had sequence parallelism (Korthikanti
+    et al. 2022); Korthikanti's full-recompute baseline ran without it (calculon's tab5 encoding
+    "ar" against "rs_ag"), its present-work rows with it; Megatron-Core (no year) keeps the default."""
+    runs = {r.id: r for r in load_runs(DATA / "published_dev.csv")}
+    assert not any(runs[f"megatron_sc21_{i:03d}"].plan.sequence_parallel for i in range(2, 11))
+    assert not runs["megatron_2020_008"].plan.sequence_parallel
+    assert not runs["megatron_korthikanti_005"].plan.sequence_parallel
+    assert runs["megatron_korthikanti_006"].plan.sequence_parallel
+    assert runs["megatron_core_h100_004"].plan.sequence_parallel
+
+
 def test_mlp_form_from_the_stated_size():
     """Nemotron-4 340B: GQA but a plain (squared-ReLU) MLP; the stated 340B picks the form."""
     r = {r.id: r for r in load_runs(DATA / "published_dev.csv")}["nemo_perf_010"]
