@@ -119,7 +119,8 @@ RULES: tuple[Rule, ...] = (
     Rule("split_both", "first/last stage blocks and the embedding/loss accounting are exclusive", "first_stage_layers",
          _SPLIT, lambda k: ((k.first_stage_layers > 0) | (k.last_stage_layers > 0))
          & ((k.embedding_in_split == 1) | (k.loss_in_split == 1)),
-         lambda k: "give the first/last stage blocks or embedding_in_split/loss_in_split, not both (Megatron-Core)"),
+         lambda k: "give the first/last stage blocks or embedding_in_split/loss_in_split, not both (Megatron-Core)",
+         relaxed={"pp": 1, "first_stage_layers": 0, "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0}),
     Rule("vpp_layers", "interleaved pipeline: a model chunk gets no whole number of blocks", "vpp",
          ("vpp",) + _SPLIT + ("spec",),
          lambda k: stage_split.chunks_bad(k.spec.n_layers, k.pp, k.vpp, *_split(k)[1:]),
