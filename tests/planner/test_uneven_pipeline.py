@@ -128,3 +128,22 @@ def test_search_takes_a_pinned_split():
     # 16 blocks left: pp 4 (2 x 8) and pp 6 (4 x 4)... fit the rule, pp 8 (6 x 16/6) does not
     assert set(np.unique(res.layout.pp[ok]).tolist()) <= {2, 3, 4, 6, 10, 18}
     assert (res.reason[res.layout.pp == 8] == rules.INDEX["split_layers"]).all()
+
+
+def test_megatron_args_carry_the_split():
+    from planner.exports.megatron_args import megatron_args, render
+
+    plan = ExecutionPlan(tp=8, pp=16, vpp=8, dp=4, embedding_in_split=True, loss_in_split=True, sequence_parallel=True,
+                         sharding="zero1", micro_batch=1, grad_accum=16, seq_len=8192, activation_checkpointing="selective")
+    args = megatron_args(plan)
+    text = render(args)
+    for want in ("--pipeline-model-parallel-size 16", "--num-virtual-stages-per-pipeline-rank 8",
+                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+                 "--global-batch-size 64", "--use-distributed-optimizer", "--recompute-granularity selective"):
+        assert want in text, text
+    first_last = megatron_args(plan.model_copy(update={"vpp": 1, "embedding_in_split": False, "loss_in_split": False,
+                                                       "first_stage_layers": 7, "last_stage_layers": 7}))
+    assert first_last[first_last.index("--decoder-first-pipeline-num-layers") + 1] == "7"
+    with pytest.raises(PlanError) as e:
+        megatron_args(plan.model_copy(update={"sharding": "zero3"}))
+    assert e.value.field == "sharding"
