@@ -21,8 +21,17 @@ def _gib(x: float) -> str:
     return f"{x / GIB:.1f}"
 
 
+def _split(p) -> str:
+    """An uneven pipeline split: "(first 7, last 7)" or "(emb+loss in split)" (Megatron-Core's accounting);
+    parentheses, not brackets: the tables render rich markup."""
+    if p.first_stage_layers or p.last_stage_layers:
+        return f"(first {p.first_stage_layers or '-'}, last {p.last_stage_layers or '-'})"
+    named = [n for n, on in (("emb", p.embedding_in_split), ("loss", p.loss_in_split)) if on]
+    return f"({'+'.join(named)} in split)" if named else ""
+
+
 def _knobs(p) -> str:
-    parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "")]
+    parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "") + _split(p)]
     if p.cp > 1:
         parts.append(f"cp{p.cp}")
     parts.append(f"dp{p.dp}")
@@ -92,7 +101,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]], wide: bool) ->
 
 
 def _compact_layout(p) -> str:
-    parts = ([f"tp{p.tp}"] if p.tp > 1 else []) + ([f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "")] if p.pp > 1 else [])
+    parts = ([f"tp{p.tp}"] if p.tp > 1 else []) + ([f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "") + _split(p)] if p.pp > 1 else [])
     parts += [f"cp{p.cp}"] if p.cp > 1 else []
     return " ".join(parts + [f"dp{p.dp}"] + (["sp"] if p.sequence_parallel else []))
 

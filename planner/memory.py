@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner import stage_split
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
@@ -38,12 +39,10 @@ def _is_mixed(layout: Layout) -> np.ndarray:
 
 
 def stage_layers(spec: ModelSpec, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """(heaviest, lightest) number of blocks on a pipeline stage: pp need not divide n_layers;
-    L = q*pp + r puts q+1 blocks on r stages and q on the others (the first and last stages,
-    which also hold the embedding and the output layer, get q)."""
-    L = float(spec.n_layers)
-    pp = np.asarray(layout.pp, dtype=np.float64)
-    return np.ceil(L / pp), np.floor(L / pp)
+    """(heaviest, lightest) number of blocks on a pipeline stage (planner/stage_split.py: pp need
+    not divide n_layers; the first and last stages may be given their own counts)."""
+    sp = stage_split.of_layout(spec.n_layers, layout)
+    return sp.heaviest, np.minimum(np.minimum(sp.first, sp.last), sp.heaviest)
 
 
 # ---------------------------------------------------------------------------------------
@@ -55,11 +54,12 @@ def params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
     matrix, embedding included (vocab-parallel, Shoeybi et al. 2019); the replicated norms are
     small and counted as split too.
     """
-    heavy, light = stage_layers(spec, layout)
+    sp = stage_split.of_layout(spec.n_layers, layout)
     first_stage_extra = spec.vocab_padded * spec.hidden
     if spec.position == "learned":
         first_stage_extra += spec.max_positions * spec.hidden
-    staged = np.maximum(heavy * spec.params_per_layer, light * spec.params_per_layer + first_stage_extra)
+    staged = np.maximum(np.maximum(sp.middle, sp.last) * spec.params_per_layer,
+                        sp.first * spec.params_per_layer + first_stage_extra)
     single = spec.n_layers * spec.params_per_layer + spec.embedding_params
     return np.where(layout.pp == 1, single, staged) / layout.tp
 
@@ -292,17 +292,20 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
     )
     # recomputing a block rebuilds one block of one micro batch at a time during backward
     working = np.where((ck == CKPT["full"]) | (ck == CKPT["blocks"]), per_layer, 0.0)
-    heavy, light = stage_layers(spec, layout)
+    sp = stage_split.of_layout(spec.n_layers, layout)
     in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
     interleave = np.where(layout.vpp > 1, 1 + (layout.pp - 1) / (layout.pp * layout.vpp), 1.0)
-    uneven = heavy != light
-    held = np.where(uneven, np.maximum(light * in_flight, heavy * np.maximum(in_flight - 1, 1)),
-                    heavy * in_flight)
-    first_stage = per_block * held * interleave + working
+    # the first stage: its blocks for each micro batch in flight and, interleaved, (p-1)/p more of
+    # its first chunk per micro batch (Megatron's warm-up runs 2(p-1) + (v-1)p forwards, chunk 0
+    # first: with equal chunks, Korthikanti eq. 6's 1 + (p-1)/(p v)); the second stage (the
+    # heaviest middle one here) has one micro batch less in flight
+    first_held = in_flight * (sp.first + (layout.vpp > 1) * (layout.pp - 1) / layout.pp * sp.first_head)
+    held = np.maximum(first_held, sp.middle * np.maximum(in_flight - 1, 1) * interleave)
+    first_stage = per_block * held + working
     first_stage = first_stage + pipeline_outputs_bytes(spec, layout, pipeline_outputs_kept)
     logits = sb * spec.vocab_padded / t * loss_bytes_per_logit
     final = sb * h * a * 2 / sp_div  # final norm input + output
-    last_stage = per_block * light + working + logits + final
+    last_stage = per_block * sp.last + working + logits + final
     return np.where(layout.pp == 1, first_stage + logits + final, np.maximum(first_stage, last_stage))
 
 

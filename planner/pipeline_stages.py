@@ -50,3 +50,62 @@ def bubble_fraction(pp, grad_accum, vpp) -> np.ndarray:
     m = np.asarray(grad_accum, dtype=np.float64)
     v = np.asarray(vpp, dtype=np.float64)
     return (np.maximum(p - m, 0.0) + (np.minimum(m, p) - 1.0) / v) / m
+
+
+def stage_times(sp, per_layer, logits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward + backward seconds per micro batch of rank 0, the heaviest middle rank and rank p-1
+    (which also runs the output layer and the loss) of a planner/stage_split.StageSplit."""
+    t = np.asarray(per_layer, dtype=np.float64)
+    return sp.first * t, sp.middle * t, sp.last * t + logits
+
+
+def busiest(sp, per_layer, logits) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks of the busiest stage, whether it is the last one: the one with the output layer)."""
+    s0, sm, sl = stage_times(sp, per_layer, logits)
+    last = sl > np.maximum(s0, sm)
+    return np.where(last, sp.last, np.where(s0 > sm, sp.first, sp.middle)), last
+
+
+def split_ratio(n_layers: int, sp, pp, vpp, grad_accum, per_layer, logits) -> np.ndarray:
+    """`ratio` for any split of the blocks (planner/stage_split.py), with and without interleaving.
+
+    v = 1: Alpa's sum_i t_i + (m - 1) max_j t_j (above; against the op-by-op replay of 1F1B it is
+    exact where the slowest stage is the last one, an upper bound where an earlier stage is slower). v > 1 (Megatron's interleaved 1F1B,
+    Narayanan et al. SC21 sec. 2.2.2: each rank runs v model chunks of its blocks, a micro batch
+    crosses the p v virtual stages in turn, and the equal-chunk bubble shrinks to (p - 1) t / v):
+    the step is the longest of the ranks' own critical paths,
+
+        T = max_j [ m T_j + sum_{r < j} c_r ]
+
+    where T_j is rank j's forward + backward time per micro batch (all its chunks) and c_r the
+    forward + backward time of rank r's first chunk: rank j starts once the first micro batch has
+    crossed the first chunk of every rank before it and ends once its last backward has crossed
+    them back; the warm-up micro batches of the interleaved schedule ((p - j - 1) x 2 + (v - 1) p
+    forwards) keep it busy in between. Equal chunks c: the last rank gives m v c + (p - 1) c, the
+    bubble (p - 1) c = (p - 1) t / v of SC21. It is a lower bound of the step; against a replay of
+    Megatron's interleaved schedule op by op (tests/planner/test_interleaved_split.py) it is exact
+    for equal chunks, for the embedding alone in the split, and within 1% for the embedding and
+    the loss in the split (Llama 3's, pp >= 3); it runs low (up to 17% of the step at pp 4-16,
+    vpp 2, 4 micro batches per stage) where the last chunk, with the output layer, is heavier than
+    the chunks that feed it: the schedule then advances chunk by chunk at the pace of the slowest
+    chunk of each round, which a per-rank sum does not see (not modelled).
+    Returns the bubble T - m max_j T_j over the SC21 bubble (p - 1) max_j T_j / v."""
+    p = np.asarray(pp, dtype=np.float64)
+    v = np.asarray(vpp, dtype=np.float64)
+    m = np.asarray(grad_accum, dtype=np.float64)
+    t = np.asarray(per_layer, dtype=np.float64)
+    s0, sm, sl = stage_times(sp, t, logits)
+    slowest = np.maximum(np.maximum(s0, sm), sl)
+    # v = 1: Alpa (the fill and drain cross every other stage once)
+    others = np.maximum(n_layers * t + logits - slowest, 0.0)
+    # v > 1: the critical path of rank 0, of the last middle rank, and of the last rank
+    head, chunk = sp.first_head * t, sp.middle_chunk * t
+    t_first = m * s0
+    t_middle = np.where(p > 2, m * sm + head + np.maximum(p - 3, 0.0) * chunk, 0.0)
+    t_last = m * sl + head + np.maximum(p - 2, 0.0) * chunk
+    interleaved = (np.maximum(np.maximum(t_first, t_middle), t_last) - m * slowest) * v
+    bubble = np.where(v > 1, interleaved, others)
+    denom = (p - 1.0) * slowest
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(denom > 0, bubble / np.where(denom > 0, denom, 1.0), 1.0)
+    return np.clip(r, 0.0, np.maximum(v, 1.0))

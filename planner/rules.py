@@ -24,6 +24,7 @@ import numpy as np
 
 from planner.errors import PlanError
 from planner.layout import _BOOLEAN, _CATEGORICAL, CKPT, OFFLOAD, PREC, SHARD, Layout
+from planner import stage_split
 from planner.stacks import unsupported
 
 GIB = 2**30
@@ -74,6 +75,13 @@ def _batch(k: Knobs):
     return k.micro_batch * k.grad_accum * k.dp
 
 
+_SPLIT = ("pp", "first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split")
+
+
+def _split(k: Knobs) -> tuple:
+    return tuple(getattr(k, name) for name in _SPLIT)
+
+
 def _zero12(s):
     return (s == SHARD["zero1"]) | (s == SHARD["zero2"])
 
@@ -98,10 +106,28 @@ RULES: tuple[Rule, ...] = (
          lambda k: k.seq_len % k.cp != 0, lambda k: f"{k.cp} does not divide seq_len ({k.seq_len})"),
     # no head-count rule for cp: ring attention (Megatron-Core, torchtitan) splits the sequence and
     # passes K/V chunks around, every GPU keeps every head (only Ulysses splits heads; not modelled)
-    Rule("vpp_layers", "interleaved pipeline: pp x vpp does not divide n_layers", "vpp", ("pp", "vpp", "spec"),
-         lambda k: (k.vpp > 1) & (k.spec.n_layers % (k.pp * k.vpp) != 0),
-         lambda k: f"interleaving needs pp x vpp = {k.pp * k.vpp} to divide n_layers ({k.spec.n_layers})",
-         relaxed={"pp": 1}),
+    Rule("tp_kv_heads", "tp does not divide n_kv_heads", "tp", ("tp", "spec"),
+         lambda k: k.spec.kv_heads % k.tp != 0,
+         lambda k: f"{k.tp} does not divide the {k.spec.kv_heads} key/value heads (n_kv_heads) of {k.spec.name}: "
+                   "Megatron-Core needs num_query_groups to be a multiple of tp and torchtitan splits wk/wv by "
+                   f"whole heads (allowed: tp dividing {k.spec.kv_heads})"),
+    Rule("split_layers", "uneven pipeline: the first/last stage blocks leave no equal share to the others",
+         "first_stage_layers", _SPLIT + ("spec",), lambda k: stage_split.split_bad(k.spec.n_layers, *_split(k)),
+         lambda k: f"first {k.first_stage_layers} / last {k.last_stage_layers} blocks of {k.spec.n_layers} on pp "
+                   f"{k.pp} stages: the stages between need an equal, whole, non-empty share (and pp > 1)",
+         relaxed={"first_stage_layers": 0, "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0}),
+    Rule("split_both", "first/last stage blocks and the embedding/loss accounting are exclusive", "first_stage_layers",
+         _SPLIT, lambda k: ((k.first_stage_layers > 0) | (k.last_stage_layers > 0))
+         & ((k.embedding_in_split == 1) | (k.loss_in_split == 1)),
+         lambda k: "give the first/last stage blocks or embedding_in_split/loss_in_split, not both (Megatron-Core)",
+         relaxed={"pp": 1, "first_stage_layers": 0, "last_stage_layers": 0, "embedding_in_split": 0, "loss_in_split": 0}),
+    Rule("vpp_layers", "interleaved pipeline: a model chunk gets no whole number of blocks", "vpp",
+         ("vpp",) + _SPLIT + ("spec",),
+         lambda k: stage_split.chunks_bad(k.spec.n_layers, k.pp, k.vpp, *_split(k)[1:]),
+         lambda k: f"interleaving {k.vpp} model chunks per stage needs whole chunks: "
+                   f"{stage_split.chunk_need(k.spec.n_layers, k.pp, k.vpp, *_split(k)[1:])}",
+         relaxed={"pp": 1, "first_stage_layers": 0, "last_stage_layers": 0, "embedding_in_split": 0,
+                  "loss_in_split": 0}),
     Rule("vpp_needs_pp", "vpp > 1 needs pp > 1", "vpp", ("pp", "vpp"),
          lambda k: (k.vpp > 1) & (k.pp == 1), lambda k: f"{k.vpp} virtual stages need pp > 1"),
     Rule("sp_needs_tp", "sequence_parallel needs tp > 1", "sequence_parallel", ("sequence_parallel", "tp"),

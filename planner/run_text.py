@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from planner import stage_split
 from planner.errors import PlanError
 
 # ---------------------------------------------------------------- numbers
@@ -152,10 +153,11 @@ _LAYERS_PER_VIRTUAL = (r"(\d+)\s*layers?\s*per\s*virtual", r"layers?[\s_-]*per[\
                        r"stage\s*[=:]?\s*(\d+)")
 
 
-def vpp_of(row, pp: int, n_layers: int, notes: list[str]) -> int:
+def vpp_of(row, pp: int, n_layers: int, notes: list[str], split: tuple = (0, 0, 0, 0)) -> int:
     """Virtual pipeline stages per GPU (interleaved 1F1B): a `vpp` column, else the notes ("VP=6", "vpp 6",
     "virtual_pipeline_model_parallel_size 6", "6 model chunks", "2 layers per virtual stage" -> layers /
-    (pp x 2)); 1 without pipeline stages or where nothing says so."""
+    (pp x 2)); 1 without pipeline stages or where nothing says so. `split`: the row's uneven split
+    (planner/stage_split.SPLIT_KNOBS order), whose chunks must hold whole blocks."""
     if pp <= 1:
         return 1
     given = _int_column(row, ("vpp", "virtual_pipeline", "virtual_pipeline_size", "interleave"))
@@ -164,7 +166,8 @@ def vpp_of(row, pp: int, n_layers: int, notes: list[str]) -> int:
     vpp = given or (None if per else _int_in(text, _VPP))
     if vpp is None:
         if per:
-            stage_layers = n_layers // pp
+            sp = stage_split.split(n_layers, pp, 1, *split)
+            stage_layers = int(sp.heaviest) if any(split) else n_layers // pp
             vpp = max(stage_layers // per, 1)
             notes.append(f"vpp {vpp} = {n_layers} layers / pp {pp} / {per} layers per virtual stage")
         elif re.search(r"interleav", text, re.I) and not re.search(r"\bno[nt]?[\s-]*interleav", text, re.I):
@@ -172,8 +175,8 @@ def vpp_of(row, pp: int, n_layers: int, notes: list[str]) -> int:
             notes.append("interleaved schedule, virtual stages not stated: vpp 2")
         else:
             return 1
-    if vpp > 1 and n_layers % (pp * vpp):
-        notes.append(f"vpp {vpp} does not divide the layers: vpp 1")
+    if vpp > 1 and stage_split.chunks_bad(n_layers, pp, vpp, *split):
+        notes.append(f"vpp {vpp} does not divide the layers: vpp 1 ({stage_split.chunk_need(n_layers, pp, vpp, *split)})")
         return 1
     return vpp
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from hardware.models import Catalog
 from planner import (deepspeed_era, flops, launch_sync, megatron_ddp, peak_memory, run_columns, run_hardware,
-                     run_layout, run_precision, run_text)
+                     run_layout, run_precision, run_split, run_text)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -174,12 +174,13 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
     year = run_columns.year_of(row)
     sp = run_text.sequence_parallel_of(row, tp, sp_ckpt or (tp > 1 and stack in ("megatron", "torchtitan")), year,
                                        stack == run_columns.GENERIC, notes)
-    vpp = run_text.vpp_of(row, pp, spec.n_layers, notes)
+    split = run_split.split_of(row, pp, notes)
+    vpp = run_text.vpp_of(row, pp, spec.n_layers, notes, tuple(split.knobs().values()))
     lowered = text.lower()
     precision = run_columns.precision_of(row, system, notes)
     plan = ExecutionPlan(
         attention=run_columns.attention_of(row, system, notes),
-        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
+        stack=stack, tp=tp, pp=pp, vpp=vpp, **split.knobs(), cp=cp, dp=dp, sequence_parallel=sp,
         sharding=run_columns.sharding_of(row, stack, notes), offload=run_columns.offload_of(row, notes),
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
         activation_offload="cpu checkpointing" in (row.get("activation_checkpointing") or "").lower(),

@@ -51,7 +51,8 @@ STACKS: tuple[str, ...] = Stack.__args__  # type: ignore[attr-defined]
 
 # The knobs of an execution plan, in the order the output shows them.
 PLAN_KNOBS: tuple[str, ...] = (
-    "stack", "tp", "pp", "vpp", "cp", "dp", "sequence_parallel", "sharding", "offload",
+    "stack", "tp", "pp", "vpp", "first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split",
+    "cp", "dp", "sequence_parallel", "sharding", "offload",
     "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "fp8_recipe",
     "optimizer", "attention",
     "compile", "async_tp", "micro_batch", "grad_accum", "global_batch",
@@ -75,6 +76,16 @@ class ExecutionPlan(Frozen):
     pp: int = Field(default=1, gt=0, le=10_000, description="Pipeline stages (need not divide n_layers: "
                     "the heaviest stage sets the pace)")
     vpp: int = Field(default=1, gt=0, le=1000, description="Virtual pipeline stages per GPU (interleaved 1F1B)")
+    # an uneven pipeline, Megatron-Core's spellings (planner/stage_split.py)
+    first_stage_layers: int = Field(default=0, ge=0, le=100_000, description="Blocks on the first pipeline stage "
+                                    "(Megatron-Core --decoder-first-pipeline-num-layers; 0: an even split)")
+    last_stage_layers: int = Field(default=0, ge=0, le=100_000, description="Blocks on the last pipeline stage "
+                                   "(--decoder-last-pipeline-num-layers; 0: an even split)")
+    embedding_in_split: bool = Field(default=False, description="The embedding takes one block's place in the "
+                                     "pipeline split: the first virtual stage runs one block less "
+                                     "(--account-for-embedding-in-pipeline-split)")
+    loss_in_split: bool = Field(default=False, description="The output layer and loss take one block's place: the "
+                                "last virtual stage runs one block less (--account-for-loss-in-pipeline-split)")
     cp: int = Field(default=1, gt=0, le=1024, description="Context-parallel degree: the sequence split over cp GPUs "
                     "(ring attention)")
     dp: int = Field(default=1, gt=0, description="Data-parallel replicas: GPUs / (tp x pp x cp)")

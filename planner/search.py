@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import memory, rules
+from planner import memory, rules, stage_split
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, FP8, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
 from planner.pinned import check_pinned
 from planner.scenario import CHECKPOINTINGS, SHARDINGS, Scenario
 from planner.settings import Settings, stack_profiles
+from planner.stage_split import SPLIT_KNOBS
 from planner.stacks import default_stack
 from planner.system import System
 
@@ -78,12 +79,14 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     cps = _values(scenario.cp, [c for c in CONTEXT_PARALLEL
                                 if c == 1 or (seq_len % (2 * c) == 0 and seq_len // c >= MIN_TOKENS_PER_CP_RANK)])
     sps = _values(scenario.sequence_parallel, [False, True])
+    # an uneven pipeline only where pinned (Megatron-Core's --decoder-first/last-pipeline-num-layers, ...)
+    split = tuple(int(getattr(scenario, k) or 0) for k in SPLIT_KNOBS)
     shape_rows = []
     for tp, pp, vpp, cp, sp in itertools.product(tps, pps, vpps, cps, sps):
         if gpus % (tp * pp * cp):
             continue
         # knob values that only repeat another candidate are skipped unless pinned
-        if vpp > 1 and scenario.vpp is None and (pp == 1 or spec.n_layers % (pp * vpp)):
+        if vpp > 1 and scenario.vpp is None and (pp == 1 or stage_split.chunks_bad(spec.n_layers, pp, vpp, *split)):
             continue
         if sp and tp == 1 and scenario.sequence_parallel is None:
             continue
@@ -122,6 +125,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     ckpt = cols["activation_checkpointing"]
     return Layout(
         stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
+        **{k: np.full(n, value) for k, value in zip(SPLIT_KNOBS, split)},
         sharding=cols["sharding"], offload=cols["offload"],
         activation_checkpointing=ckpt,
         checkpoint_fraction=np.where(ckpt == CKPT["blocks"], fraction, 1.0),

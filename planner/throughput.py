@@ -29,11 +29,11 @@ from dataclasses import replace
 import numpy as np
 
 from planner import (async_tp, attention_kernel, comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape,
-                     launch_sync, megatron_ddp, pipeline_stages)
+                     launch_sync, megatron_ddp, pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
-from planner.memory import compute_dtype_bytes, stage_layers
+from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
 from planner.scenario import PRECISIONS, Performance, StepTimeBreakdown
 from planner.settings import Settings, stack_profiles
@@ -165,12 +165,11 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
     # fp8 quantisation of the block linears' operands, forward + backward (the recipe's kernels)
     hbm = _hbm_Bps(system, settings)
     elem_t = elem_t + prof["fp8_cast_passes"] * fp8.cast_s_per_token(spec, layout, prof, hbm, block + linear_share)
-    heavy, light = stage_layers(spec, layout)
+    split = stage_split.of_layout(spec.n_layers, layout)
     logits = tokens * _logits_s(spec, layout, system, settings)
     per_layer = tokens * (gemm_t + attn_t + elem_t)
     # which stage is the busiest, with the default factors (the fit keeps that choice)
-    last_is_busiest = light * per_layer + logits > heavy * per_layer
-    layers = np.where(last_is_busiest, light, heavy)
+    layers, last_is_busiest = pipeline_stages.busiest(split, per_layer, logits)
     with_logits = last_is_busiest | (layout.pp == 1)
     fwd_share = 1.0 / 3.0
     return {
@@ -183,8 +182,8 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
         "fwd_share": np.full(np.shape(layers), fwd_share),
         "layers": layers,
         # fill and drain run through the lighter stages (planner/pipeline_stages.py)
-        "bubble_stage_factor": pipeline_stages.ratio(spec.n_layers, layout.pp, heavy, light, per_layer, logits,
-                                              last_is_busiest),
+        "bubble_stage_factor": pipeline_stages.split_ratio(spec.n_layers, split, layout.pp, layout.vpp,
+                                                           layout.grad_accum, per_layer, logits),
     }
 
 

@@ -22,6 +22,7 @@ from planner.errors import PlanError
 from planner.fields import Flag
 from planner.model import ModelSpec
 from planner.scenario import NOT_PINNED, ExecutionPlan
+from planner.stage_split import SPLIT_KNOBS
 from planner.units import Seconds
 
 PipelineSchedule = Literal["1f1b", "gpipe", "interleaved_1f1b"]
@@ -190,6 +191,10 @@ def validate_plan(cfg: TrainConfig) -> None:
                         "bundled trainer (allowed: none, selective, full)")
     if p.precision == "fp8":
         raise PlanError("precision", "the bundled trainer has no fp8 GEMMs (allowed: fp32, fp16, bf16, bf16_pure)")
+    for knob in SPLIT_KNOBS:
+        if getattr(p, knob):
+            raise PlanError(knob, "the bundled trainer splits the blocks evenly over the pipeline stages "
+                            "(allowed: 0 / false)")
     if p.fp8_recipe != ExecutionPlan.model_fields["fp8_recipe"].default:
         raise PlanError("fp8_recipe", f"{p.fp8_recipe} needs fp8 GEMMs, which the bundled trainer has not "
                         "(allowed: tensorwise, the default, unused without fp8)")

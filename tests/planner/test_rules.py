@@ -18,14 +18,17 @@ from planner.settings import Settings, stack_profiles
 
 N = 3000
 # (model, GPU, gpus, gpus per node): with and without bf16/fp8, GPU counts with odd factors
-CONTEXTS = [("7b", "a100-80gb", 48, 8), ("gpt2", "v100-32gb", 24, 4), ("70b", "h100-80gb", 64, 8)]
+CONTEXTS = [("7b", "a100-80gb", 48, 8), ("gpt2", "v100-32gb", 24, 4), ("70b", "h100-80gb", 64, 8),
+            ("llama3-8b", "h100-80gb", 32, 16)]  # 8 kv heads, 16 GPUs per node: tp 16 splits no kv head
 
 
 WIDE = dict(stack=range(len(STACKS)), tp=[1, 2, 3, 4, 8, 16], pp=[1, 2, 4, 5, 8, 64, 128], vpp=[1, 2, 3],
             cp=[1, 2, 3, 4, 8], dp=[1, 2, 3, 4, 6, 8], sequence_parallel=[0, 1], sharding=range(len(SHARDINGS)),
             offload=range(len(OFFLOADS)), activation_checkpointing=range(len(CHECKPOINTINGS)),
             precision=range(len(PRECISIONS)), optimizer=range(len(OPTIMIZERS)), attention=range(len(ATTENTIONS)),
-            compile=[0, 1], async_tp=[0, 1], activation_offload=[0, 1], micro_batch=[1, 2, 4, 8, 64], grad_accum=[1, 2, 4, 8, 64, 256])
+            compile=[0, 1], async_tp=[0, 1], activation_offload=[0, 1], micro_batch=[1, 2, 4, 8, 64], grad_accum=[1, 2, 4, 8, 64, 256],
+            first_stage_layers=[0, 0, 3, 4, 7], last_stage_layers=[0, 0, 3, 4, 7], embedding_in_split=[0, 1],
+            loss_in_split=[0, 1])
 
 
 def random_layout(rng: np.random.Generator, n: int, spec, system, seq_len: int, global_batch=None) -> Layout:

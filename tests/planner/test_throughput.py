@@ -7,6 +7,7 @@ import pytest
 from planner.errors import PlanError
 from planner.layout import Layout
 from planner.network import load_network
+from planner.stage_split import SPLIT_KNOBS
 from planner.presets import resolve_model
 from planner.resolve import resolve_system
 from planner.scenario import ExecutionPlan, Performance, Scenario, StepTimeBreakdown
@@ -120,7 +121,7 @@ def _many_plans(n: int) -> Layout:
                 micro_batch=rng.choice([1, 2, 4, 8], n), grad_accum=rng.choice([1, 4, 16], n),
                 seq_len=np.full(n, 2048), reduce_bucket_elems=np.full(n, 2**24),
                 allgather_bucket_elems=np.full(n, 2**24), stage3_prefetch_elems=np.full(n, 2**23),
-                stage3_max_live_params=np.full(n, 10**9))
+                stage3_max_live_params=np.full(n, 10**9), **{k: np.zeros(n) for k in SPLIT_KNOBS})
     return Layout(**{f.name: np.asarray(cols[f.name], dtype=np.float64 if f.name == "checkpoint_fraction" else np.int64)
                      for f in fields(Layout)})
 
