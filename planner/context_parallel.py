@@ -244,20 +244,3 @@ def impl_of(row, cp: int, notes: list[str]) -> str:
     if cp > 1 and not re.search(r"ring[\s_-]*attention|\bring\b", text, re.I):
         notes.append("context-parallel implementation not stated: ring (Megatron-Core's and torchtitan's default)")
     return "ring"
-
-
-# ---------------------------------------------------------------- exports
-
-MEGATRON_COMM_TYPE = {"ring": "p2p", "ulysses": "a2a", "allgather": "allgather", "a2a+p2p": "a2a+p2p"}
-
-
-def megatron_args(plan, gpus_per_node: int) -> list[str]:
-    """Megatron-LM / Megatron-Core flags of a plan's context parallelism (`--cp-comm-type`; the
-    hierarchical sizes, inner all-to-all first, for a2a+p2p); none with cp 1."""
-    if plan.cp <= 1:
-        return []
-    args = ["--context-parallel-size", str(plan.cp), "--cp-comm-type", MEGATRON_COMM_TYPE[plan.cp_impl]]
-    if plan.cp_impl == "a2a+p2p":
-        inner = int(inner_degree(Layout.from_plan(plan), gpus_per_node)[0])
-        args += ["--hierarchical-context-parallel-sizes", str(inner), str(plan.cp // inner)]
-    return args
