@@ -237,7 +237,7 @@ def impl_of(row, cp: int, notes: list[str]) -> str:
         return "allgather" if m.group(1).lower() == "allgather" else "ring"
     if re.search(r"hierarchical[\s_-]*(?:context[\s_-]*parallel\w*|CP)", text, re.I):
         return "a2a+p2p"
-    if re.search(r"ulysses", text, re.I):
+    if re.search(r"ulysses", text, re.I) or ulysses_degree(text):
         return "ulysses"
     if re.search(r"all[\s_-]*gather[\s_-]*(?:based\s*)?(?:CP|context[\s_-]*parallel\w*)", text, re.I):
         return "allgather"
