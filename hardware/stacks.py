@@ -10,6 +10,8 @@ cross-validated error). `validation/fit_profiles.py` and `plan calibrate` write 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid")
@@ -36,6 +38,9 @@ class StackProfile(BaseModel):
     tensor_parallel: bool = True
     pipeline_parallel: bool = True
     context_parallel: bool = False
+    # the context-parallel implementations it runs with cp > 1 (planner/context_parallel.py): ring,
+    # ulysses, allgather, a2a+p2p
+    cp_impls: list[Literal["ring", "ulysses", "allgather", "a2a+p2p"]] = Field(default_factory=lambda: ["ring"])
     fp8: bool = False
     offload: bool = False
     compile: bool = False

@@ -33,7 +33,7 @@ def _split(p) -> str:
 def _knobs(p) -> str:
     parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "") + _split(p)]
     if p.cp > 1:
-        parts.append(f"cp{p.cp}")
+        parts.append(f"cp{p.cp}" + ("" if p.cp_impl == "ring" else f"-{p.cp_impl}"))
     parts.append(f"dp{p.dp}")
     if p.sequence_parallel:
         parts.append("sp")
@@ -102,7 +102,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]], wide: bool) ->
 
 def _compact_layout(p) -> str:
     parts = ([f"tp{p.tp}"] if p.tp > 1 else []) + ([f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "") + _split(p)] if p.pp > 1 else [])
-    parts += [f"cp{p.cp}"] if p.cp > 1 else []
+    parts += [f"cp{p.cp}" + ("" if p.cp_impl == "ring" else f"-{p.cp_impl}")] if p.cp > 1 else []
     return " ".join(parts + [f"dp{p.dp}"] + (["sp"] if p.sequence_parallel else []))
 
 

@@ -201,7 +201,7 @@ def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
     return [_estimate_at(found, int(order[o]), None, 0) for o in first]
 
 
-_MISS_KEY = ("stack", "tp", "pp", "vpp", "cp", "dp", "sequence_parallel", "sharding", "offload",
+_MISS_KEY = ("stack", "tp", "pp", "vpp", "cp", "cp_impl", "dp", "sequence_parallel", "sharding", "offload",
              "activation_checkpointing", "checkpoint_fraction", "precision", "micro_batch")
 
 

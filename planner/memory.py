@@ -348,6 +348,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
     from planner.fp8 import weight_cache_bytes as fp8_weight_cache_bytes
+    from planner.context_parallel import buffer_bytes as cp_buffer_bytes  # it builds on this module
     from planner.memory_required import required_bytes
     from planner.settings import stack_profiles
     from planner.stacks import per_candidate
@@ -365,7 +366,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
                                               prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"]),
-        "comm_buffers_bytes": comm_buffer_bytes(spec, layout),
+        "comm_buffers_bytes": comm_buffer_bytes(spec, layout) + cp_buffer_bytes(spec, layout, system.gpus_per_node),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
     }

@@ -22,9 +22,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from planner import context_parallel, stage_split
 from planner.errors import PlanError
 from planner.layout import _BOOLEAN, _CATEGORICAL, CKPT, OFFLOAD, PREC, SHARD, Layout
-from planner import stage_split
 from planner.stacks import unsupported
 
 GIB = 2**30
@@ -104,8 +104,12 @@ RULES: tuple[Rule, ...] = (
                    f"layer (allowed: pp <= {k.spec.n_layers})"),
     Rule("cp_seq_len", "cp does not divide seq_len", "cp", ("cp", "seq_len"),
          lambda k: k.seq_len % k.cp != 0, lambda k: f"{k.cp} does not divide seq_len ({k.seq_len})"),
-    # no head-count rule for cp: ring attention (Megatron-Core, torchtitan) splits the sequence and
-    # passes K/V chunks around, every GPU keeps every head (only Ulysses splits heads; not modelled)
+    # ring and all-gather CP keep every head on every GPU; the all-to-all ones (ulysses, a2a+p2p)
+    # split each TP rank's heads over their all-to-all group (planner/context_parallel.py)
+    Rule("cp_heads", "cp_impl ulysses / a2a+p2p: the all-to-all degree does not divide the heads", "cp",
+         ("cp", "cp_impl", "tp", "spec", "system"),
+         lambda k: context_parallel.heads_unsplittable(k.spec, k, k.system.gpus_per_node),
+         lambda k: context_parallel.heads_message(k.spec, k, k.system.gpus_per_node), relaxed={"tp": 1}),
     Rule("tp_kv_heads", "tp does not divide n_kv_heads", "tp", ("tp", "spec"),
          lambda k: k.spec.kv_heads % k.tp != 0,
          lambda k: f"{k.tp} does not divide the {k.spec.kv_heads} key/value heads (n_kv_heads) of {k.spec.name}: "
@@ -169,7 +173,7 @@ RULES: tuple[Rule, ...] = (
          lambda k: f"micro_batch x grad_accum x dp x seq_len = {_batch(k) * k.seq_len:,} tokens is above 4M "
                    "tokens (pin --global-batch to plan a larger batch)"),
     Rule("stack_supports", "the stack cannot run this plan (see catalog/stacks)", "stack",
-         ("stack", "sharding", "tp", "pp", "cp", "precision", "offload", "compile", "async_tp", "activation_offload",
+         ("stack", "sharding", "tp", "pp", "cp", "cp_impl", "precision", "offload", "compile", "async_tp", "activation_offload",
           "profiles"),
          lambda k: unsupported(k.profiles, k) if k.profiles is not None else False),
     Rule("gpu_memory", "does not fit in GPU memory", "memory", ("mem",),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from planner import stage_split
+from planner import context_parallel, stage_split
 from planner.errors import PlanError
 
 # ---------------------------------------------------------------- numbers
@@ -133,12 +133,13 @@ def internode_gbps(text: str, per_node_gpus: int, notes: list[str]) -> float | N
 
 def cp_of(row, notes: list[str]) -> int:
     """Context-parallel degree: a `cp` column, else the notes ("CP=2", "cp2", "context parallel 2",
-    "context_parallel_size=2", "FSDP 4 x CP 2"); 1 where nothing says so."""
+    "context_parallel_size=2", "FSDP 4 x CP 2"), a DeepSpeed-Ulysses degree ("sequence parallel
+    (DeepSpeed-Ulysses) 8": planner/context_parallel.py); 1 where nothing says so."""
     given = _int_column(row, ("cp", "context_parallel", "context_parallel_size"))
     if given:
         return given
     text = row.get("notes") or ""
-    found = _int_in(text, (r"\bCP(?:[\s_-]*(?:size|degree))?\s*[=:]?\s*(\d+)\b",
+    found = context_parallel.ulysses_degree(text) or _int_in(text, (r"\bCP(?:[\s_-]*(?:size|degree))?\s*[=:]?\s*(\d+)\b",
                            r"context[\s_-]*parallel(?:ism)?(?:[\s_-]*(?:size|degree))?(?:\s*(?:of|=|:))?\s*(\d+)\b",
                            r"(\d+)[\s-]*way\s+(?:context[\s_-]*parallel|CP\b)"))
     return found or 1
@@ -197,7 +198,7 @@ def sequence_parallel_of(row, tp: int, stack_default: bool, year: int | None, ge
     cell = column(row, "sequence_parallel", "sp").lower()
     if cell:
         return cell in ("yes", "y", "true", "1", "on", "sp", "enabled")
-    text = row.get("notes") or ""
+    text = context_parallel.without_ulysses(row.get("notes") or "")  # DeepSpeed's "sequence parallel" is Ulysses CP
     if re.search(r"\b(no|without|w/o|disabled?)\s+(sequence[\s_-]*parallel\w*|SP)\b|\bSP\s*(off|=\s*(0|false))\b"
                  r"|sequence[\s_-]*parallel\w*\s*(off|[=:]\s*(0|false|no))", text, re.I):
         return False

@@ -16,8 +16,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hardware.models import Catalog
-from planner import (deepspeed_era, flops, launch_sync, megatron_ddp, peak_memory, run_columns, run_hardware,
-                     run_layout, run_precision, run_split, run_text)
+from planner import (context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, peak_memory, run_columns,
+                     run_hardware, run_layout, run_precision, run_split, run_text)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -166,6 +166,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
     stack = run_columns.stack_of(row, notes)
     run_text.expert_parallel_refused(row)
     cp = run_text.cp_of(row, notes)
+    cp_impl = context_parallel.impl_of(row, cp, notes)
     lay = run_layout.layout_of(row, system.gpus, system.gpus_per_node, cp, notes)
     tp, pp, dp = lay.tp, lay.pp, lay.dp
     seq = run_layout.seq_len_of(row, notes)
@@ -180,7 +181,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
     precision = run_columns.precision_of(row, system, notes)
     plan = ExecutionPlan(
         attention=run_columns.attention_of(row, system, notes),
-        stack=stack, tp=tp, pp=pp, vpp=vpp, **split.knobs(), cp=cp, dp=dp, sequence_parallel=sp,
+        stack=stack, tp=tp, pp=pp, vpp=vpp, **split.knobs(), cp=cp, cp_impl=cp_impl, dp=dp, sequence_parallel=sp,
         sharding=run_columns.sharding_of(row, stack, notes), offload=run_columns.offload_of(row, notes),
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
         activation_offload="cpu checkpointing" in (row.get("activation_checkpointing") or "").lower(),

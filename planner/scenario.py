@@ -38,6 +38,12 @@ FP8RecipeName = Literal["tensorwise", "rowwise", "delayed"]
 Optimizer = Literal["adamw", "adafactor", "sgd"]
 Attention = Literal["flash", "eager"]
 # The software stack that runs the plan: its efficiency profile lives in catalog/stacks/<id>.toml.
+# How context parallelism moves the sequence (planner/context_parallel.py): ring (K/V chunks passed
+# around, Liu et al. 2023; Megatron cp_comm_type p2p, torch rotate_method alltoall), ulysses (all-to-all
+# of q/k/v and the output, heads split over cp; DeepSpeed-Ulysses, Jacobs et al. 2023; Megatron a2a),
+# allgather (K/V all-gathered; Llama 3 sec. 3.3.2, torch rotate_method allgather), a2a+p2p (all-to-all
+# inside a node, ring across nodes; Megatron hierarchical CP).
+ContextParallelImpl = Literal["ring", "ulysses", "allgather", "a2a+p2p"]
 Stack = Literal["megatron", "megatron_deepspeed", "hf", "fsdp", "torchtitan", "bundled", "generic"]
 
 SHARDINGS: tuple[str, ...] = Sharding.__args__  # type: ignore[attr-defined]
@@ -48,11 +54,12 @@ FP8_RECIPES: tuple[str, ...] = FP8RecipeName.__args__  # type: ignore[attr-defin
 OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
 ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
 STACKS: tuple[str, ...] = Stack.__args__  # type: ignore[attr-defined]
+CP_IMPLS: tuple[str, ...] = ContextParallelImpl.__args__  # type: ignore[attr-defined]
 
 # The knobs of an execution plan, in the order the output shows them.
 PLAN_KNOBS: tuple[str, ...] = (
     "stack", "tp", "pp", "vpp", "first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split",
-    "cp", "dp", "sequence_parallel", "sharding", "offload",
+    "cp", "cp_impl", "dp", "sequence_parallel", "sharding", "offload",
     "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "fp8_recipe",
     "optimizer", "attention",
     "compile", "async_tp", "micro_batch", "grad_accum", "global_batch",
@@ -87,7 +94,10 @@ class ExecutionPlan(Frozen):
     loss_in_split: bool = Field(default=False, description="The output layer and loss take one block's place: the "
                                 "last virtual stage runs one block less (--account-for-loss-in-pipeline-split)")
     cp: int = Field(default=1, gt=0, le=1024, description="Context-parallel degree: the sequence split over cp GPUs "
-                    "(ring attention)")
+                    "(ring attention unless --cp-impl says otherwise)")
+    cp_impl: ContextParallelImpl = Field(default="ring", description="Context-parallel communication: ring (K/V "
+                                         "chunks passed on), ulysses (all-to-all, heads split over cp), allgather "
+                                         "(K/V all-gathered), a2a+p2p (all-to-all in a node, ring across nodes)")
     dp: int = Field(default=1, gt=0, description="Data-parallel replicas: GPUs / (tp x pp x cp)")
     sequence_parallel: bool = Field(default=False, description="Sequence parallelism: norms and dropout split over "
                                     "the tensor-parallel group")

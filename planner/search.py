@@ -1,9 +1,9 @@
 """Enumerate execution plans for a scenario and evaluate them all in one vectorised pass.
 
 Every blank knob of the scenario is searched (sharding x offload x checkpointing x micro batch x
-gradient accumulation x tp x pp x vpp x sequence parallelism); pinned knobs take one value. Each
-candidate is either rejected with a reason (invalid combination, or does not fit in GPU memory
-or host RAM) or kept; the kept ones are scored by the throughput model and ranked.
+gradient accumulation x tp x pp x vpp x cp and its implementation x sequence parallelism); pinned
+knobs take one value. Each candidate is either rejected with a reason (invalid combination, or
+does not fit in GPU memory or host RAM) or kept; the kept ones are scored by the throughput model and ranked.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, FP8, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
 from planner.pinned import check_pinned
-from planner.scenario import CHECKPOINTINGS, SHARDINGS, Scenario
+from planner.context_parallel import IMPL as CP_IMPL
+from planner.scenario import CHECKPOINTINGS, CP_IMPLS, SHARDINGS, Scenario
 from planner.settings import Settings, stack_profiles
 from planner.stage_split import SPLIT_KNOBS
 from planner.stacks import default_stack
@@ -81,16 +82,19 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     sps = _values(scenario.sequence_parallel, [False, True])
     # an uneven pipeline only where pinned (Megatron-Core's --decoder-first/last-pipeline-num-layers, ...)
     split = tuple(int(getattr(scenario, k) or 0) for k in SPLIT_KNOBS)
+    impls = [CP_IMPL[v] for v in _values(scenario.cp_impl, list(CP_IMPLS))]
     shape_rows = []
-    for tp, pp, vpp, cp, sp in itertools.product(tps, pps, vpps, cps, sps):
+    for tp, pp, vpp, cp, impl, sp in itertools.product(tps, pps, vpps, cps, impls, sps):
         if gpus % (tp * pp * cp):
+            continue
+        if cp == 1 and impl != impls[0]:  # the implementation is moot without context parallelism
             continue
         # knob values that only repeat another candidate are skipped unless pinned
         if vpp > 1 and scenario.vpp is None and (pp == 1 or stage_split.chunks_bad(spec.n_layers, pp, vpp, *split)):
             continue
         if sp and tp == 1 and scenario.sequence_parallel is None:
             continue
-        shape_rows.append((tp, pp, vpp, cp, int(sp), gpus // (tp * pp * cp)))
+        shape_rows.append((tp, pp, vpp, cp, impl, int(sp), gpus // (tp * pp * cp)))
     if not shape_rows:
         raise PlanError("gpus", f"no tp x pp x cp layout divides {gpus} GPUs")
 
@@ -109,7 +113,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     flat = [m.reshape(-1) for m in mesh]
     idx, cols = flat[0], dict(zip(grid, flat[1:]))
     n = idx.size
-    tp, pp, vpp, cp, sp, dp = (shapes[idx, j] for j in range(6))
+    tp, pp, vpp, cp, cp_impl, sp, dp = (shapes[idx, j] for j in range(7))
     micro = cols["micro_batch"]
     if derive_ga:
         ga = np.maximum(global_batch // (micro * dp), 1)
@@ -124,7 +128,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     fraction = scenario.checkpoint_fraction or DEFAULT_CHECKPOINT_FRACTION
     ckpt = cols["activation_checkpointing"]
     return Layout(
-        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
+        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, cp_impl=cp_impl, dp=dp, sequence_parallel=sp,
         **{k: np.full(n, value) for k, value in zip(SPLIT_KNOBS, split)},
         sharding=cols["sharding"], offload=cols["offload"],
         activation_checkpointing=ckpt,

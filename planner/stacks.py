@@ -11,7 +11,7 @@ import numpy as np
 
 from hardware.stacks import StackProfile
 from planner.layout import SHARD, STACK, Layout
-from planner.scenario import STACKS
+from planner.scenario import CP_IMPLS, STACKS
 
 # Numeric fields of a profile used by the formulas (per candidate, by the candidate's stack).
 NUMERIC = tuple(name for name, f in StackProfile.model_fields.items() if f.annotation in (float, bool))
@@ -47,7 +47,7 @@ def per_candidate(profiles: dict[str, StackProfile], layout: Layout) -> dict[str
 
 
 def unsupported(profiles: dict[str, StackProfile], layout: Layout) -> np.ndarray:
-    """Candidates whose stack cannot run them (sharding, tp/pp/cp, fp8, offload, compile)."""
+    """Candidates whose stack cannot run them (sharding, tp/pp/cp and its cp_impl, fp8, offload, compile)."""
     from planner.layout import OFFLOAD, PREC
 
     bad = np.zeros(len(layout), dtype=bool)
@@ -63,7 +63,8 @@ def unsupported(profiles: dict[str, StackProfile], layout: Layout) -> np.ndarray
         b = ~allowed
         b |= (~np.bool_(prof.tensor_parallel)) & (layout.tp > 1)
         b |= (~np.bool_(prof.pipeline_parallel)) & (layout.pp > 1)
-        b |= (~np.bool_(prof.context_parallel)) & (layout.cp > 1)
+        impls = [CP_IMPLS.index(x) for x in prof.cp_impls if x in CP_IMPLS] if prof.context_parallel else []
+        b |= (layout.cp > 1) & ~np.isin(layout.cp_impl, impls)
         b |= (~np.bool_(prof.fp8)) & (layout.precision == PREC["fp8"])
         b |= (~np.bool_(prof.offload)) & (layout.offload != OFFLOAD["none"])
         b |= (~np.bool_(prof.compile)) & (layout.compile == 1)

@@ -13,8 +13,8 @@ compute   block GEMMs at the GPU's peak x a GEMM-size efficiency (catalog curve;
 bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2; more when
           an interleaved schedule has fewer micro batches than stages), the fill
           and drain through the lighter stages where stages differ (planner/pipeline_stages.py);
-comm      TP collectives (hidden by async TP where the stack does it), ring-attention KV
-          exchange (context parallelism), PP sends, DP/ZeRO/FSDP collectives minus the part
+comm      TP collectives (hidden by async TP where the stack does it), the context-parallel
+          exchange (ring, Ulysses all-to-all, all-gather: planner/context_parallel.py), PP sends, DP/ZeRO/FSDP collectives minus the part
           hidden behind compute (the stack's overlap fractions);
 offload   host link transfers and CPU Adam of ZeRO-Offload / ZeRO-Infinity.
 
@@ -28,8 +28,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import (async_tp, attention_kernel, comm, deepspeed_era, dp_comm, eager_traffic, flops, fp8, gemm_shape,
-                     launch_sync, megatron_ddp, pipeline_stages, stage_split)
+from planner import (async_tp, attention_kernel, comm, context_parallel, deepspeed_era, dp_comm, eager_traffic, flops,
+                     fp8, gemm_shape, launch_sync, megatron_ddp, pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -201,9 +201,9 @@ def _optimizer_step_s(spec, layout, system, settings) -> np.ndarray:
 
 def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof):
     """Exposed seconds per step of TP collectives (2 forward + 2 backward per block, 2 more when
-    recomputing; Shoeybi et al. 2019), the ring-attention KV exchange of context parallelism
-    (Liu et al. 2023, each GPU receives the other cp-1 K/V chunks, in forward and again with
-    their gradients in backward) and PP activation sends (2 per micro batch and virtual stage)."""
+    recomputing; Shoeybi et al. 2019), the context-parallel exchange of the plan's cp_impl (ring
+    K/V chunks, Ulysses all-to-alls, all-gathered K/V: planner/context_parallel.py) and PP
+    activation sends (2 per micro batch and virtual stage)."""
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     c = compute_dtype_bytes(layout)
     act = c * tokens * spec.hidden
@@ -221,13 +221,8 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     micro_pipelined = (layout.async_tp == 1) & np.asarray(prof["async_tp_fused_pairs"], dtype=bool)
     tp_s = layout.grad_accum * np.where(micro_pipelined, fused, tp_s)
 
-    kv = c * tokens * 2.0 * spec.kv_dim / layout.tp
-    cp_bytes = layers * 3.0 * (layout.cp - 1.0) * kv  # forward K/V, backward K/V + dK/dV
-    m_cp = comm.members_per_node(layout.cp, layout.tp, links.gpus_per_node)
-    cp_bw = comm.group_busbw_Bps(links, layout.cp, m_cp)
-    cp_raw = (layout.cp > 1) * (cp_bytes / cp_bw + layers * 3.0 * (layout.cp - 1.0) * comm.INTRANODE_LATENCY_S)
     attn_micro = parts["attention"] * prof["attention_time_factor"]
-    cp_s = layout.grad_accum * np.maximum(cp_raw - prof["overlap_cp"] * attn_micro, 0.0)
+    cp_s = layout.grad_accum * context_parallel.exposed_s(spec, layout, links, layers, attn_micro, prof["overlap_cp"])
 
     # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor.
     p2p_bytes = act / layout.tp

@@ -181,6 +181,9 @@ def validate_plan(cfg: TrainConfig) -> None:
         raise PlanError("stack", f"the bundled trainer runs its own stack (allowed: bundled; got {p.stack})")
     if p.cp != 1:
         raise PlanError("cp", "the bundled trainer has no context parallelism (allowed: 1)")
+    if p.cp_impl != ExecutionPlan.model_fields["cp_impl"].default:
+        raise PlanError("cp_impl", f"{p.cp_impl} needs context parallelism, which the bundled trainer has not "
+                        "(allowed: ring, the default, unused with cp 1)")
     if p.async_tp:
         raise PlanError("async_tp", "the bundled trainer does not overlap TP collectives (allowed: false)")
     if p.activation_offload:

@@ -39,7 +39,7 @@ CLUSTERS = {
     "h200-141gb": "dgx-h200", "mi250x": "lumi-g", "mi300x": "mi300x-8", "b200": "dgx-b200",
 }
 # Every knob pinned (one candidate per scenario); a check overrides what it varies.
-BASE = dict(tp=1, pp=1, vpp=1, cp=1, sequence_parallel=False, sharding="zero1", offload="none",
+BASE = dict(tp=1, pp=1, vpp=1, cp=1, cp_impl="ring", sequence_parallel=False, sharding="zero1", offload="none",
             activation_checkpointing="none", micro_batch=1, stack="megatron", precision="bf16",
             attention="flash", compile=False, async_tp=False, optimizer="adamw", activation_offload=False,
             fp8_recipe="tensorwise")

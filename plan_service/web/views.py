@@ -74,7 +74,8 @@ class CurvePoint(BaseModel):
 
 def layout_of(plan) -> str:
     parts = [f"tp{plan.tp}", f"pp{plan.pp}" + (f"v{plan.vpp}" if plan.vpp > 1 else "")]
-    parts += [f"cp{plan.cp}"] if getattr(plan, "cp", 1) > 1 else []
+    impl = getattr(plan, "cp_impl", "ring")
+    parts += [f"cp{plan.cp}" + ("" if impl == "ring" else f"-{impl}")] if getattr(plan, "cp", 1) > 1 else []
     parts.append(f"dp{plan.dp}")
     if plan.sequence_parallel:
         parts.append("sp")

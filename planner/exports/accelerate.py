@@ -14,6 +14,7 @@ from typing import Any
 
 from planner.errors import PlanError
 from planner.exports.common import Target, check_target, is_deepspeed, is_fsdp
+from planner.exports.cp_settings import accelerate_keys
 from planner.exports.fsdp_settings import accelerate_fsdp_section, fsdp_settings
 from planner.scenario import ExecutionPlan
 from planner.system import System
@@ -83,6 +84,10 @@ def accelerate_config(
             raise PlanError("tp", "accelerate runs tensor parallelism only with FSDP2 (sharding=fsdp_*)")
         config["parallelism_config"] = {"parallelism_config_dp_shard_size": plan.dp,
                                         "parallelism_config_tp_size": plan.tp}
+    cp = accelerate_keys(plan, fsdp=is_fsdp(plan), deepspeed=is_deepspeed(plan))
+    if cp:
+        mesh = {"parallelism_config_dp_shard_size": plan.dp, "parallelism_config_tp_size": plan.tp} if is_fsdp(plan) else {}
+        config["parallelism_config"] = config.get("parallelism_config", mesh) | cp
     return config
 
 

@@ -11,6 +11,7 @@ from pydantic import Field
 from planner.errors import PlanError
 from planner.exports.accelerate import accelerate_config, to_yaml
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
+from planner.exports.cp_settings import megatron_args
 from planner.exports.deepspeed_json import config_text, deepspeed_config
 from planner.exports.fsdp_settings import FSDP_FILE, fsdp_settings
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
@@ -123,6 +124,9 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
     if chosen.fsdp_json is not None:
         notes.append("FSDP settings exactly as the trial ran them")
+    if plan.cp > 1 and plan.stack in ("megatron", "generic"):
+        notes.append("Megatron-LM flags of this plan's context parallelism: "
+                     + " ".join(megatron_args(plan, chosen.system.gpus_per_node)))
 
     def ds_text() -> str:
         if chosen.deepspeed_json is not None:

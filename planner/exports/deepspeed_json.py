@@ -11,6 +11,7 @@ from typing import Any
 
 from planner.errors import PlanError
 from planner.exports.common import Recipe, Target, check_target, is_fsdp
+from planner.exports.cp_settings import deepspeed_keys
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
 
@@ -32,6 +33,7 @@ def deepspeed_config(
     target = check_target(target)
     recipe = recipe or Recipe()
     _check_plan(plan)
+    cp_keys = deepspeed_keys(plan)  # Ulysses: sequence_parallel_size; other cp_impls refused
     config: dict[str, Any] = {
         "train_batch_size": plan.global_batch,
         "train_micro_batch_size_per_gpu": plan.micro_batch,
@@ -42,6 +44,7 @@ def deepspeed_config(
         "zero_optimization": zero_section(plan, target, model),
         "optimizer": optimizer_section(plan, target, recipe),
         **precision_sections(plan),
+        **cp_keys,
     }
     scheduler = scheduler_section(recipe)
     if scheduler is not None:

@@ -33,6 +33,9 @@ def trainer_args(
         raise PlanError("tp", "the bundled trainer has no tensor parallelism (allowed: 1); export deepspeed/accelerate for your own Megatron-style code")
     if plan.pp > 1:
         raise PlanError("pp", "the bundled trainer has no pipeline parallelism (allowed: 1)")
+    if plan.cp > 1:
+        raise PlanError("cp", f"the bundled trainer has no context parallelism (allowed: 1); export deepspeed "
+                        f"(cp_impl ulysses) or accelerate (FSDP2 ring/allgather) for {plan.cp_impl} CP")
     args = ["--model", model]
     for knob in TRAINER_KNOBS:
         args += [f"--{knob.replace('_', '-')}", str(getattr(plan, knob))]

@@ -12,7 +12,7 @@ from planner import validate as planner_validate
 from planner.errors import PlanError
 from planner.layout import Layout
 from planner.resolve import resolve_model, resolve_system
-from planner.scenario import (ATTENTIONS, CHECKPOINTINGS, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS,
+from planner.scenario import (ATTENTIONS, CHECKPOINTINGS, CP_IMPLS, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS,
                               STACKS, Scenario)
 from planner.settings import Settings, stack_profiles
 
@@ -23,7 +23,7 @@ CONTEXTS = [("7b", "a100-80gb", 48, 8), ("gpt2", "v100-32gb", 24, 4), ("70b", "h
 
 
 WIDE = dict(stack=range(len(STACKS)), tp=[1, 2, 3, 4, 8, 16], pp=[1, 2, 4, 5, 8, 64, 128], vpp=[1, 2, 3],
-            cp=[1, 2, 3, 4, 8], dp=[1, 2, 3, 4, 6, 8], sequence_parallel=[0, 1], sharding=range(len(SHARDINGS)),
+            cp=[1, 2, 3, 4, 8], cp_impl=range(len(CP_IMPLS)), dp=[1, 2, 3, 4, 6, 8], sequence_parallel=[0, 1], sharding=range(len(SHARDINGS)),
             offload=range(len(OFFLOADS)), activation_checkpointing=range(len(CHECKPOINTINGS)),
             precision=range(len(PRECISIONS)), optimizer=range(len(OPTIMIZERS)), attention=range(len(ATTENTIONS)),
             compile=[0, 1], async_tp=[0, 1], activation_offload=[0, 1], micro_batch=[1, 2, 4, 8, 64], grad_accum=[1, 2, 4, 8, 64, 256],

@@ -110,7 +110,7 @@ def _many_plans(n: int) -> Layout:
     tp = rng.choice([1, 2, 4, 8], n)
     pp = rng.choice([1, 2, 4], n)
     cp = rng.choice([1, 2], n)
-    cols = dict(stack=rng.integers(0, 6, n), tp=tp, pp=pp, vpp=rng.choice([1, 2], n), cp=cp,
+    cols = dict(stack=rng.integers(0, 6, n), tp=tp, pp=pp, vpp=rng.choice([1, 2], n), cp=cp, cp_impl=rng.integers(0, 4, n),
                 dp=np.maximum(np.full(n, 64) // (tp * pp * cp), 1),
                 checkpoint_fraction=rng.choice([0.5, 1.0], n), compile=rng.integers(0, 2, n),
                 async_tp=rng.integers(0, 2, n), activation_offload=rng.integers(0, 2, n),
