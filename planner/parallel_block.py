@@ -26,8 +26,11 @@ Falcon-7B, PaLM, Phi, Cohere) and two norms over the same x where it has two (GP
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
+from planner.errors import PlanError
 from planner.model import ModelSpec
 
 # Sequential block: per block, all-reduce equivalents in forward (attention, MLP) and backward.
@@ -80,3 +83,47 @@ def replicated_sbh(spec: ModelSpec) -> float:
     split, in units of s*b*h at 16 bit: their sequential 10 (two norm inputs 4, attention and MLP
     inputs 4, two dropout masks 2); a parallel block has fewer norm-side tensors."""
     return 2.0 * norm_side_tensors(spec) + 2.0
+
+
+# ---- a runs file's row: an optional `parallel_block` column, or its notes ---------------------------
+YES, NO = ("yes", "y", "true", "1", "on", "parallel"), ("no", "n", "false", "0", "off", "sequential")
+_STATED = re.compile(r"parallel[\s_-]*(attention|attn|residual|layers?|blocks?)\b", re.I)
+_DENIED = re.compile(r"\b(no|without|w/o)\s+parallel[\s_-]*(attention|attn|residual|layers?|blocks?)\b"
+                     r"|\bsequential\s+(transformer\s+)?blocks?\b", re.I)
+
+
+def stated_in_row(row) -> bool | None:
+    """Whether a run row states a parallel attention+MLP block: the `parallel_block` column
+    (yes/no), or its notes ("parallel attention", "parallel residual", "parallel layers",
+    "no parallel attention", "sequential block"); None where nothing says."""
+    cell = (row.get("parallel_block") or "").strip().lower()
+    if cell:
+        if cell not in YES + NO:
+            raise PlanError("parallel_block", f"row {row.get('id')}: {cell!r} is not one of yes, no")
+        return cell in YES
+    text = row.get("notes") or ""
+    if _DENIED.search(text):
+        return False
+    return True if _STATED.search(text) else None
+
+
+def apply_row(row, spec: ModelSpec, notes: list[str]) -> ModelSpec:
+    """The row's model with the block it states (a preset's own block where the row says nothing).
+    A shape made parallel keeps its two norms (GPT-NeoX's form: only the block input is shared)."""
+    stated = stated_in_row(row)
+    if stated is None or stated == spec.parallel_block:
+        return spec
+    fields = {**spec.model_dump(), "published_params": None}
+    fields.update(switched(fields, stated))
+    notes.append(f"{'parallel attention+MLP' if stated else 'sequential'} block as stated"
+                 + (f" ({fields['norms_per_layer']} norms per block)" if stated else ""))
+    return ModelSpec(**fields)
+
+
+def switched(fields: dict, parallel: bool | None) -> dict:
+    """ModelSpec fields of a block switched to `parallel` (None: unchanged): a one-norm parallel
+    block made sequential gets its second norm; a block made parallel keeps its norms."""
+    if parallel is None:
+        return {}
+    norms = fields.get("norms_per_layer", 2)
+    return {"parallel_block": parallel, "norms_per_layer": 2 if not parallel and norms == 1 else norms}

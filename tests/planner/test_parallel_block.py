@@ -7,15 +7,21 @@ instead of two (Korthikanti et al. 2022 sec. 4.1 tensor list)."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from plan_cli.main import app
 from planner import flops, memory, parallel_block
+from planner.errors import PlanError
 from planner.hf_config import load_hf_config
 from planner.model import ModelSpec
+from planner.resolve import resolve_model as resolve_scenario_model
+from planner.runs import load_runs
 from planner.layout import Layout
 from planner.presets import resolve_model
 from planner.resolve import resolve_system
@@ -167,3 +173,73 @@ def test_one_norm_without_parallel_block_is_refused():
     with pytest.raises(ValueError, match="parallel_block"):
         ModelSpec(n_layers=2, hidden=64, n_heads=4, vocab=10, norms_per_layer=1, parallel_block=False)
     assert ModelSpec(n_layers=2, hidden=64, n_heads=4, vocab=10, norms_per_layer=1).parallel_block
+
+
+# ---- the scenario flag and the runs file --------------------------------------------------------
+def test_scenario_switches_a_preset_block():
+    llama = resolve_scenario_model(Scenario(model="llama2-7b", parallel_block=True))
+    assert llama.parallel_block and llama.norms_per_layer == 2  # only the block input is shared
+    gptj = resolve_scenario_model(Scenario(model="gpt-j-6b", parallel_block=False))
+    assert not gptj.parallel_block and gptj.norms_per_layer == 2  # its one norm becomes two
+    assert gptj.n_params == GPTJ.n_params + 28 * 2 * GPTJ.hidden
+    assert resolve_scenario_model(Scenario(model="gpt-j-6b")).parallel_block  # the preset's own block
+    assert resolve_scenario_model(Scenario(parallel_block="yes", n_layers=2, hidden=64, n_heads=2,
+                                           vocab=100)).parallel_block
+
+
+def test_cli_flag_halves_the_tp_time():
+    def tp_time(flag):
+        res = CliRunner().invoke(app, ["estimate", "--model", "gpt-j-6b", flag, "--gpus", "8", "--tp", "8",
+                                       "--micro-batch", "1", "--grad-accum", "8", "--sharding", "none",
+                                       "--activation-checkpointing", "none", "--sequence-parallel", "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["model"]["parallel_block"] == (flag == "--parallel-block")
+        return out["results"][0]["time"]["comm_exposed_s"]
+
+    assert tp_time("--parallel-block") == pytest.approx(0.5 * tp_time("--no-parallel-block"), rel=1e-6)
+
+
+ROW = {"id": "x_001", "source": "test", "model_name": "", "n_layers": "44", "hidden": "6144", "n_heads": "64",
+       "ffn_hidden": "24576", "vocab": "50432", "seq_len": "2048", "gpu_type": "A100-80GB", "n_gpus": "8",
+       "framework": "Megatron-LM", "tp": "8", "pp": "1", "micro_batch": "1", "global_batch": "8",
+       "measured_iter_time_s": "1.0", "outcome": "ok"}
+
+
+def _load(tmp_path, **cells):
+    path = tmp_path / "runs.csv"
+    row = {**ROW, **cells}
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    return load_runs(path)[0]
+
+
+@pytest.mark.parametrize("cells,parallel", [
+    ({}, False),
+    ({"notes": "GPT-NeoX-20B shape, parallel attention + FF layers"}, True),
+    ({"notes": "use_parallel_residual: parallel residual"}, True),
+    ({"notes": "no parallel attention (sequential block)"}, False),
+    ({"notes": "MFU per nanoGPT/PaLM method"}, False),  # PaLM named, no block stated
+    ({"parallel_block": "yes"}, True),
+    ({"parallel_block": "no", "notes": "parallel attention"}, False),  # the column wins
+])
+def test_runs_rows_state_the_block(tmp_path, cells, parallel):
+    run = _load(tmp_path, **cells)
+    assert run.spec.parallel_block is parallel
+    assert any("block as stated" in a for a in run.assumptions) == parallel
+
+
+def test_bad_parallel_block_cell_names_the_column(tmp_path):
+    with pytest.raises(PlanError) as e:
+        _load(tmp_path, parallel_block="sometimes")
+    assert "parallel_block" in str(e.value) and "sometimes" in str(e.value)
+
+
+def test_no_dev_row_states_a_parallel_block():
+    """The published dev rows and the seed rows are all sequential blocks: the CV is unchanged."""
+    data = Path(__file__).resolve().parents[2] / "validation" / "data"
+    for name in ("published_dev.csv", "seed_runs.csv"):
+        with open(data / name, newline="", encoding="utf-8") as f:
+            assert not any(parallel_block.stated_in_row(r) for r in csv.DictReader(f)), name
