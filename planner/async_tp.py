@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import flops
+from planner import flops, parallel_block
 from planner.model import ModelSpec
 
-# per block: fused pairs in forward (qkv, o, up, down); in backward only o and down (see above)
-FORWARD_FUSED = (True, True, True, True)
-BACKWARD_FUSED = (False, True, False, True)
+# per block: fused pairs in forward (qkv, o, up, down); in backward only o and down (see above);
+# a parallel attention+MLP block has one collective per direction and pass (parallel_block.py)
 
 
 def exposed_s(spec: ModelSpec, layout, tp_raw, block_gemm_s, layers, block, linear_share,
@@ -37,7 +36,7 @@ def exposed_s(spec: ModelSpec, layout, tp_raw, block_gemm_s, layers, block, line
     """Exposed TP seconds per micro batch under micro-pipelined async TP.
 
     tp_raw: the TP collectives' seconds per micro batch (2 collectives per all-reduce equivalent,
-    4 + 2*block all-reduce equivalents per block); block_gemm_s: the blocks' GEMM seconds per micro
+    4 + 2*block all-reduce equivalents per block, half in a parallel block); block_gemm_s: the blocks' GEMM seconds per micro
     batch (output layer excluded); block/linear_share: the recompute shares of
     planner.flops.recompute_share."""
     tokens = layout.micro_batch * layout.seq_len / layout.cp
@@ -45,10 +44,10 @@ def exposed_s(spec: ModelSpec, layout, tp_raw, block_gemm_s, layers, block, line
     total = sum(per_op)
     passes = 3.0 + block + linear_share  # forward + backward (2x) + what recompute repeats
     fwd_block_s = np.asarray(block_gemm_s) / (passes * np.maximum(layers, 1.0))
-    collectives = 2.0 * (4.0 + 2.0 * block)  # all-gathers + reduce-scatters per block
+    collectives = 2.0 * parallel_block.tp_calls_per_block(spec, block)  # all-gathers + reduce-scatters
     c = np.asarray(tp_raw) / (collectives * np.maximum(layers, 1.0))
     hidden = 0.0
-    for ft, fwd, bwd in zip(per_op, FORWARD_FUSED, BACKWARD_FUSED):
-        pair = np.minimum(c, fwd_block_s * ft / total)
+    for ops, fwd, bwd in parallel_block.async_tp_fused(spec):
+        pair = np.minimum(c, fwd_block_s * sum(per_op[i] for i in ops) / total)
         hidden = hidden + pair * (fwd * (1.0 + block) + bwd)
     return np.maximum(np.asarray(tp_raw) - efficiency * layers * hidden, 0.0)

@@ -5,10 +5,11 @@ num_attention_heads, num_key_value_heads, head_dim, intermediate_size, hidden_ac
 tie_word_embeddings, attention_bias/mlp_bias), with `RULES` only where a family departs from
 them: Qwen2's q/k/v biases, Gemma's GeGLU, head_dim 256 and post-norms, Gemma 3 / Qwen3 q/k
 norms, StarCoder2's LayerNorm and use_bias, the config classes' tying defaults. Families with
-their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm), gpt_neox, mpt
-(d_model/expansion_ratio, no_bias), falcon (multi-query, parallel attention, new decoder
-architecture), olmo / hf_olmo (non-parametric LayerNorm). Mixture-of-experts and encoder models
-are refused in one line.
+their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm), gpt_neox
+(use_parallel_residual), gptj (parallel block), mpt (d_model/expansion_ratio, no_bias), falcon
+(multi-query, parallel attention, new decoder architecture), olmo / hf_olmo (non-parametric
+LayerNorm); phi (Phi-1/2) and cohere read from the standard keys with a parallel block.
+Mixture-of-experts and encoder models are refused in one line.
 """
 
 from __future__ import annotations
@@ -125,6 +126,9 @@ class Rules:
     qk_norm: str = "none"
     norm: str | None = None  # None: from the epsilon key (rms_norm_eps: RMSNorm)
     bias_key: str = "attention_bias"  # the key that puts biases on every linear layer
+    bias: bool | None = None  # biases fixed by the modeling code (Phi: on every linear), whatever the config says
+    norm_bias: bool = True  # Cohere's LayerNorm has a weight only
+    parallel_block: bool = False  # attention and MLP on the same input, summed (planner/parallel_block.py)
 
 
 # Families not listed read with Rules() from the standard keys.
@@ -137,6 +141,10 @@ RULES: dict[str, Rules] = {
     "gemma3_text": Rules(gated=True, tied_default=True, norms_per_layer=4, qk_norm="per_head"),
     "olmo2": Rules(gated=True, qk_norm="full"),  # post-norms only, q/k RMSNorm over the full width
     "starcoder2": Rules(gated=False, tied_default=True, bias_key="use_bias", norm="layernorm"),
+    # parallel blocks on one input LayerNorm (transformers' PhiDecoderLayer, CohereDecoderLayer)
+    "phi": Rules(gated=False, bias=True, norms_per_layer=1, norm="layernorm", parallel_block=True),
+    "cohere": Rules(gated=True, tied_default=True, norms_per_layer=1, norm="layernorm", norm_bias=False,
+                    parallel_block=True),
 }
 GATED_ACTS = ("silu", "swish")
 
@@ -151,7 +159,7 @@ def _standard(r: _Reader, rules: Rules | None = None) -> Config:
         raise r.fail("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
     act = next((r.cfg[k] for k in ("hidden_act", "hidden_activation", "activation_function") if r.cfg.get(k)), "silu")
     gated = rules.gated if rules.gated is not None else str(act) in GATED_ACTS
-    all_bias = r.get_bool(rules.bias_key, False)
+    all_bias = rules.bias if rules.bias is not None else r.get_bool(rules.bias_key, False)
     mlp_bias = r.get_bool("mlp_bias", all_bias)
     if all_bias != mlp_bias:
         raise r.fail("mlp_bias", f"{mlp_bias} with {rules.bias_key} {all_bias} is not supported")
@@ -167,7 +175,8 @@ def _standard(r: _Reader, rules: Rules | None = None) -> Config:
         max_positions=r.get_int("max_position_embeddings", "n_positions", "max_seq_len", default=2048),
         mlp="swiglu" if gated else "gelu", norm=norm, position="alibi" if r.get_bool("alibi", False) else "rope",
         tied_embeddings=r.get_bool("tie_word_embeddings", rules.tied_default), bias=all_bias,
-        qkv_bias=rules.qkv_bias, norms_per_layer=rules.norms_per_layer, qk_norm=rules.qk_norm,
+        qkv_bias=rules.qkv_bias, norms_per_layer=rules.norms_per_layer, norm_bias=rules.norm_bias,
+        qk_norm="full" if r.get_bool("use_qk_norm", False) else rules.qk_norm, parallel_block=rules.parallel_block,
     )
 
 
@@ -175,18 +184,19 @@ def _falcon(r: _Reader) -> Config:
     """transformers' FalconConfig: multi-query (7B) or grouped kv heads with two LayerNorms in
     the new decoder architecture (40B/180B); parallel attention and MLP share one LayerNorm."""
     hidden, heads = r.get_int("hidden_size"), r.get_int("num_attention_heads", "n_head")
-    new_arch = r.get_bool("new_decoder_architecture", False)
-    if new_arch:
+    new_arch, parallel = r.get_bool("new_decoder_architecture", False), r.get_bool("parallel_attn", True)
+    if new_arch:  # FalconDecoderLayer: num_ln_in_parallel_attn None -> 2 (ln_attn, ln_mlp)
         kv, norms = r.get_int("num_kv_heads", "n_head_kv", default=heads), r.get_int("num_ln_in_parallel_attn", default=2)
     else:
-        kv = 1 if r.get_bool("multi_query", True) else heads
-        norms = 1 if r.get_bool("parallel_attn", True) else 2
+        kv, norms = 1 if r.get_bool("multi_query", True) else heads, 1
+    norms = norms if parallel else 2
     return dict(
         family="falcon", n_layers=r.get_int("num_hidden_layers", "n_layer"), hidden=hidden, n_heads=heads,
         n_kv_heads=kv, ffn_hidden=r.get_int("ffn_hidden_size", default=4 * hidden),
         **_vocab(r.get_int("vocab_size"), None), max_positions=r.get_int("max_position_embeddings", default=2048),
         norm="layernorm", position="alibi" if r.get_bool("alibi", False) else "rope",
         tied_embeddings=r.get_bool("tie_word_embeddings", True), bias=r.get_bool("bias", False), norms_per_layer=norms,
+        parallel_block=parallel,
     )
 
 
@@ -211,7 +221,7 @@ def _bloom(r: _Reader) -> Config:
 
 
 def _gpt_neox(r: _Reader) -> Config:
-    # use_parallel_residual changes the data flow, not the parameters.
+    # use_parallel_residual (GPTNeoXConfig default True) changes the data flow, not the parameters.
     bias = r.get_bool("attention_bias", True)
     if not bias:
         raise r.fail("attention_bias", "false is not supported (the MLP keeps its biases)")
@@ -220,6 +230,21 @@ def _gpt_neox(r: _Reader) -> Config:
         n_heads=r.get_int("num_attention_heads"), ffn_hidden=r.get_int("intermediate_size"),
         **_vocab(r.get_int("vocab_size"), None), max_positions=r.get_int("max_position_embeddings", default=2048),
         position="rope", tied_embeddings=r.get_bool("tie_word_embeddings", False),
+        parallel_block=r.get_bool("use_parallel_residual", True),
+    )
+
+
+def _gptj(r: _Reader) -> Config:
+    """transformers' GPTJConfig / GPTJBlock: one ln_1 feeding attention and MLP in parallel,
+    q/k/v/out without biases, fc_in/fc_out with them (the out projection's bias, 0.002% of the
+    parameters, is counted by ModelSpec's `bias`), untied lm_head."""
+    hidden = r.get_int("n_embd", "hidden_size")
+    return dict(
+        family="gptj", n_layers=r.get_int("n_layer", "num_hidden_layers"), hidden=hidden,
+        n_heads=r.get_int("n_head", "num_attention_heads"), ffn_hidden=r.get_int("n_inner", default=4 * hidden),
+        **_vocab(r.get_int("vocab_size"), None), max_positions=r.get_int("n_positions", default=2048),
+        position="rope", tied_embeddings=r.get_bool("tie_word_embeddings", False), bias=True, qkv_bias=False,
+        norms_per_layer=1, parallel_block=True,
     )
 
 
@@ -279,7 +304,7 @@ def _olmo_native(r: _Reader) -> Config:
 # Families whose keys are not the standard ones; every other decoder-only config reads with _standard.
 _FAMILIES: dict[str, Callable[[_Reader], Config]] = {
     "gpt2": _gpt2, "bloom": _bloom, "gpt_neox": _gpt_neox, "mpt": _mpt, "olmo": _olmo, "hf_olmo": _olmo,
-    "falcon": _falcon,
+    "falcon": _falcon, "gptj": _gptj,
 }
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba",
              "granitemoe", "phimoe", "arctic", "jetmoe", "minimax", "llama4")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import stage_split
+from planner import parallel_block, stage_split
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
@@ -238,8 +238,9 @@ def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) ->
     sp_div = np.where(layout.sequence_parallel == 1, t, 1)
     heads = spec.n_heads / t
     n_stats = 1 if spec.norm == "rmsnorm" else 2  # rstd, or mean and rstd
-    norm_stats = 2 * n_stats * 4 * sb / sp_div
-    replicated = 4 * sb * h * a / sp_div + norm_stats  # 2 norm inputs + 2 norm outputs
+    norm_stats = parallel_block.norms_run(spec) * n_stats * 4 * sb / sp_div
+    # 2 norm inputs + 2 norm outputs; a parallel attention+MLP block shares its input
+    replicated = parallel_block.norm_side_tensors(spec) * sb * h * a / sp_div + norm_stats
     qkv = sb * (h + 2 * spec.kv_dim) * a / t
     attn_out = sb * h * a / t
     core = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), heads * sb * 4)

@@ -57,11 +57,26 @@ class ModelSpec(BaseModel):
     qkv_bias: bool | None = None  # biases on q/k/v only; None: as `bias` (Qwen2: True with bias False)
     norms_per_layer: int = Field(default=2, ge=0, le=8)  # Gemma 2/3: 4 (post-norms); Falcon-7B: 1
     qk_norm: QkNorm = "none"  # RMSNorm on queries and keys: per head (Gemma 3, Qwen3) or full width (OLMo 2)
+    # y = x + attn(norm(x)) + mlp(norm'(x)) (GPT-J, GPT-NeoX, PaLM, Falcon): planner/parallel_block.py.
+    # Given norms_per_layer 1 and left out, it is True (one norm feeds both: nothing else has one).
+    parallel_block: bool = False
     published_params: int | None = None  # the count the model's authors publish, for tests
     source: str | None = None  # where the shape comes from (config file, paper, rule)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_norm_is_parallel(cls, data):
+        if isinstance(data, dict) and data.get("norms_per_layer") == 1 and data.get("parallel_block") is None:
+            return {**data, "parallel_block": True}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
+        if self.norms_per_layer == 1 and not self.parallel_block:
+            raise ValueError("norms_per_layer 1 needs parallel_block (a sequential block has a norm before "
+                             "attention and one before the MLP)")
+        if self.parallel_block and self.norms_per_layer > 2:
+            raise ValueError(f"parallel_block with {self.norms_per_layer} norms per layer is not modelled (1 or 2)")
         if self.attn_head_dim is None and self.hidden % self.n_heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
         if self.n_heads % self.kv_heads:
@@ -177,9 +192,10 @@ class ModelSpec(BaseModel):
 
     def describe(self) -> str:
         gqa = f", {self.kv_heads} kv heads" if self.kv_heads != self.n_heads else ""
+        par = ", parallel attention+MLP" if self.parallel_block else ""
         return (
             f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "
-            f"{self.hidden} hidden, {self.n_heads} heads{gqa}, ffn {self.ffn} ({self.mlp}), "
+            f"{self.hidden} hidden, {self.n_heads} heads{gqa}, ffn {self.ffn} ({self.mlp}{par}), "
             f"vocab {self.vocab_padded}"
         )
 

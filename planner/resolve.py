@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from hardware.catalog import load_catalog
 from hardware.models import Catalog, Cluster
+from planner import parallel_block
 from planner.errors import PlanError, unknown
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import Scenario
@@ -14,7 +15,7 @@ from planner.system import System
 # A scenario that names neither a cluster nor a GPU runs on this catalog entry.
 DEFAULT_CLUSTER = "dgx-a100"
 
-_ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "mlp")
+_ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "mlp", "parallel_block")
 
 
 def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = None) -> ModelSpec:
@@ -46,8 +47,10 @@ def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = 
 
 
 def _rebuild(spec: ModelSpec, overrides: dict) -> ModelSpec:
+    fields = {**spec.model_dump(), **overrides, "published_params": None}
+    fields.update(parallel_block.switched(fields, overrides.get("parallel_block")))
     try:
-        return ModelSpec(**{**spec.model_dump(), **overrides, "published_params": None})
+        return ModelSpec(**fields)
     except ValidationError as e:  # pydantic validation of the combined shape
         first = e.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ())) or "model"

@@ -229,6 +229,9 @@ class _ModelAndSystem(Frozen):
     mlp: Literal["gelu", "swiglu"] | None = Field(
         default=None, description="MLP form: gelu (GPT block, 2 matrices) or swiglu (3 matrices; a model given "
         "by its columns then gets the LLaMA block: RMSNorm, RoPE, untied embeddings, no biases)")
+    parallel_block: bool | None = Field(
+        default=None, description="Attention and MLP in parallel on the block input (GPT-J, GPT-NeoX, Falcon, "
+        "PaLM): one TP all-reduce per block and pass instead of two; default: the model's own block")
     # system
     gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
     gpus: int | None = Field(default=None, gt=0, le=1_000_000, description="GPU count")

@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner import (async_tp, attention_kernel, comm, context_parallel, deepspeed_era, dp_comm, eager_traffic, flops,
-                     fp8, gemm_shape, launch_sync, megatron_ddp, pipeline_stages, stage_split)
+                     fp8, gemm_shape, launch_sync, megatron_ddp, parallel_block, pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -125,9 +125,11 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     act_bytes = compute_dtype_bytes(layout)
     hbm = _hbm_Bps(system, settings)
     tp = layout.tp.astype(np.float64)
-    # Korthikanti et al. 2022: sbh(10 + 24/t) bytes, or 34/t with sequence parallelism.
+    # Korthikanti et al. 2022: sbh(10 + 24/t) bytes, or 34/t with sequence parallelism (a
+    # parallel attention+MLP block has fewer norm-side tensors than their 10: parallel_block.py).
     sp = layout.sequence_parallel > 0
-    act = (10.0 * ~sp + (24.0 + 10.0 * sp) / tp) * (spec.hidden / 2)
+    rep = parallel_block.replicated_sbh(spec)
+    act = (rep * ~sp + (24.0 + rep * sp) / tp) * (spec.hidden / 2)
     elem = act * act_bytes / hbm
     elem = elem * np.where(layout.compile == 1, prof["compile_elementwise_factor"], 1.0)
     return gemm, attn, elem
@@ -201,7 +203,8 @@ def _optimizer_step_s(spec, layout, system, settings) -> np.ndarray:
 
 def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof):
     """Exposed seconds per step of TP collectives (2 forward + 2 backward per block, 2 more when
-    recomputing; Shoeybi et al. 2019), the context-parallel exchange of the plan's cp_impl (ring
+    recomputing; Shoeybi et al. 2019; half of them in a parallel attention+MLP block:
+    planner/parallel_block.py), the context-parallel exchange of the plan's cp_impl (ring
     K/V chunks, Ulysses all-to-alls, all-gathered K/V: planner/context_parallel.py) and PP
     activation sends (2 per micro batch and virtual stage)."""
     tokens = layout.micro_batch * layout.seq_len / layout.cp
@@ -209,7 +212,7 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     act = c * tokens * spec.hidden
     layers = parts["layers"]
     block, _, linear_share = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
-    calls = layers * (4.0 + 2.0 * block)
+    calls = layers * parallel_block.tp_calls_per_block(spec, block)
     m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
     act = act * fp8.tp_bytes_factor(layout, prof, block)
     tp_raw = comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)

@@ -141,17 +141,17 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm block; `spec.norms_per_layer` 4 adds post-norms (Gemma 2/3), 1 runs attention and
-    MLP in parallel on one norm (Falcon-7B, GPT-J)."""
+    """Pre-norm block; `spec.norms_per_layer` 4 adds post-norms (Gemma 2/3). `spec.parallel_block`
+    runs attention and MLP on the same input, on one norm (Falcon-7B, GPT-J) or two (GPT-NeoX)."""
 
     def __init__(self, spec: ModelSpec, attention: str, low_precision_norm: bool):
         super().__init__()
         if spec.norms_per_layer not in (1, 2, 4):
             raise ValueError(f"{spec.norms_per_layer} norms per layer are not implemented by the bundled trainer")
-        self.parallel = spec.norms_per_layer == 1
+        self.parallel = spec.parallel_block
         self.norm1 = make_norm(spec, low_precision_norm)
         self.attn = Attention(spec, attention)
-        self.norm2 = None if self.parallel else make_norm(spec, low_precision_norm)
+        self.norm2 = None if spec.norms_per_layer == 1 else make_norm(spec, low_precision_norm)
         self.mlp = Mlp(spec)
         post = spec.norms_per_layer == 4
         self.post_attn_norm = make_norm(spec, low_precision_norm) if post else None
@@ -160,7 +160,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.parallel:
             y = self.norm1(x)
-            return x + self.attn(y) + self.mlp(y)
+            return x + self.attn(y) + self.mlp(y if self.norm2 is None else self.norm2(x))
         a = self.attn(self.norm1(x))
         x = x + (a if self.post_attn_norm is None else self.post_attn_norm(a))
         m = self.mlp(self.norm2(x))

@@ -44,6 +44,8 @@ PUBLISHED = {
     "gemma-3-1b.json": 999_885_952,
     "phi-3-mini-4k.json": 3_821_079_552,
     "falcon-7b.json": 6_921_720_704,
+    # EleutherAI/gpt-neox-20b model card: 20,554,567,680 (use_parallel_residual, two LayerNorms).
+    "gpt-neox-20b.json": 20_554_567_680,
 }
 # Totals published only rounded (model cards / release blog): checked to their last digit.
 # Qwen/Qwen2.5-0.5B card: 0.49B (0.36B non-embedding); Qwen2 blog (qwenlm.github.io/blog/qwen2):
@@ -54,6 +56,12 @@ PUBLISHED_ROUNDED = {
     "qwen2-1.5b.json": (1.54e9, 1.31e9, 0.01e9),
     "starcoder2-3b.json": (3.03e9, None, 0.01e9),
     "starcoder2-7b.json": (7.17e9, None, 0.01e9),
+    # Parallel blocks: EleutherAI/gpt-j-6b card 6,053,381,344 (its lm_head bias and the out
+    # projection's missing bias are not expressed: -0.04%); microsoft/phi-2 model page 2.78B;
+    # CohereForAI/c4ai-command-r-v01 card: 35B (LayerNorm without bias, one per block, tied).
+    "gpt-j-6b.json": (6.05e9, None, 0.01e9),
+    "phi-2.json": (2.78e9, None, 0.01e9),
+    "command-r.json": (35e9, None, 0.05e9),
 }
 REFUSED = {"mixtral-8x7b.json": "mixture-of-experts is not modelled yet (mixtral, num_local_experts=8)"}
 

@@ -25,6 +25,7 @@ VARIANTS = [
     dict(mlp="swiglu", norm="rmsnorm", position="rope", n_kv_heads=2, bias=False, attn_head_dim=32,
          norms_per_layer=4, qk_norm="per_head"),  # Gemma 2/3: head_dim != hidden/heads, post-norms
     dict(position="rope", n_kv_heads=1, bias=False, norms_per_layer=1),  # Falcon-7B: parallel block
+    dict(position="rope", parallel_block=True),  # GPT-NeoX use_parallel_residual: two norms over x
     dict(mlp="swiglu", norm="rmsnorm", position="rope", bias=False, qk_norm="full"),  # OLMo 2
 ]
 
