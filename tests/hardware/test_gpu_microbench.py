@@ -70,6 +70,16 @@ def test_mi300x_attention_at_16k_matches_ck_flash_attention() -> None:
         assert dict(fa2)[16384] < 0.6 * dict(curves(cat.gpu("h100-80gb"))[0])[16384]
 
 
+def test_mi250x_attention_is_derived_from_mi300x_by_the_mamf_ratio() -> None:
+    """No MI250X kernel figure: its curve keeps MI300X's attention-to-GEMM share ratio (CK on CDNA)."""
+    cat = load_catalog()
+    mi250x, mi300x = (dict(curves(cat.gpu(g))[0]) for g in ("mi250x", "mi300x"))
+    for seq in (512, 2048, 16384):
+        assert mi250x[seq] / MAMF_SHARE["mi250x"] == pytest.approx(mi300x[seq] / MAMF_SHARE["mi300x"], rel=0.01)
+    # below the share H100's FlashAttention-2 reaches relative to its GEMMs (0.34 / 0.803)
+    assert mi250x[16384] / MAMF_SHARE["mi250x"] < 0.34 / MAMF_SHARE["h100-80gb"]
+
+
 def test_b200_attention_curves_match_kernel_benchmarks() -> None:
     gpu = load_catalog().gpu("b200")
     fa2, cudnn = (dict(c) for c in curves(gpu))
