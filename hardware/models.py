@@ -59,6 +59,11 @@ class GPU(_Entry):
     bf16_tflops: float | None = Field(default=None, gt=0)  # None: no bf16 tensor cores (V100)
     fp8_tflops: float | None = Field(default=None, gt=0)
     intranode_gbps: float = Field(gt=0, description="per-GPU, one direction (NVLink/xGMI)")
+    # Share of intranode_gbps (the line rate) that collectives reach as bus bandwidth. Unset: the
+    # NVLink figure of planner/comm.py (INTRANODE_LINK_EFFICIENCY). xGMI loses more to CRC and
+    # protocol (RCCL models a gfx942 link at 48 of 64 GB/s, src/graph/topo.h ncclTopoXGMISpeed).
+    intranode_collective_efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="share of intranode_gbps collectives reach (bus bandwidth)")
     package: str | None = Field(default=None, description="what the framework sees vs what is sold")
     devices_per_package: int = Field(default=1, gt=0)
     # Achievable matmul efficiency by GEMM size (data, calibrated by measurement).

@@ -45,7 +45,7 @@ class Links:
         if system.measured_intranode_busbw_gbps:
             intra = system.measured_intranode_busbw_gbps
         else:
-            intra = system.intranode_gbps * INTRANODE_LINK_EFFICIENCY
+            intra = system.intranode_gbps * (system.gpu.intranode_collective_efficiency or INTRANODE_LINK_EFFICIENCY)
         if system.measured_internode_busbw_gbps:
             inter = system.measured_internode_busbw_gbps
         else:

@@ -34,6 +34,7 @@ _NAMED_CLUSTERS = [
     (r"DGX-?2\b", {"v100-32": "dgx2-v100", "v100-16": "dgx2-v100"}),
     (r"GRAND\s*TETON", {"h100": "grand-teton-h100-96gb", "h100-96": "grand-teton-h100-96gb"}),
     (r"\bLUMI\b", {"mi250x": "lumi-g"}),
+    (r"\bFRONTIER\b", {"mi250x": "frontier"}),
     (r"NVL72", {"gb200": "gb200-nvl72", "b200": "gb200-nvl72"}),
 ]
 

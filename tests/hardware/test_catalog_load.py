@@ -19,7 +19,7 @@ GPU_IDS = {
 CLUSTER_IDS = {
     "dgx-v100", "dgx2-v100", "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h200",
     "dgx-b200", "gb200-nvl72", "grand-teton-h100-96gb", "jean-zay-v100-16gb", "jean-zay-v100-32gb",
-    "jean-zay-a100", "adastra-mi250x", "lumi-g", "mi300x-8", "mi325x-8",
+    "jean-zay-a100", "adastra-mi250x", "lumi-g", "frontier", "mi300x-8", "mi325x-8",
 }
 NO_FP8 = {"v100-16gb", "v100-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "a100-40gb", "a100-80gb",
           "a100-pcie-40gb", "a100-pcie-80gb", "mi250x"}
@@ -140,7 +140,7 @@ def test_mi250x_is_one_gcd_of_a_two_die_package() -> None:
     assert gcd.hbm_gbytes_per_s * gcd.devices_per_package == pytest.approx(3276.8)
     assert gcd.bf16_tflops * gcd.devices_per_package == pytest.approx(383, abs=0.5)
     assert gcd.tf32_tflops is None and gcd.fp8_tflops is None
-    for cid in ("lumi-g", "adastra-mi250x"):
+    for cid in ("lumi-g", "adastra-mi250x", "frontier"):
         assert cat.cluster(cid).gpus_per_node == 8  # 4 packages = 8 GCDs
 
 

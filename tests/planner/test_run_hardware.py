@@ -30,6 +30,7 @@ IDS = set(load_catalog().gpus)
     ("B200", "", "b200", "dgx-b200"),
     ("AMD Instinct MI250X", "", "mi250x", "adastra-mi250x"),
     ("MI250X", "LUMI", "mi250x", "lumi-g"),
+    ("MI250X", "OLCF Frontier", "mi250x", "frontier"),
     ("MI300X", "", "mi300x", "mi300x-8"),
 ])
 def test_gpu_and_cluster_from_free_text(text, machine, gpu, cluster):

@@ -1,0 +1,126 @@
+"""The GPU curves of the parts the dev data has no rows for (MI250X, MI300X, MI325X, H200, B200)
+against the published micro-benchmarks their TOML comments cite.
+
+GEMM curves are the h100-80gb curve (the one the stack profiles were fitted with) scaled by the
+ratio of Maximum Achievable Matmul FLOPS shares (stas00/ml-engineering, compute/accelerator/README.md,
+bf16 torch.mm at the best shape), with GEMM sizes scaled by the peak ratio; attention curves are
+FlashAttention kernel benchmarks; collective efficiencies are RCCL's own per-link xGMI figures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hardware.catalog import load_catalog
+from planner import comm, flops
+from planner.attention_kernel import curves
+from planner.settings import Settings
+from planner.system import System
+
+# MAMF share of the dense bf16 peak (mean of 100 runs at the best shape) and the table it is from.
+MAMF_SHARE = {
+    "h100-80gb": 0.803,   # v2: 794.5 / 989
+    "mi300x": 0.514,      # v2: 668.4 / 1300 (torch 2.5.1+rocm6.3)
+    "mi325x": 0.604,      # v2: 784.9 / 1300 (1000 W)
+    "b200": 0.776,        # v2: 1745.0 / 2250
+    "mi250x": 0.767,      # v1: 147.0 / 191.5, one GCD
+}
+H100_V1_SHARE = 0.801     # v1: 792.1 / 989, the table MI250X's figure is in
+
+
+def _top(gpu) -> float:
+    return max(p.fraction for p in gpu.matmul_efficiency)
+
+
+def _eff(gpu, gemm_gflop: float) -> float:
+    return float(flops.efficiency([(p.gemm_gflop, p.fraction) for p in gpu.matmul_efficiency], gemm_gflop))
+
+
+@pytest.mark.parametrize("gid", ["mi300x", "mi325x", "b200", "mi250x"])
+def test_gemm_curve_follows_the_mamf_ratio_to_h100(gid: str) -> None:
+    cat = load_catalog()
+    gpu, h100 = cat.gpu(gid), cat.gpu("h100-80gb")
+    h100_share = H100_V1_SHARE if gid == "mi250x" else MAMF_SHARE["h100-80gb"]
+    ratio = MAMF_SHARE[gid] / h100_share
+    assert _top(gpu) / _top(h100) == pytest.approx(ratio, abs=0.005)
+    # a GEMM of equal duration reaches the same share: sizes scale with the peak
+    scale = gpu.bf16_tflops / h100.bf16_tflops
+    for size in (0.1, 3.0, 50.0, 1000.0):
+        assert _eff(gpu, size * scale) == pytest.approx(ratio * _eff(h100, size), rel=0.01)
+    # never above the measured best-shape share (the curve is for the shapes a model runs)
+    assert _top(gpu) < MAMF_SHARE[gid]
+
+
+def test_h200_gemm_is_h100s() -> None:
+    """MAMF table: H100 SXM 80.3%, "H200 is the same" (same SMs and clocks)."""
+    cat = load_catalog()
+    assert cat.gpu("h200-141gb").matmul_efficiency == cat.gpu("h100-80gb").matmul_efficiency
+
+
+def test_mi300x_attention_at_16k_matches_ck_flash_attention() -> None:
+    """ROCm/flash-attention #142 (MI300X, ROCm 6.3.2, hd 128, 16k): 223.1-231.6 TFLOPs/s fwd+bwd."""
+    cat = load_catalog()
+    for gid in ("mi300x", "mi325x"):
+        gpu = cat.gpu(gid)
+        fa2, _ = curves(gpu)
+        at_16k = dict(fa2)[16384] * gpu.bf16_tflops
+        assert 223.0 <= at_16k <= 231.6
+        # far below H100's FlashAttention-2 share (335 of 989 TFLOPs/s at 16k)
+        assert dict(fa2)[16384] < 0.6 * dict(curves(cat.gpu("h100-80gb"))[0])[16384]
+
+
+def test_mi250x_attention_is_derived_from_mi300x_by_the_mamf_ratio() -> None:
+    """No MI250X kernel figure: its curve keeps MI300X's attention-to-GEMM share ratio (CK on CDNA)."""
+    cat = load_catalog()
+    mi250x, mi300x = (dict(curves(cat.gpu(g))[0]) for g in ("mi250x", "mi300x"))
+    for seq in (512, 2048, 16384):
+        assert mi250x[seq] / MAMF_SHARE["mi250x"] == pytest.approx(mi300x[seq] / MAMF_SHARE["mi300x"], rel=0.01)
+    # below the share H100's FlashAttention-2 reaches relative to its GEMMs (0.34 / 0.803)
+    assert mi250x[16384] / MAMF_SHARE["mi250x"] < 0.34 / MAMF_SHARE["h100-80gb"]
+
+
+def test_b200_attention_curves_match_kernel_benchmarks() -> None:
+    gpu = load_catalog().gpu("b200")
+    fa2, cudnn = (dict(c) for c in curves(gpu))
+    # flash-attention #1589: FA2 hd 64 fwd+bwd 258.7 (512) .. 345.8 (16k) TFLOPs/s; hd 64 = 0.85 x hd 128
+    for seq, measured in ((512, 258.71), (2048, 320.70), (16384, 345.80)):
+        assert fa2[seq] * gpu.bf16_tflops * 0.85 == pytest.approx(measured, rel=0.01)
+    # flash-attention PR #2280: FA4 hd 128 causal 8k fwd 1418.1, bwd 1117.9 TFLOPS (bwd = 2.5 x fwd FLOPs)
+    fwd_bwd = 3.5 / (1 / 1418.1 + 2.5 / 1117.9)
+    assert cudnn[8192] * gpu.bf16_tflops == pytest.approx(fwd_bwd, rel=0.01)
+
+
+@pytest.mark.parametrize("gid,cluster,link_gbytes", [("mi300x", "mi300x-8", 48.0), ("mi325x", "mi325x-8", 48.0),
+                                                      ("mi250x", "frontier", 36.0)])
+def test_xgmi_bus_bandwidth_within_rccls_link_model(gid: str, cluster: str, link_gbytes: float) -> None:
+    """RCCL src/graph/topo.h ncclTopoXGMISpeed: gfx942 48, gfx90a 36 GB/s usable per link (raw 64 / 50)."""
+    cat = load_catalog()
+    gpu, c = cat.gpu(gid), cat.cluster(cluster)
+    raw_link = 64.0 if gid != "mi250x" else 50.0
+    assert gpu.intranode_collective_efficiency == pytest.approx(link_gbytes / raw_link)
+    system = System(gpu=gpu, gpus=c.gpus_per_node, gpus_per_node=c.gpus_per_node, host_ram_gib=c.host_ram_gib,
+                    host_to_gpu_gbps=c.host_to_gpu_gbps, intranode_gbps=gpu.intranode_gbps,
+                    internode_gbps=c.internode_gbps)
+    busbw_gbytes = comm.Links.of(system, Settings()).intra_Bps / 1e9
+    links = gpu.intranode_gbps / 8 / raw_link  # links' worth of line rate recorded per direction
+    assert busbw_gbytes == pytest.approx(links * link_gbytes)
+    if gid != "mi250x":  # fully connected: 7 peers x 48 GB/s is the ceiling
+        assert busbw_gbytes <= 7 * 48.0 + 1e-9
+
+
+def test_nvlink_gpus_keep_the_fitted_default() -> None:
+    """A100/H100 (the dev data) carry no per-GPU figure: their CV cannot move."""
+    cat = load_catalog()
+    for gid in ("a100-80gb", "a100-40gb", "h100-80gb", "h100-96gb", "v100-32gb", "h200-141gb", "b200"):
+        assert cat.gpu(gid).intranode_collective_efficiency is None
+
+
+def test_frontier_is_eight_gcds_with_four_slingshot_nics() -> None:
+    """OLCF Frontier User Guide: 4 MI250X = 8 GCDs, 64 GB HBM2e each, 36+36 GB/s host links, 4 x 25 GB/s."""
+    cat = load_catalog()
+    c = cat.cluster("frontier")
+    assert c.gpu == "mi250x" and c.gpus_per_node == 8
+    assert cat.gpu(c.gpu).hbm_gib == 64
+    assert c.host_to_gpu_gbps == 36 * 8 and c.internode_gbps == 4 * 25 * 8
+    assert np.isclose(c.host_ram_gib, 512)
