@@ -177,9 +177,10 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
     vpp = run_text.vpp_of(row, pp, spec.n_layers, notes)
     lowered = text.lower()
     precision = run_columns.precision_of(row, system, notes)
+    attention = run_columns.attention_of(row, system, notes)
     sharding = run_columns.sharding_of(row, stack, notes)
     plan = ExecutionPlan(
-        attention=run_columns.attention_of(row, system, notes),
+        attention=attention,
         stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, sequence_parallel=sp,
         sharding=sharding, **run_zeropp.zeropp_of(row, sharding, system.gpus_per_node, dp, notes), offload=run_columns.offload_of(row, notes),
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,

@@ -47,3 +47,18 @@ def test_a_row_loads_with_zeropp(tmp_path):
     run = load(tmp_path, zero_stage_or_fsdp="ZeRO++", framework="DeepSpeed", tp="1", pp="1", dp="64")
     p = run.plan
     assert (p.sharding, p.zeropp_qwz, p.zeropp_hpz_partition_size, p.zeropp_qgz) == ("zero3", True, 8, True)
+
+
+@pytest.mark.parametrize("text,on", [("ZeRO-3", False), ("ZeRO++", True)])
+def test_a_row_without_its_layout_gets_zeropp_only_if_it_says_so(tmp_path, text, on):
+    """Where a row states no layout the planner picks one (planner/validate.py resolved_plan): on a
+    100 Gbps network the search would propose ZeRO++, but a row that does not name it ran without."""
+    from planner.settings import Settings
+    from planner.validate import resolved_plan
+    from tests.planner.test_run_spellings import load
+
+    run = load(tmp_path, zero_stage_or_fsdp=text, framework="DeepSpeed", tp="", pp="", dp="",
+               internode_network="100 Gbps", n_gpus="256", global_batch="512")
+    assert not run.layout_stated
+    p = resolved_plan(run, Settings())
+    assert p.sharding == "zero3" and (p.zeropp_qwz, p.zeropp_qgz) == (on, on)
