@@ -11,6 +11,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from plan_cli.common import console, print_json
+from planner import zeropp
 from planner.api import EstimateReport, estimate_row
 from planner.errors import PlanError
 
@@ -38,6 +39,12 @@ def _knobs(p) -> str:
     if p.sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
+
+
+def _sharding(p, short: bool = False) -> str:
+    """The sharding, with ZeRO++'s features where the plan has any ("zero3++" when short)."""
+    tag = zeropp.label(p)
+    return p.sharding if not tag else (f"{p.sharding}++" if short else f"{p.sharding}+{tag}")
 
 
 def _header(report: EstimateReport) -> str:
@@ -68,7 +75,7 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
         console.print("[bold red]No configuration fits.[/] Closest misses:")
         for e in report.results[:5]:
             p = e.plan
-            console.print(f"  {_knobs(p)} {p.sharding} offload={p.offload} ckpt={p.activation_checkpointing} "
+            console.print(f"  {_knobs(p)} {_sharding(p)} offload={p.offload} ckpt={p.activation_checkpointing} "
                           f"mb={p.micro_batch}: {e.reason}", highlight=False)
     if report.rejected:
         console.print("Rejected:", highlight=False)
@@ -120,7 +127,7 @@ def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
     rows = []
     for i, e in enumerate(fitting, 1):
         p, m, perf = e.plan, e.memory, e.performance
-        strategy = "/".join(_SHORT.get(x, x) for x in (p.sharding, p.offload, p.activation_checkpointing))
+        strategy = "/".join(_SHORT.get(x, x) for x in (_sharding(p, short=True), p.offload, p.activation_checkpointing))
         row = [str(i), _compact_layout(p), strategy, f"{p.micro_batch} x {p.grad_accum}",
                f"{_gib(m.total_bytes)}/{m.capacity_bytes / GIB:.0f}",
                _speed(perf), f"{perf.mfu:.0%}" if perf else ""]
@@ -140,7 +147,7 @@ def _wide_rows(fitting) -> tuple[list[str], list[list[str]]]:
     rows = []
     for i, e in enumerate(fitting, 1):
         p, m = e.plan, e.memory
-        row = [str(i), p.stack, _knobs(p), p.sharding, p.offload, p.activation_checkpointing, str(p.micro_batch),
+        row = [str(i), p.stack, _knobs(p), _sharding(p), p.offload, p.activation_checkpointing, str(p.micro_batch),
                str(p.grad_accum), str(p.global_batch), f"{_gib(m.total_bytes)}/{_gib(m.capacity_bytes)}",
                "/".join(_gib(x) for x in (m.weights_bytes, m.grads_bytes, m.optimizer_bytes, m.activations_bytes)),
                f"{m.host_bytes_per_node / GIB:.0f}"]
@@ -228,7 +235,7 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
                 table.add_row(str(pt["gpus"]), "no configuration fits", *[""] * 9)
                 continue
             perf = e.performance
-            table.add_row(str(pt["gpus"]), _knobs(e.plan), e.plan.sharding, e.plan.offload,
+            table.add_row(str(pt["gpus"]), _knobs(e.plan), _sharding(e.plan), e.plan.offload,
                           e.plan.activation_checkpointing, str(e.plan.micro_batch), str(e.plan.grad_accum),
                           f"{perf.tokens_per_s:,.0f}" if perf else "", f"{perf.mfu:.0%}" if perf else "",
                           f"{perf.days:.1f}" if perf and perf.days else "", e.time.bottleneck if e.time else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, fsdp_overlap, zero3
+from planner import comm, fsdp_overlap, zero3, zeropp
 from planner.layout import PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
@@ -41,8 +41,9 @@ def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
     return np.where(layout.pp == 1, np.maximum(np.minimum(emb, 1.0), 1.0 / buckets), 1.0 / buckets)
 
 
-def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
-    """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node.
+def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hbm_Bps):
+    """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node
+    (`hbm_Bps`: the GPU memory bandwidth ZeRO++'s quantization kernels run at).
 
     The data-parallel group is dp x cp: context-parallel ranks hold the same parameters."""
     dp = layout.dp * layout.cp
@@ -79,6 +80,11 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof):
     if np.any(is_["zero3"]):
         z3, z3_bytes = zero3.exposed_s(spec, layout, g, gather_bytes(spec, layout, prof), grad_bytes(layout),
                                        fwd_micro, bwd_micro, prof)
+        zpp = zeropp.any_on(layout) & is_["zero3"]
+        if np.any(zpp):  # ZeRO++: quantized / hierarchical ZeRO-3 collectives (planner/zeropp.py)
+            q, q_bytes = zeropp.exposed_s(spec, layout, links, g, gather_bytes(spec, layout, prof), grad_bytes(layout),
+                                          fwd_micro, bwd_micro, prof, hbm_Bps)
+            z3, z3_bytes = np.where(zpp, q, z3), np.where(zpp, q_bytes, z3_bytes)
         exposed = exposed + is_["zero3"] * z3
         per_node = per_node + is_["zero3"] * z3_bytes
     # FSDP: gather parameters for forward and again for backward (not SHARD_GRAD_OP),

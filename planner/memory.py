@@ -350,6 +350,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     capacity = system.gpu.hbm_gib * GIB
     from planner.fp8 import weight_cache_bytes as fp8_weight_cache_bytes
     from planner.context_parallel import buffer_bytes as cp_buffer_bytes  # it builds on this module
+    from planner import zeropp
     from planner.memory_required import required_bytes
     from planner.settings import stack_profiles
     from planner.stacks import per_candidate
@@ -362,12 +363,14 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         cached = prof["allocator_transient_factor"] * transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
         reserve = prof["allocator_fraction"] * capacity + cached
     out = {
-        "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings),
+        "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings)
+        + zeropp.secondary_partition_bytes(spec, layout, compute_dtype_bytes(layout)),
         "grads_bytes": grads_bytes(spec, layout, system),
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
                                               prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"]),
-        "comm_buffers_bytes": comm_buffer_bytes(spec, layout) + cp_buffer_bytes(spec, layout, system.gpus_per_node),
+        "comm_buffers_bytes": comm_buffer_bytes(spec, layout) + cp_buffer_bytes(spec, layout, system.gpus_per_node)
+        + zeropp.buffer_bytes(layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
     }

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from hardware.models import Catalog
 from planner import (context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, parallel_block, peak_memory,
-                     run_columns, run_hardware, run_layout, run_precision, run_split, run_text)
+                     run_columns, run_hardware, run_layout, run_precision, run_split, run_text, run_zeropp)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -184,10 +184,13 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
     vpp = run_text.vpp_of(row, pp, spec.n_layers, notes, tuple(split.knobs().values()))
     lowered = text.lower()
     precision = run_columns.precision_of(row, system, notes)
+    attention = run_columns.attention_of(row, system, notes)
+    sharding = run_columns.sharding_of(row, stack, notes)
     plan = ExecutionPlan(
-        attention=run_columns.attention_of(row, system, notes),
+        attention=attention,
         stack=stack, tp=tp, pp=pp, vpp=vpp, **split.knobs(), cp=cp, cp_impl=cp_impl, dp=dp, sequence_parallel=sp,
-        sharding=run_columns.sharding_of(row, stack, notes), offload=run_columns.offload_of(row, notes),
+        sharding=sharding, **run_zeropp.zeropp_of(row, sharding, system.gpus_per_node, dp, notes),
+        offload=run_columns.offload_of(row, notes),
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
         activation_offload="cpu checkpointing" in (row.get("activation_checkpointing") or "").lower(),
         precision=precision, fp8_recipe=run_columns.fp8_recipe_of(row, precision, notes),

@@ -62,7 +62,8 @@ PLAN_KNOBS: tuple[str, ...] = (
     "cp", "cp_impl", "dp", "sequence_parallel", "sharding", "offload",
     "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "fp8_recipe",
     "optimizer", "attention",
-    "compile", "async_tp", "micro_batch", "grad_accum", "global_batch",
+    "compile", "async_tp", "zeropp_qwz", "zeropp_hpz_partition_size", "zeropp_qgz",
+    "micro_batch", "grad_accum", "global_batch",
 )
 
 
@@ -122,6 +123,15 @@ class ExecutionPlan(Frozen):
     compile: bool = Field(default=False, description="torch.compile (fused element-wise kernels)")
     async_tp: bool = Field(default=False, description="TP collectives overlapped with the GEMMs "
                            "(async TP / tp-comm-overlap)")
+    # ZeRO++ (Wang et al. 2023, arXiv 2306.10209): DeepSpeed ZeRO-3 with lighter collectives
+    # (planner/zeropp.py)
+    zeropp_qwz: bool = Field(default=False, description="ZeRO++ qwZ: ZeRO-3 weight all-gathers in block-quantized "
+                             "int8 (DeepSpeed zero_quantized_weights)")
+    zeropp_hpz_partition_size: int = Field(default=1, ge=1, le=1024, description="ZeRO++ hpZ: a secondary 16-bit "
+                                           "copy of the weights partitioned over this many GPUs (a node), so later "
+                                           "gathers stay inside it; 1: off (DeepSpeed zero_hpz_partition_size)")
+    zeropp_qgz: bool = Field(default=False, description="ZeRO++ qgZ: gradients reduced by a hierarchical int4 "
+                             "all-to-all instead of the reduce-scatter (DeepSpeed zero_quantized_gradients)")
     micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="Sequences per GPU per forward/backward")
     grad_accum: int = Field(default=1, gt=0, le=1_000_000, description="Micro batches accumulated per optimizer step")
     seq_len: int = Field(default=2048, gt=0, description="Tokens per sequence")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import memory, rules, stage_split
+from planner import memory, rules, stage_split, zeropp
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, FP8, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
@@ -101,8 +101,10 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     precision = scenario.precision or default_precision(system)
     global_batch = global_batch if global_batch is not None else _global_batch(scenario, seq_len)
     derive_ga = global_batch is not None and scenario.grad_accum is None
+    zpp = zeropp.pinned(scenario)  # ZeRO++ knobs the scenario pins (None: searched)
+    shardings = ["zero3"] if zpp is not None and zeropp.knobs_on(zpp) and scenario.sharding is None else list(SHARDINGS)
     grid = {
-        "sharding": [SHARD[v] for v in _values(scenario.sharding, list(SHARDINGS))],
+        "sharding": [SHARD[v] for v in _values(scenario.sharding, shardings)],
         "offload": [OFFLOAD[v] for v in _values(scenario.offload, list(OFFLOAD))],
         "activation_checkpointing": [CKPT[v] for v in _values(scenario.activation_checkpointing, list(CHECKPOINTINGS))],
         "micro_batch": _values(scenario.micro_batch, list(MICRO_BATCHES)),
@@ -127,7 +129,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     h2 = spec.hidden * spec.hidden
     fraction = scenario.checkpoint_fraction or DEFAULT_CHECKPOINT_FRACTION
     ckpt = cols["activation_checkpointing"]
-    return Layout(
+    lay = Layout(
         stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, cp_impl=cp_impl, dp=dp, sequence_parallel=sp,
         **{k: np.full(n, value) for k, value in zip(SPLIT_KNOBS, split)},
         sharding=cols["sharding"], offload=cols["offload"],
@@ -144,7 +146,9 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
         reduce_bucket_elems=np.full(n, h2), allgather_bucket_elems=np.full(n, h2),
         stage3_prefetch_elems=np.full(n, int(0.9 * h2)),
         stage3_max_live_params=np.full(n, 1_000_000_000),
+        **{k: np.full(n, int(v)) for k, v in (zpp or zeropp.OFF).items()},
     )
+    return lay if zpp is not None else zeropp.with_searched(lay, system.gpus_per_node)
 
 
 def _global_batch(scenario: Scenario, seq_len: int) -> int | None:
@@ -186,6 +190,7 @@ def simplicity(lay: Layout) -> np.ndarray:
         + np.minimum(lay.activation_checkpointing, 1) * 100 + lay.activation_checkpointing * 10
         + (lay.tp * lay.pp * lay.vpp * lay.cp) * 10
         + lay.sequence_parallel * 5
+        + zeropp.any_on(lay) * 500
         - np.log2(lay.micro_batch)
         + 0.5 * np.log2(lay.grad_accum)
     )

@@ -280,7 +280,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     compute_s = ga * micro + optimizer_raw * prof["optimizer_time_factor"] + prof["step_overhead_s"]
 
     tp_s, cp_s, pp_s = _tp_cp_pp_comm(spec, layout, links, system, parts, prof)
-    dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof)
+    dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof,
+                                             hbm_Bps=_hbm_Bps(system, settings))
     dp_s = dp_raw * prof["comm_time_factor"]
     comm_s = tp_s + cp_s + pp_s + dp_s
     # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21), x the

@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 from pydantic import Field, ValidationError
 
-from planner import memory, peak_memory, rules, search, throughput
+from planner import memory, peak_memory, rules, search, throughput, zeropp
 from planner.layout import Layout
 from planner.errors import PlanError
 from planner.runs import NotPredicted, Run
@@ -95,8 +95,9 @@ def resolved_plan(run: Run, settings: Settings):
     if run.layout_stated:
         return run.plan
     p = run.plan
+    # the row's ZeRO++ features are pinned too (off unless it names them: planner/run_zeropp.py)
     scenario = Scenario(stack=p.stack, activation_checkpointing=p.activation_checkpointing,
-                        precision=p.precision, sharding=p.sharding)
+                        precision=p.precision, sharding=p.sharding, **{k: getattr(p, k) for k in zeropp.KNOBS})
     found = search.search(run.spec, run.system, scenario, settings, p.seq_len)
     idx = np.flatnonzero(found.fits)
     if idx.size == 0:

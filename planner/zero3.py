@@ -85,9 +85,15 @@ def exposed_s(spec: ModelSpec, layout, g: Group, gather_bytes, grad_bytes, fwd_m
     ag_f = g.allgather_s(n["fwd"] * gather_bytes, n["calls_fwd"])
     ag_b = g.allgather_s(n["bwd"] * gather_bytes, n["calls_bwd"])
     rs = g.allgather_s(P * grad_bytes, np.ceil(P / layout.reduce_bucket_elems))
-    fwd = np.maximum(k * ag_f - ov * fwd_micro, k * ag_f / n["calls_fwd"])
+    fwd = fetch_exposed(k * ag_f, ov * fwd_micro, n["calls_fwd"])
     bwd = np.maximum(k * (ag_b + rs) - ov * bwd_micro, k * rs / n["calls_bwd"])
     ga = layout.grad_accum
     exposed = ga * (fwd + bwd) / k
     node = ga * (g.node_bytes((n["fwd"] + n["bwd"]) * gather_bytes, 1.0) + g.node_bytes(P * grad_bytes, 1.0))
     return exposed, node
+
+
+def fetch_exposed(busy_s, hidden_s, calls):
+    """Exposed seconds of a pass's fetches: `busy_s` of collectives (stack-scaled), at most
+    `hidden_s` of them behind the pass's compute, never less than one fetch (the first)."""
+    return np.maximum(busy_s - hidden_s, busy_s / calls)

@@ -42,7 +42,7 @@ CLUSTERS = {
 BASE = dict(tp=1, pp=1, vpp=1, cp=1, cp_impl="ring", sequence_parallel=False, sharding="zero1", offload="none",
             activation_checkpointing="none", micro_batch=1, stack="megatron", precision="bf16",
             attention="flash", compile=False, async_tp=False, optimizer="adamw", activation_offload=False,
-            fp8_recipe="tensorwise")
+            fp8_recipe="tensorwise", zeropp_qwz=False, zeropp_hpz_partition_size=1, zeropp_qgz=False)
 
 
 def model_columns(name: str) -> dict:

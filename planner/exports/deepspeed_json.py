@@ -104,6 +104,11 @@ def _check_plan(plan: ExecutionPlan) -> None:
         raise PlanError("offload", "offload=optimizer+params needs sharding=zero3 (DeepSpeed offloads parameters only in stage 3)")
     if plan.pp > 1 and stage >= 2:
         raise PlanError("pp", f"DeepSpeed pipeline parallelism supports ZeRO stage 0 or 1, not {plan.sharding}")
+    if stage != 3:
+        for field, on in (("zeropp_qwz", plan.zeropp_qwz), ("zeropp_hpz_partition_size", plan.zeropp_hpz_partition_size > 1),
+                          ("zeropp_qgz", plan.zeropp_qgz)):
+            if on:
+                raise PlanError(field, f"ZeRO++ changes ZeRO-3's collectives: needs sharding zero3, not {plan.sharding}")
     if plan.precision == "bf16_pure" and stage == 0:
         raise PlanError("precision", "bf16_pure under DeepSpeed needs ZeRO (bf16 master weights are a ZeRO option)")
 
@@ -130,6 +135,7 @@ def zero_section(plan: ExecutionPlan, target: Target, model: ModelSpec | None) -
             "stage3_max_reuse_distance": plan.stage3_max_live_params,
             "stage3_gather_16bit_weights_on_model_save": True,
         }
+        zero |= zeropp_keys(plan)
         if model is not None:
             # HF transformers' "auto" rule: keep tensors below 10*hidden elements unsharded
             zero["stage3_param_persistence_threshold"] = 10 * model.hidden
@@ -138,6 +144,19 @@ def zero_section(plan: ExecutionPlan, target: Target, model: ModelSpec | None) -
     if plan.offload == "optimizer+params":
         zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
     return zero
+
+
+def zeropp_keys(plan: ExecutionPlan) -> dict[str, Any]:
+    """ZeRO++'s keys of `zero_optimization` (DeepSpeed runtime/zero/config.py DeepSpeedZeroConfig;
+    the ZeRO++ tutorial), written only for the features the plan turns on."""
+    keys: dict[str, Any] = {}
+    if plan.zeropp_qwz:
+        keys["zero_quantized_weights"] = True
+    if plan.zeropp_hpz_partition_size > 1:
+        keys["zero_hpz_partition_size"] = plan.zeropp_hpz_partition_size
+    if plan.zeropp_qgz:
+        keys["zero_quantized_gradients"] = True
+    return keys
 
 
 def precision_sections(plan: ExecutionPlan) -> dict[str, Any]:

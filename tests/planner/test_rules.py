@@ -26,7 +26,9 @@ WIDE = dict(stack=range(len(STACKS)), tp=[1, 2, 3, 4, 8, 16], pp=[1, 2, 4, 5, 8,
             cp=[1, 2, 3, 4, 8], cp_impl=range(len(CP_IMPLS)), dp=[1, 2, 3, 4, 6, 8], sequence_parallel=[0, 1], sharding=range(len(SHARDINGS)),
             offload=range(len(OFFLOADS)), activation_checkpointing=range(len(CHECKPOINTINGS)),
             precision=range(len(PRECISIONS)), optimizer=range(len(OPTIMIZERS)), attention=range(len(ATTENTIONS)),
-            compile=[0, 1], async_tp=[0, 1], activation_offload=[0, 1], micro_batch=[1, 2, 4, 8, 64], grad_accum=[1, 2, 4, 8, 64, 256],
+            compile=[0, 1], async_tp=[0, 1], activation_offload=[0, 1],
+            zeropp_qwz=[0, 1], zeropp_hpz_partition_size=[1, 2, 4, 8, 16], zeropp_qgz=[0, 1],
+            micro_batch=[1, 2, 4, 8, 64], grad_accum=[1, 2, 4, 8, 64, 256],
             first_stage_layers=[0, 0, 3, 4, 7], last_stage_layers=[0, 0, 3, 4, 7], embedding_in_split=[0, 1],
             loss_in_split=[0, 1])
 

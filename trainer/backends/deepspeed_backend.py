@@ -46,7 +46,24 @@ def knobs_from_ds_config(conf: dict, knobs: dict) -> dict:
     # not express, so an exported config runs exactly the plan it came from.
     plan = conf.get("plan") or {}
     extra = {k: plan[k] for k in ("activation_checkpointing", "attention", "optimizer") if plan.get(k)}
-    return knobs | extra | {"sharding": sharding, "offload": offload, "precision": precision}
+    # ZeRO++ (DeepSpeed's own keys, as planner/exports/deepspeed_json.py zeropp_keys writes them)
+    zpp = {"zeropp_qwz": bool(zero.get("zero_quantized_weights", False)),
+           "zeropp_hpz_partition_size": max(int(zero.get("zero_hpz_partition_size", 1) or 1), 1),
+           "zeropp_qgz": bool(zero.get("zero_quantized_gradients", False))} if stage == 3 else {}
+    return knobs | extra | zpp | {"sharding": sharding, "offload": offload, "precision": precision}
+
+
+def refuse_zeropp_without_cuda(conf: dict, on_gpu: bool) -> None:
+    """ZeRO++ qwZ and qgZ quantize with DeepSpeed's CUDA QuantizerBuilder kernels
+    (runtime/zero/partition_parameters.py CUDAQuantizer, runtime/comm/coalesced_collectives.py):
+    no CPU build exists, so a CPU run stops here with the knob named (hpZ alone needs none)."""
+    from planner.errors import PlanError
+
+    zero = conf.get("zero_optimization", {}) or {}
+    for key, field in (("zero_quantized_weights", "zeropp_qwz"), ("zero_quantized_gradients", "zeropp_qgz")):
+        if zero.get(key) and not on_gpu:
+            raise PlanError(field, f"DeepSpeed's {key} needs its CUDA quantizer kernels: no GPU here "
+                            "(allowed on a CPU: false)")
 
 
 def load_cpu_adam_once(dist) -> None:
@@ -82,6 +99,7 @@ class DeepSpeedEngine(Engine):
         else:
             conf = ds_config_from_knobs(cfg, world, device.type == "cuda", model.spec)
         self.ds_config = conf
+        refuse_zeropp_without_cuda(conf, device.type == "cuda")
         if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
             load_cpu_adam_once(dist)
         apply_checkpointing(model, cfg.plan.activation_checkpointing)
