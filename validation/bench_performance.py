@@ -33,7 +33,13 @@ def random_layout(n: int, gpus: int = 1024) -> Layout:
                 grad_accum=rng.choice([1, 4, 16, 64], n), seq_len=np.full(n, 4096),
                 reduce_bucket_elems=np.full(n, 2**26), allgather_bucket_elems=np.full(n, 2**26),
                 stage3_prefetch_elems=np.full(n, 2**25), stage3_max_live_params=np.full(n, 10**9))
-    return Layout(**{f.name: np.asarray(cols[f.name], dtype=np.int64) for f in fields(Layout)})
+    # knobs this benchmark does not vary: their neutral value (1 for degrees and sizes, 0 = the first
+    # choice of a categorical: ring CP, no uneven split, no ZeRO++, the first stack)
+    ones = {"cp", "zeropp_hpz_partition_size"}
+    cols.update({f.name: np.full(n, 1 if f.name in ones else 0) for f in fields(Layout) if f.name not in cols})
+    cols["checkpoint_fraction"] = np.ones(n)
+    return Layout(**{f.name: np.asarray(cols[f.name], dtype=np.float64 if f.name == "checkpoint_fraction" else np.int64)
+                     for f in fields(Layout)})
 
 
 def main() -> None:
