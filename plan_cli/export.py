@@ -1,7 +1,8 @@
 """`plan export FORMAT`: the chosen plan as files that run as they are.
 
 FORMAT is deepspeed (JSON config), fsdp (FSDP2 settings JSON), accelerate (YAML; + the DeepSpeed JSON for zero* plans),
-torchrun (a launch script for the bundled trainer) or slurm (an sbatch script). The plan is
+torchrun (a launch script for the bundled trainer), slurm (an sbatch script) or megatron (the
+Megatron-LM / Megatron-Core pretrain_gpt.py arguments, a bash array one flag per line). The plan is
 the top proposal of `plan estimate` for the scenario flags (a fully pinned scenario gives
 exactly that plan), or the best trial of a tuning study (--from-study).
 """
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 @opts.model_options(cli_fields(Scenario), into="knobs", panel=SCEN)
 def export(
-    format: Annotated[str, typer.Argument(help="deepspeed | fsdp | accelerate | torchrun | slurm")],
+    format: Annotated[str, typer.Argument(help="deepspeed | fsdp | accelerate | torchrun | slurm | megatron")],
     knobs: dict,
     objective: opts.Objective = "tokens_per_s",
     catalog: opts.CatalogDirs = None,
@@ -49,7 +50,7 @@ def export(
     out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout); companions go beside it")] = None,
     json_out: Annotated[bool, Opt("--json", help="Print the export (plan, files, notes) as JSON")] = False,
 ) -> None:
-    """Write the chosen plan as a DeepSpeed config, accelerate config, torchrun or sbatch script."""
+    """Write the chosen plan as a DeepSpeed config, accelerate config, torchrun or sbatch script, or Megatron-LM arguments."""
     from planner.errors import PlanError
     from planner.exports.bundle import FORMATS, ExportOptions, export as render_export
     from planner.exports.common import Recipe, check_target
@@ -112,7 +113,7 @@ def _write(result, out: Path | None) -> list[str]:
             path = Path(f.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f.content)
-        if result.format in ("torchrun", "slurm") and i == 0:
+        if result.format in ("torchrun", "slurm", "megatron") and i == 0:
             path.chmod(0o755)
         written.append(str(path))
     return written

@@ -13,14 +13,17 @@ from planner.exports.accelerate import accelerate_config, to_yaml
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.cp_settings import megatron_args
 from planner.exports.deepspeed_json import config_text, deepspeed_config
+from planner.exports.megatron_args import args_script, refusal as megatron_refusal
+from planner.exports.megatron_args import megatron_args as megatron_all_args
 from planner.exports.fsdp_settings import FSDP_FILE, fsdp_settings
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
 from planner.exports.torchrun import render, torchrun_command, trainer_args
 from planner.model import ModelSpec
+from planner.presets import resolve_model
 from planner.scenario import ExecutionPlan, Frozen
 from planner.system import System
 
-Format = Literal["deepspeed", "fsdp", "accelerate", "torchrun", "slurm"]
+Format = Literal["deepspeed", "fsdp", "accelerate", "torchrun", "slurm", "megatron"]
 FORMATS: tuple[str, ...] = Format.__args__  # type: ignore[attr-defined]
 CPUS_PER_GPU_DEFAULT = 8  # when the cluster entry does not say its cores per node
 
@@ -52,6 +55,7 @@ class ExportOptions(Frozen):
     cpus_per_task: int | None = Field(default=None, gt=0)
     deepspeed_file: str = "ds_config.json"
     fsdp_file: str = FSDP_FILE
+    megatron_file: str = "megatron_args.sh"
 
 
 class ExportFile(Frozen):
@@ -105,6 +109,8 @@ def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_par
             fsdp_settings(plan)
         if fmt == "accelerate":
             accelerate_config(plan, system)
+        if fmt == "megatron" and (why := megatron_refusal(plan)) is not None:
+            raise why
         if fmt in ("torchrun", "slurm"):
             trainer_args(plan, model="m")
     except PlanError as e:
@@ -124,7 +130,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
     if chosen.fsdp_json is not None:
         notes.append("FSDP settings exactly as the trial ran them")
-    if plan.cp > 1 and plan.stack in ("megatron", "generic"):
+    if plan.cp > 1 and plan.stack in ("megatron", "generic") and fmt != "megatron":
         notes.append("Megatron-LM flags of this plan's context parallelism: "
                      + " ".join(megatron_args(plan, chosen.system.gpus_per_node)))
 
@@ -155,6 +161,9 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         if chosen.fsdp_json is not None:  # the settings the trial ran, beside their accelerate form
             files.append(ExportFile(name=options.fsdp_file, content=fsdp_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
+    if fmt == "megatron":
+        files = [ExportFile(name=options.megatron_file, content=_megatron_text(plan, chosen, notes))]
+        return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "torchrun":
         ds_file = options.deepspeed_file if ran_deepspeed else None
         argv = torchrun_command(plan, chosen.system, model=chosen.model_ref, steps=steps, recipe=recipe,
@@ -174,6 +183,17 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         recipe=recipe, deepspeed_config=ds() if ran_deepspeed else None, notes=notes)
     return ExportResult(format=fmt, plan=plan, source=chosen.source, steps=steps, time_limit=limit,
                         notes=notes, files=[ExportFile(name="job.sbatch", content=script)])
+
+
+def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
+    model = chosen.model or resolve_model(chosen.model_ref)
+    args = megatron_all_args(plan, model, chosen.system.gpus_per_node)
+    per_node = min(chosen.system.gpus_per_node, plan.gpus)
+    header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
+              + (f" ({chosen.source})" if chosen.source else "")]
+    if plan.grad_accum > 1:
+        notes.append(f"{plan.grad_accum} micro-batches per step: --global-batch-size / (--micro-batch-size x dp {plan.dp})")
+    return args_script(args, header=header, nproc_per_node=per_node, nodes=_nodes_of(plan, chosen.system))
 
 
 def _nodes_of(plan: ExecutionPlan, system: System) -> int:

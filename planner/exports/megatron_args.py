@@ -1,30 +1,107 @@
-"""A plan as Megatron-LM / Megatron-Core `pretrain_gpt.py` arguments (megatron/training/arguments.py):
-the parallel layout, the uneven pipeline split, the batch and the recompute settings. The model
-and data arguments are the user's own script's."""
+"""A plan as Megatron-LM / Megatron-Core `pretrain_gpt.py` arguments: the model shape, the
+parallel layout (tp/pp, interleaving, the uneven split, context and sequence parallelism), the
+distributed optimizer, the batch, recompute and precision. Data, tokenizer and learning-rate
+arguments stay the user's own.
+
+Every flag was checked against Megatron-LM's megatron/training/arguments.py (the list the tests
+hold, MEGATRON_FLAG_SOURCES in tests/exports/test_export_megatron.py):
+- NVIDIA/Megatron-LM@307dcf37f03d44da131ba21999278abe4112d2ad (2024, every flag an explicit
+  `add_argument`): the model shape, --normalization, --swiglu, --fp8-format (choices e4m3|hybrid),
+  tp/pp/cp sizes, --sequence-parallel, --use-distributed-optimizer, --overlap-grad-reduce,
+  --overlap-param-gather, --recompute-granularity/-method/-num-layers, --tp-comm-overlap,
+  --use-flash-attn, the batch;
+- Anai-Guo/Megatron-LM@38d7226546e40591cf82c23f41d38796978f5129 (a 2026 fork of main):
+  --num-virtual-stages-per-pipeline-rank, --decoder-first/last-pipeline-num-layers, --cp-comm-type;
+  the TransformerConfig-derived flags (--account-for-*-in-pipeline-split,
+  --hierarchical-context-parallel-sizes) are the dataclass fields spelled with dashes.
+
+Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
+--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (same file).
+"""
 
 from __future__ import annotations
 
 from planner.errors import PlanError
+from planner.exports.cp_settings import megatron_args as cp_args
+from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
 
+STACKS = ("megatron", "generic")
 _RECOMPUTE = {"none": [], "selective": ["--recompute-granularity", "selective"],
               "full": ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]}
+# fp8: Transformer Engine's hybrid format (e4m3 forward, e5m2 gradients) on top of bf16
 _PRECISION = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [], "fp8": ["--bf16", "--fp8-format", "hybrid"]}
+_OPTIMIZER = {"adamw": [], "sgd": ["--optimizer", "sgd"]}  # Megatron's adam is AdamW (decoupled decay)
 
 
-def megatron_args(plan: ExecutionPlan) -> list[str]:
-    """The arguments, one flag and its value after the other. A plan Megatron cannot run (ZeRO-2/3,
-    FSDP, offload, per-op recompute) is an error naming the knob."""
+def refusal(plan: ExecutionPlan) -> PlanError | None:
+    """Why Megatron-LM cannot run `plan` as planned (None: it can)."""
+    if plan.stack not in STACKS:
+        return PlanError("stack", f"{plan.stack} plans are not Megatron-LM runs (allowed: {', '.join(STACKS)})")
     if plan.sharding not in ("none", "zero1"):
-        raise PlanError("sharding", f"{plan.sharding} is not Megatron's (allowed: none, zero1 as "
-                        "--use-distributed-optimizer)")
+        return PlanError("sharding", f"{plan.sharding} is not Megatron-LM's (allowed: none, zero1 as "
+                         "--use-distributed-optimizer)")
     if plan.offload != "none":
-        raise PlanError("offload", "Megatron-LM does not offload to the host here (allowed: none)")
+        return PlanError("offload", f"{plan.offload}: Megatron-LM keeps the optimizer on the GPU here (allowed: none)")
+    if plan.activation_offload:
+        return PlanError("activation_offload", "is DeepSpeed's (partition_activations + cpu_checkpointing); "
+                         "Megatron-LM has no such flag (allowed: false)")
     if plan.activation_checkpointing not in _RECOMPUTE:
-        raise PlanError("activation_checkpointing", f"{plan.activation_checkpointing} has no Megatron flag "
-                        f"(allowed: {', '.join(_RECOMPUTE)})")
+        return PlanError("activation_checkpointing", f"{plan.activation_checkpointing} has no Megatron-LM flag "
+                         f"(allowed: {', '.join(_RECOMPUTE)})")
     if plan.precision not in _PRECISION:
-        raise PlanError("precision", f"{plan.precision} has no Megatron flag (allowed: {', '.join(_PRECISION)})")
+        return PlanError("precision", f"{plan.precision} has no Megatron-LM flag (allowed: {', '.join(_PRECISION)})")
+    if plan.optimizer not in _OPTIMIZER:
+        return PlanError("optimizer", f"{plan.optimizer} is not a Megatron-LM optimizer (allowed: {', '.join(_OPTIMIZER)})")
+    if plan.compile:
+        return PlanError("compile", "Megatron-LM does not torch.compile the model (allowed: false)")
+    if plan.async_tp and not plan.sequence_parallel:
+        return PlanError("async_tp", "--tp-comm-overlap needs --sequence-parallel in Megatron-LM "
+                         "(allowed: async_tp with sequence_parallel)")
+    return None
+
+
+def model_refusal(model: ModelSpec) -> PlanError | None:
+    """Why Megatron-LM's GPT model cannot build `model` (None: it can)."""
+    if model.parallel_block:
+        return PlanError("parallel_block", f"{model.name}: Megatron-LM's GPT layer is sequential "
+                         "(attention then MLP); no flag builds a parallel block")
+    if model.norm == "nonparametric" or model.norms_per_layer != 2 or model.qk_norm != "none" or model.embedding_norm:
+        return PlanError("norm", f"{model.name}: Megatron-LM flags build two LayerNorm/RMSNorm per layer, "
+                         "no extra, post, q/k or embedding norms")
+    if model.position == "alibi":
+        return PlanError("position", f"{model.name}: Megatron-LM has no ALiBi (allowed: learned, rope)")
+    return None
+
+
+def model_args(model: ModelSpec, seq_len: int) -> list[str]:
+    """The model shape: a GPT block, or a LLaMA block with its flags."""
+    args = ["--num-layers", str(model.n_layers), "--hidden-size", str(model.hidden),
+            "--num-attention-heads", str(model.n_heads), "--ffn-hidden-size", str(model.ffn)]
+    if model.attn_head_dim is not None:
+        args += ["--kv-channels", str(model.head_dim)]
+    if model.kv_heads != model.n_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
+    args += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(seq_len, model.max_positions)),
+             "--make-vocab-size-divisible-by", str(model.vocab_multiple)]
+    if model.position == "rope":
+        args += ["--position-embedding-type", "rope"]
+    if model.norm == "rmsnorm":
+        args += ["--normalization", "RMSNorm"]
+    if model.mlp == "swiglu":
+        args.append("--swiglu")
+    if not model.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not model.bias:
+        args.append("--disable-bias-linear")
+        if model.qkv_bias:
+            args.append("--add-qkv-bias")
+    return args
+
+
+def parallel_args(plan: ExecutionPlan, gpus_per_node: int) -> list[str]:
+    """The layout: tp/pp, interleaving, the uneven split, cp, sequence parallelism and the
+    data-parallel overlaps."""
     args = ["--tensor-model-parallel-size", str(plan.tp), "--pipeline-model-parallel-size", str(plan.pp)]
     if plan.vpp > 1:  # Megatron-Core's spelling that also takes uneven splits
         args += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
@@ -36,30 +113,49 @@ def megatron_args(plan: ExecutionPlan) -> list[str]:
         args.append("--account-for-embedding-in-pipeline-split")
     if plan.loss_in_split:
         args.append("--account-for-loss-in-pipeline-split")
-    if plan.cp > 1:
-        args += ["--context-parallel-size", str(plan.cp)]
+    args += cp_args(plan, gpus_per_node)
     if plan.sequence_parallel:
         args.append("--sequence-parallel")
-    if plan.sharding == "zero1":
-        args.append("--use-distributed-optimizer")
     if plan.async_tp:
         args.append("--tp-comm-overlap")
-    args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch),
-             "--seq-length", str(plan.seq_len)]
-    args += _RECOMPUTE[plan.activation_checkpointing] + _PRECISION[plan.precision]
+    if plan.dp > 1:
+        args.append("--overlap-grad-reduce")
+    if plan.sharding == "zero1":
+        args += ["--use-distributed-optimizer", "--overlap-param-gather"]
+        if plan.dp == 1:  # --overlap-param-gather asserts --overlap-grad-reduce
+            args.append("--overlap-grad-reduce")
+    return args
+
+
+def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8) -> list[str]:
+    """The arguments, one flag and its values after the other. A plan or model Megatron-LM cannot
+    run is a PlanError naming the field."""
+    for why in (refusal(plan), model_refusal(model)):
+        if why is not None:
+            raise why
+    args = model_args(model, plan.seq_len) + parallel_args(plan, gpus_per_node)
+    args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
+    args += _RECOMPUTE[plan.activation_checkpointing] + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
     if plan.attention == "flash":
         args.append("--use-flash-attn")
     return args
 
 
-def render(args: list[str]) -> str:
-    """One flag per line (shell continuation), values after their flag."""
-    lines, i = [], 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            lines.append(f"{args[i]} {args[i + 1]}")
-            i += 2
+def flag_lines(args: list[str]) -> list[str]:
+    """One flag with its values per line."""
+    lines: list[str] = []
+    for a in args:
+        if a.startswith("--") or not lines:
+            lines.append(a)
         else:
-            lines.append(args[i])
-            i += 1
-    return " \\\n    ".join(lines) + "\n"
+            lines[-1] += f" {a}"
+    return lines
+
+
+def args_script(args: list[str], *, header: list[str], nproc_per_node: int, nodes: int) -> str:
+    """A bash file defining MEGATRON_ARGS, one flag per line, and the launch line it goes into."""
+    body = "\n".join(f"    {line}" for line in flag_lines(args))
+    comments = "\n".join(f"# {h}" for h in header)
+    return (f"#!/bin/bash\n{comments}\n# source this file, then add the data, tokenizer and learning-rate arguments:\n"
+            f"#   torchrun --nproc-per-node {nproc_per_node} --nnodes {nodes} pretrain_gpt.py \"${{MEGATRON_ARGS[@]}}\" ...\n"
+            f"MEGATRON_ARGS=(\n{body}\n)\n")

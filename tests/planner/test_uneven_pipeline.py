@@ -131,19 +131,21 @@ def test_search_takes_a_pinned_split():
 
 
 def test_megatron_args_carry_the_split():
-    from planner.exports.megatron_args import megatron_args, render
+    from planner.exports.megatron_args import flag_lines, megatron_args
+    from planner.presets import resolve_model as preset
 
+    model = preset("llama2-70b")
     plan = ExecutionPlan(tp=8, pp=16, vpp=8, dp=4, embedding_in_split=True, loss_in_split=True, sequence_parallel=True,
                          sharding="zero1", micro_batch=1, grad_accum=16, seq_len=8192, activation_checkpointing="selective")
-    args = megatron_args(plan)
-    text = render(args)
+    args = megatron_args(plan, model)
+    text = "\n".join(flag_lines(args))
     for want in ("--pipeline-model-parallel-size 16", "--num-virtual-stages-per-pipeline-rank 8",
                  "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                  "--global-batch-size 64", "--use-distributed-optimizer", "--recompute-granularity selective"):
         assert want in text, text
     first_last = megatron_args(plan.model_copy(update={"vpp": 1, "embedding_in_split": False, "loss_in_split": False,
-                                                       "first_stage_layers": 7, "last_stage_layers": 7}))
+                                                       "first_stage_layers": 7, "last_stage_layers": 7}), model)
     assert first_last[first_last.index("--decoder-first-pipeline-num-layers") + 1] == "7"
     with pytest.raises(PlanError) as e:
-        megatron_args(plan.model_copy(update={"sharding": "zero3"}))
+        megatron_args(plan.model_copy(update={"sharding": "zero3"}), model)
     assert e.value.field == "sharding"
