@@ -16,60 +16,87 @@ import contextlib
 
 import torch
 from torch import nn
-from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
-                                               RowwiseParallel, SequenceParallel, loss_parallel,
-                                               parallelize_module)
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module
+from torch.distributed.tensor.parallel import (ColwiseParallel, ParallelStyle, PrepareModuleInput,
+                                               PrepareModuleOutput, RowwiseParallel, SequenceParallel,
+                                               loss_parallel, parallelize_module)
 
 from trainer.backends.base import DTYPES, Engine, make_optimizer
 from trainer.backends.fsdp import fully_shard_model
 from trainer.backends.mesh import ParallelMesh, gather_on_rank0, rank_memory
+from trainer.backends.tp_parallel_block import parallelize_parallel_block
 from trainer.checkpointing import apply_checkpointing
 from trainer.model import loss_fn
 
 
-def _block_plan(block: nn.Module) -> dict:
-    gathered = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-    plan = {
-        "norm1": SequenceParallel(),
-        "attn": gathered,
-        "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-        "attn.o": RowwiseParallel(output_layouts=Shard(1)),
-        "norm2": SequenceParallel(),
-        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-        "mlp.up": ColwiseParallel(),
-        "mlp.down": RowwiseParallel(output_layouts=Shard(1)),
-    }
+class _Replicated(ParallelStyle):
+    """A norm without sequence parallelism: replicated weights on the full (replicated) stream."""
+
+    def __init__(self, use_local_output: bool):
+        super().__init__()
+        self.use_local_output = use_local_output
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        def to_dtensor(_mod, inputs, mesh):
+            return tuple(DTensor.from_local(a, mesh, (Replicate(),), run_check=False) for a in inputs)
+
+        def out(_mod, outputs, _mesh):
+            return outputs.to_local() if self.use_local_output else outputs
+
+        return distribute_module(module, device_mesh, input_fn=to_dtensor, output_fn=out)
+
+
+def _block_plan(block: nn.Module, sequence_parallel: bool) -> dict:
+    """A sequential block: attention and MLP each gather their input and reduce their output."""
+    if sequence_parallel:
+        norm, gathered = SequenceParallel, PrepareModuleInput(input_layouts=(Shard(1),),
+                                                               desired_input_layouts=(Replicate(),))
+        reduced = RowwiseParallel(output_layouts=Shard(1))
+    else:  # the norm hands attention / MLP one replicated DTensor: one all-reduce of its gradient
+        norm, gathered, reduced = (lambda: _Replicated(use_local_output=False)), None, RowwiseParallel()
+    plan = {"norm1": norm(), "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(),
+            "attn.v": ColwiseParallel(), "attn.o": reduced,
+            "norm2": norm(), "mlp.up": ColwiseParallel(), "mlp.down": reduced}
+    if gathered is not None:
+        plan |= {"attn": gathered, "mlp": gathered}
     if block.mlp.swiglu:
         plan["mlp.gate"] = ColwiseParallel()
     return plan
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh) -> None:
+def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool = True) -> None:
     """Split a GPT, or a pipeline stage holding some of its parts, over `tp_mesh` in place.
 
-    The residual stream between blocks stays a plain tensor holding this rank's sequence shard
-    (B, S/t, H); each block's attention and MLP all-gather it and reduce-scatter their output.
+    With sequence parallelism the residual stream between blocks stays a plain tensor holding
+    this rank's sequence shard (B, S/t, H); each sequential block's attention and MLP all-gather
+    it and reduce-scatter their output, a parallel block does one pair
+    (trainer/backends/tp_parallel_block.py). Without it the stream is replicated and the
+    reductions are all-reduces.
     """
     t = tp_mesh.size()
+    sp = sequence_parallel
     plan: dict = {}
+    stream = Shard(1) if sp else Replicate()
     if getattr(model, "embed", None) is not None:  # the first stage's input, or the tied head
-        plan["embed"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+        plan["embed"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=stream)
     if getattr(model, "pos", None) is not None:  # (S, H) table rows -> this rank's positions
-        plan["pos"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
+        plan["pos"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0) if sp else Replicate())
     if getattr(model, "embed_norm", None) is not None:
-        plan["embed_norm"] = SequenceParallel(use_local_output=True)
+        plan["embed_norm"] = SequenceParallel(use_local_output=True) if sp else _Replicated(use_local_output=True)
     if getattr(model, "head", None) is not None:  # weight rows split by vocab (Shard(0))
         plan["head"] = ColwiseParallel()
     if getattr(model, "norm", None) is not None:
-        plan["norm"] = SequenceParallel()
+        # its output must be a replicated DTensor: logits = x @ W^T with W vocab-sharded -> Shard(-1)
+        plan["norm"] = SequenceParallel() if sp else _Replicated(use_local_output=False)
     parallelize_module(model, tp_mesh, plan)
-    if getattr(model, "norm", None) is not None:
-        # gather the final norm's output: logits = x @ W^T with W vocab-sharded -> Shard(-1)
+    if sp and getattr(model, "norm", None) is not None:
         parallelize_module(model.norm, tp_mesh, PrepareModuleOutput(
             output_layouts=Shard(1), desired_output_layouts=Replicate(), use_local_output=False))
     for block in model.blocks:
-        parallelize_module(block, tp_mesh, _block_plan(block))
+        if getattr(block, "parallel", False):
+            parallelize_parallel_block(block, tp_mesh, sp)
+            continue
+        parallelize_module(block, tp_mesh, _block_plan(block, sp))
         block.attn.n_heads //= t  # the local heads of this rank
         block.attn.kv_heads //= t
 
@@ -105,7 +132,7 @@ class TensorParallelEngine(Engine):
         if cfg.plan.precision == "bf16_pure":
             model.to(DTYPES["bf16_pure"])
         model.to(device)
-        apply_tensor_parallel(model, self.mesh.tp_mesh)
+        apply_tensor_parallel(model, self.mesh.tp_mesh, cfg.plan.sequence_parallel)
         apply_checkpointing(model, cfg.plan.activation_checkpointing)
         self.fsdp = cfg.plan.sharding.startswith("fsdp")
         if self.fsdp:
@@ -135,4 +162,4 @@ class TensorParallelEngine(Engine):
         from trainer.result import ParallelStats, RankStats
 
         return ParallelStats(tp=self.mesh.tp, pp=1, vpp=1, dp=self.mesh.dp, dp_replicate=self.mesh.hybrid_replicate,
-                             sequence_parallel=True, ranks=[RankStats(**r) for r in per_rank or []])
+                             sequence_parallel=self.cfg.plan.sequence_parallel, ranks=[RankStats(**r) for r in per_rank or []])
