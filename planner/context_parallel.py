@@ -59,6 +59,13 @@ def inner_degree(layout, gpus_per_node: int) -> np.ndarray:
     return np.select([impl == ULYSSES, impl == HYBRID], [cp, in_node], default=1)
 
 
+def hybrid_is_distinct(cp: int, tp: int, gpus_per_node: int) -> bool:
+    """a2a+p2p differs from ring (no cp rank shares a node) and from ulysses (all of them do)
+    only when part of the cp group shares a node: the search skips it otherwise."""
+    inner = int(np.gcd(cp, int(comm.members_per_node(cp, tp, gpus_per_node))))
+    return 1 < inner < cp
+
+
 def ring_degree(layout, gpus_per_node: int) -> np.ndarray:
     """GPUs a K/V ring runs over: cp (ring), cp / inner (a2a+p2p), none (ulysses, allgather: 1)."""
     cp, impl = _i(layout.cp), _i(layout.cp_impl)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import memory, rules, stage_split, zeropp
+from planner import context_parallel, memory, rules, stage_split, zeropp
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, FP8, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
@@ -89,6 +89,9 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
             continue
         if cp == 1 and impl != impls[0]:  # the implementation is moot without context parallelism
             continue
+        if (impl == CP_IMPL["a2a+p2p"] and scenario.cp_impl is None
+                and not context_parallel.hybrid_is_distinct(cp, tp, system.gpus_per_node)):
+            continue  # the same plan as ring or ulysses
         # knob values that only repeat another candidate are skipped unless pinned
         if vpp > 1 and scenario.vpp is None and (pp == 1 or stage_split.chunks_bad(spec.n_layers, pp, vpp, *split)):
             continue

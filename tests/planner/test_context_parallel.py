@@ -167,6 +167,20 @@ def test_search_chooses_among_the_implementations():
     assert set(np.asarray(without.layout.cp_impl).tolist()) == {0}  # moot without cp: one candidate, ring
 
 
+def test_search_skips_a2a_p2p_where_it_repeats_ring_or_ulysses():
+    """tp 8 fills an 8-GPU node: no two cp ranks share a node, a2a+p2p is the ring; tp 1 cp 8 in
+    one node: it is Ulysses. Only a split group (tp 2, cp 8: 4 cp ranks per node) keeps it."""
+    spec, system = MHA, _system(16)
+    for tp, cp, kept in ((8, 2, False), (1, 8, False), (2, 8, True)):
+        scn = Scenario(tp=tp, pp=1, cp=cp, stack="megatron", micro_batch=1, sharding="zero1")
+        found = search.search(spec, system, scn, Settings(), 65536, global_batch=16)
+        impls = set(np.asarray(found.layout.cp_impl).tolist())
+        assert (3 in impls) is kept, (tp, cp, impls)
+        assert context_parallel.hybrid_is_distinct(cp, tp, 8) is kept
+    pinned = search.search(spec, system, Scenario(tp=8, pp=1, cp=2, cp_impl="a2a+p2p"), Settings(), 65536, 16)
+    assert set(np.asarray(pinned.layout.cp_impl).tolist()) == {3}  # pinned: kept as asked
+
+
 @pytest.mark.parametrize("notes, cp, impl", [
     ("sequence parallel (DeepSpeed-Ulysses) 8", 8, "ulysses"),
     ("Megatron-DeepSpeed, ds-sequence-parallel-size 4, ZeRO-1", 4, "ulysses"),
