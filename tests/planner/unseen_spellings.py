@@ -137,7 +137,8 @@ FRAMEWORK = [
 
 
 def _prec(cell, precision, recipe="tensorwise", **kw):
-    return Case("precision", cell, "plan.precision,plan.fp8_recipe", (precision, recipe), **kw)
+    expected = precision if isinstance(precision, Refused) else (precision, recipe)
+    return Case("precision", cell, "plan.precision,plan.fp8_recipe", expected, **kw)
 
 
 PRECISION = [
@@ -187,8 +188,9 @@ OFFLOAD = [
 
 def _ckpt(cell, ckpt, fraction=1.0, **kw):
     kw.setdefault("cells", dict(framework="PyTorch FSDP", tp="1", dp="64", zero_stage_or_fsdp="FULL_SHARD"))
+    expected = ckpt if isinstance(ckpt, Refused) else (ckpt, fraction)
     return Case("activation_checkpointing", cell, "plan.activation_checkpointing,plan.checkpoint_fraction",
-                (ckpt, fraction), **kw)
+                expected, **kw)
 
 
 _MEG = dict(cells=dict(framework="Megatron-LM"))
@@ -214,7 +216,7 @@ def _lay(cells, layout, note=""):
 
 LAYOUT = [
     _lay(dict(tp="8", pp="2", dp="4"), (8, 2, 1, 4, 1)), _lay(dict(tp="TP8", pp="PP2", dp="4"), (8, 2, 1, 4, 1)),
-    _lay(dict(tp="8 (SP)", pp="2", dp="4"), (8, 2, 1, 4, 1)), _lay(dict(tp="8-way", pp="1"), (8, 1, 1, 8, 1)),
+    _lay(dict(tp="8 (SP)", pp="2", dp="4"), (8, 2, 1, 4, 1)), _lay(dict(pp="pp=2", tp="8", dp="4"), (8, 2, 1, 4, 1)), _lay(dict(tp="8-way", pp="1"), (8, 1, 1, 8, 1)),
     _lay(dict(dp="8"), (8, 1, 1, 8, 1), "tp, pp not stated"),
     _lay(dict(notes="TP=4, PP=2, DP=8"), (4, 2, 1, 8, 1)), _lay(dict(notes="TP4 PP2"), (4, 2, 1, 8, 1)),
     _lay(dict(notes="tp 4, pp 2, cp 2"), (4, 2, 2, 4, 1)),
@@ -282,6 +284,10 @@ def _model(name, attr, expected, params="", **kw):
     return Case("model_name", name, attr, expected, {**NO_SHAPE, "n_params_B": params, **kw.pop("cells", {})}, **kw)
 
 
+def _params(cell, expected, **kw):
+    return Case("n_params_B", cell, "spec.n_params", expected, {**NO_SHAPE, "model_name": "", **kw.pop("cells", {})}, **kw)
+
+
 MODEL = [
     _model("LLaMA-2 70B", "spec.n_layers,spec.hidden,spec.kv_heads", (80, 8192, 8), cells=dict(tp="8", dp="8"),
            note="preset llama2-70b"),
@@ -297,13 +303,11 @@ MODEL = [
     _model("GPT-3 175B", "spec.n_params", Near(175e9, 0.05), cells=dict(tp="8", pp="8", dp="1"),
            note="no preset matches"),
     _model("GPT 1.3B", "spec.n_params", Near(1.3e9, 0.1), note="no preset matches"),
-    _model("Mystery model", Refused("model"), None),
-    _model("", "spec.n_params", Near(7e9, 0.1), params="7", note="bare-size rule"),
-    _model("Falcon-40B", "spec.n_layers", 60, params="40"),
-    _model("Llama 2 7B", "spec.n_params", Near(13e9, 0.1), params="13", note="bare-size rule"),
-    _model("", "spec.n_params", Near(7e9, 0.1), params="7B"), _model("", "spec.n_params", Near(3.5e8, 0.1), params="350M"),
-    _model("", "spec.n_params", Near(175e9, 0.05), params="175 billion", cells=dict(tp="8", pp="8", dp="1")),
-    _model("", "spec.n_params", Near(1e12, 0.05), params="1T", cells=dict(tp="8", pp="8", dp="1")),
+    _model("Mystery model", "spec.n_params", Refused("model")),
+    _params("7", Near(7e9, 0.1), note="bare-size rule"), _params("7B", Near(7e9, 0.1)),
+    _params("350M", Near(3.5e8, 0.1)), _params("1.3 billion", Near(1.3e9, 0.1)),
+    _params("175 billion", Near(175e9, 0.05), cells=dict(tp="8", pp="8", dp="1")),
+    _params("1T", Near(1e12, 0.05), cells=dict(tp="8", pp="8", dp="1")), _params("", Refused("model")),
 ]
 
 CASES: list[Case] = GPU + NETWORK + FRAMEWORK + PRECISION + SHARDING + OFFLOAD + CHECKPOINTING + LAYOUT + NUMBERS + MODEL
