@@ -154,7 +154,7 @@ def checkpointing_of(row, stack: str, notes) -> tuple[str, float, bool]:
             r"\bfull\b|every\s+(layer|block)|all\s+(layers|blocks)|recompute|checkpointing", raw):
         return "full", 1.0, sp
     raise PlanError("activation_checkpointing", f"row {row.get('id')}: {raw!r} is not a checkpointing (allowed: "
-                    "none, selective, full)")
+                    "none, selective, full, a share of the layers: '1/2 of layers', '25%', 'every 4th layer')")
 
 
 def precision_of(row, system, notes) -> str:

@@ -32,6 +32,8 @@ def number(row, key: str) -> float | None:
     value = float(m.group(1).replace(",", "").replace("_", "")) * factor
     if value <= 0:
         raise PlanError(key, f"row {row.get('id')}: {raw!r} must be > 0")
+    if key in run_units.COUNTS and value != int(value):
+        raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a whole number")
     return value
 
 

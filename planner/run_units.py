@@ -36,6 +36,9 @@ MULTIPLIERS: dict[str, dict[str, float]] = {
     "seq_len": {"k": 1024.0}, "vocab": {"k": 1e3}, "measured_tokens_per_sec_per_gpu": {"k": 1e3, "m": 1e6},
 }
 DEGREES = ("tp", "pp", "dp", "cp", "vpp", "ep")
+# columns that count whole things: a fraction there ("0.5", "8.5") is an error, not a silent int()
+COUNTS = frozenset(DEGREES + ("n_gpus", "gpus_per_node", "micro_batch", "global_batch", "n_layers", "hidden", "n_heads",
+                              "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "grad_accum", "gradient_accumulation_steps"))
 _NODES_TIMES = re.compile(r"(\d+)\s*nodes?\s*(?:x|×|\*|of)\s*(\d+)(?:\s*(?:GPUs?|accelerators?))?(?:\s*(?:/|per)\s*node)?",
                           re.I)
 

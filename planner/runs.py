@@ -145,6 +145,8 @@ def _shape(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
 
 def _system(row, catalog: Catalog, notes: list[str]) -> System:
     gtype = (row.get("gpu_type") or "").strip()
+    if not gtype:
+        raise PlanError("gpu_type", f"row {row['id']}: blank; give the GPU (e.g. H100-80GB, A100-40GB, MI300X)")
     machine = " ".join(row.get(k) or "" for k in ("internode_network", "notes", "source"))
     try:
         hw = run_hardware.resolve(gtype, machine, set(catalog.gpus))

@@ -245,6 +245,7 @@ NUMBERS = [
     _num("global_batch", "", "plan.global_batch", 1024, note="global batch not stated"),
     _num("micro_batch", "2", "plan.micro_batch", 2), _num("micro_batch", "2 sequences", "plan.micro_batch", 2),
     _num("micro_batch", "", "plan.micro_batch", 1, note="micro batch not stated"),
+    _num("micro_batch", "0.5", "plan.micro_batch", Refused("micro_batch")), _num("tp", "8.5", "plan.tp", Refused("tp")),
     _num("n_gpus", "1,024", "system.gpus", 1024, cells=dict(dp="512")), _num("n_gpus", "64 GPUs", "system.gpus", 64),
     _num("n_gpus", "64 (8 nodes)", "system.gpus", 64), _num("n_gpus", "8 nodes x 8 GPUs", "system.gpus", 64),
     _num("n_gpus", "", "system.gpus", 64, note="n_gpus not stated"),
@@ -310,6 +311,9 @@ MODEL = [
     _params("1T", Near(1e12, 0.05), cells=dict(tp="8", pp="8", dp="1")), _params("", Refused("model")),
 ]
 
+# cells no reader can take: each row must come back read or "not predicted", never an exception
+GARBAGE = ("0", "-1", "abc", "1e9", "8.5", "nan", "inf", "None", "1/0", "99999999", "0.5", "1,2", "%", "1e-9", "yes")
+
 CASES: list[Case] = GPU + NETWORK + FRAMEWORK + PRECISION + SHARDING + OFFLOAD + CHECKPOINTING + LAYOUT + NUMBERS + MODEL
 
 
@@ -333,6 +337,17 @@ def write(path: Path, cases: list[Case] = CASES) -> list[tuple[str, Case]]:
             if isinstance(case.expected, Same):  # the twin row with the plain spelling
                 w.writerow({**row, case.column: case.expected.cell, "id": row["id"] + "_ref"})
     return out
+
+
+def write_garbage(path: Path) -> int:
+    """One row per layout column and GARBAGE cell; the number of rows."""
+    cols = layout_columns()
+    rows = [{**BASE, c: v, "id": f"gb{i:03d}_{j:02d}"} for i, c in enumerate(cols) for j, v in enumerate(GARBAGE)]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
 
 
 def value(run, attr: str):
