@@ -84,7 +84,7 @@ def _shard_word(v: str) -> str | None:
 
 def sharding_of(row, stack: str, notes) -> str:
     v = _cell(row, "sharding", "zero_stage_or_fsdp")
-    if v.startswith("zero (stage not stated"):
+    if v.startswith("zero (stage not stated") or re.fullmatch(r"(deepspeed\s*)?zero(\s*\([^0-9]*\))?", v, re.I):
         params_off = (row.get("offload") or "").strip() == "optimizer+params"
         stage = "zero3" if "ZeRO3" in v or params_off else "zero1"
         notes.append(f"ZeRO stage not stated: {stage}")
@@ -114,7 +114,10 @@ def offload_of(row, notes) -> str:
     shard = _cell(row, "sharding", "zero_stage_or_fsdp").lower()
     if not v and re.search(r"infinity|offload", shard):  # "ZeRO-Offload" / "ZeRO-Infinity" in the sharding cell
         v = shard
-    if re.fullmatch(r"(none|no|off|false|-|n/?a|0)?", v):
+    if not v:
+        notes.append("offload not stated: none")
+        return "none"
+    if re.fullmatch(r"(none|no|off|false|-|n/?a|0)", v):
         return "none"
     if "param" in v or "full" in v or "infinity" in v:
         return "optimizer+params"
@@ -234,6 +237,7 @@ def attention_of(row, system, notes) -> str:
     if year is not None and year < FLASH_FIRST_YEAR:
         notes.append(f"attention not stated: eager (source of {year}, before FlashAttention in training stacks)")
         return "eager"
+    notes.append("attention not stated: flash (fused attention kernel)")
     return "flash"
 
 

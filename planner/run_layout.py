@@ -91,6 +91,10 @@ def global_batch_of(row, seq_len: int, notes: list[str]) -> float | None:
     column) over the sequence length (noted; 'M' as 10^6 or 2^20, whichever gives whole sequences)."""
     cell = (row.get("global_batch") or "").strip()
     m = re.fullmatch(r"([\d.,]+)\s*([KM])?\s*(tokens?\b.*|tok)?", cell, re.I)  # "4M tokens (global batch)"
+    if m and (m.group(2) or "").lower() == "k" and not m.group(3):  # "1.5K": thousands of sequences, binary
+        batch = round(float(m.group(1).replace(",", "")) * 1024)
+        notes.append(f"global batch {cell!r}: {batch} sequences (K read as 1024)")
+        return float(batch)
     if m and (m.group(2) or m.group(3)):
         value = float(m.group(1).replace(",", ""))
         unit = (m.group(2) or "").lower()

@@ -204,6 +204,8 @@ def sequence_parallel_of(row, tp: int, stack_default: bool, year: int | None, ge
         notes.append(f"sequence parallelism not stated: off (source {year}; Megatron-LM has it from {SP_FIRST_YEAR})")
         return False
     if tp <= 1 or stack_default or not generic:
+        if stack_default and tp > 1 and "sequence parallel" not in (row.get("activation_checkpointing") or "").lower():
+            notes.append(f"sequence parallelism not stated: on with tp {tp} (the stack's default)")
         return stack_default and tp > 1
     on = year is None or year >= SP_FIRST_YEAR
     notes.append(f"sequence parallelism not stated: {'on' if on else 'off'} with tp {tp} "

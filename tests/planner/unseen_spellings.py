@@ -166,7 +166,8 @@ SHARDING = [
     _shard("DO", "zero1", cells=dict(tp="2", dp="32")), _shard("dist. optimizer", "zero1", cells=dict(tp="2", dp="32")),
     _shard("use_distributed_optimizer", "zero1", cells=dict(tp="2", dp="32")),
     _shard("none", "none"), _shard("DDP", "none"), _shard("no", "none"), _shard("—", "none"),
-    _shard("", "none", note="sharding not stated"), _shard("ZeRO-Offload", "zero2"),
+    _shard("", "none", note="sharding not stated"), _shard("ZeRO", "zero1", note="ZeRO stage not stated"),
+    _shard("DeepSpeed ZeRO", "zero1", note="ZeRO stage not stated"), _shard("ZeRO-Offload", "zero2"),
     _shard("tensor sharding", Refused("zero_stage_or_fsdp")),
 ]
 
@@ -177,7 +178,7 @@ def _off(cell, offload, **kw):
 
 
 OFFLOAD = [
-    _off("none", "none"), _off("no", "none"), _off("", "none"), _off("—", "none"), _off("CPU", "optimizer"),
+    _off("none", "none"), _off("no", "none"), _off("", "none", note="offload not stated"), _off("—", "none"), _off("CPU", "optimizer"),
     _off("optimizer", "optimizer"), _off("optimizer to CPU", "optimizer"), _off("yes", "optimizer"),
     _off("offload_optimizer: cpu", "optimizer"), _off("NVMe", "optimizer"), _off("ZeRO-Offload", "optimizer"),
     _off("optimizer+params", "optimizer+params"), _off("params + optimizer (CPU)", "optimizer+params"),
@@ -239,7 +240,8 @@ NUMBERS = [
     _num("seq_len", "8K tokens", "plan.seq_len", 8192), _num("seq_len", "4,096", "plan.seq_len", 4096),
     _num("seq_len", "", "plan.seq_len", 2048, note="seq_len not stated"),
     _num("global_batch", "4M tokens global batch", "plan.global_batch", 2048),
-    _num("global_batch", "4M tokens", "plan.global_batch", 2048), _num("global_batch", "1,024", "plan.global_batch", 1024),
+    _num("global_batch", "4M tokens", "plan.global_batch", 2048), _num("global_batch", "1.5K", "plan.global_batch", 1536),
+    _num("global_batch", "2048 (4M tokens)", "plan.global_batch", 2048), _num("global_batch", "1,024", "plan.global_batch", 1024),
     _num("global_batch", "1024 sequences", "plan.global_batch", 1024),
     _num("global_batch", "512 samples", "plan.global_batch", 512),
     _num("global_batch", "", "plan.global_batch", 1024, note="global batch not stated"),
@@ -277,7 +279,9 @@ NUMBERS = [
     _num("outcome", "OOM", "outcome", "OOM"), _num("outcome", "ok", "outcome", "ok"), _num("outcome", "", "outcome", "ok"),
     _num("outcome", "out of memory", "outcome", "OOM"), _num("outcome", "success", "outcome", "ok"),
     _num("id", "Run #1 (a)", "id", "Run #1 (a)"), _num("source", "", "source", "blank_source", cells=dict(id="blank_source_001")),
-    _num("notes", "n/a", "plan.tp", 2),
+    _num("notes", "n/a", "plan.tp", 2), _num("notes", "", "plan.attention", "flash", note="attention not stated"),
+    _num("notes", "no flash attention", "plan.attention", "eager"),
+    _num("notes", "", "plan.sequence_parallel", True, note="sequence parallelism not stated"),
 ]
 
 
