@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from planner import run_recompute
 from planner.errors import PlanError
 from planner.scenario import FP8_RECIPES
 
@@ -67,13 +68,14 @@ def _shard_word(v: str) -> str | None:
         return "zero2"  # ZeRO-Offload runs on ZeRO-2 (Ren et al. 2021)
     if re.search(r"hsdp|hybrid", v):
         return "fsdp_hybrid"
-    if re.search(r"shard[_\s-]*grad[_\s-]*op|grad[_\s-]*op", v):
+    if re.search(r"shard[_\s-]*grad[_\s-]*op|grad[_\s-]*op|reshard[_\s-]*after[_\s-]*forward\s*[=:]?\s*(false|0|no)\b", v):
+        # FSDP2's fully_shard(reshard_after_forward=False) keeps the parameters after forward: SHARD_GRAD_OP
         return "fsdp_shard_grad_op"
-    if re.search(r"fsdp|full[_\s-]*shard", v):
+    if re.search(r"fsdp|full[_\s-]*shard|fully[_\s-]*shard", v):
         return "fsdp_full_shard"
-    if re.search(r"distributed[_\s-]*optimi[sz]er|dist[_\s-]*opt", v):
+    if re.search(r"distributed[_\s-]*optimi[sz]er|dist\.?[_\s-]*opt", v) or v == "do":  # "DO": Megatron's shorthand
         return "zero1"
-    m = re.search(r"zero[\s_-]*(?:stage)?[\s_-]*([0-3])|stage[\s_-]*([0-3])|\bz([0-3])\b", v)
+    m = re.search(r"zero[\s_-]*(?:stage)?[\s_=:-]*([0-3])|stage[\s_=:-]*([0-3])|\bz([0-3])\b", v)
     if m:
         n = int(next(g for g in m.groups() if g))
         return f"zero{n}" if n else "none"
@@ -82,7 +84,7 @@ def _shard_word(v: str) -> str | None:
 
 def sharding_of(row, stack: str, notes) -> str:
     v = _cell(row, "sharding", "zero_stage_or_fsdp")
-    if v.startswith("zero (stage not stated"):
+    if v.startswith("zero (stage not stated") or re.fullmatch(r"(deepspeed\s*)?zero(\s*\([^0-9]*\))?", v, re.I):
         params_off = (row.get("offload") or "").strip() == "optimizer+params"
         stage = "zero3" if "ZeRO3" in v or params_off else "zero1"
         notes.append(f"ZeRO stage not stated: {stage}")
@@ -112,7 +114,10 @@ def offload_of(row, notes) -> str:
     shard = _cell(row, "sharding", "zero_stage_or_fsdp").lower()
     if not v and re.search(r"infinity|offload", shard):  # "ZeRO-Offload" / "ZeRO-Infinity" in the sharding cell
         v = shard
-    if re.fullmatch(r"(none|no|off|false|-|n/?a|0)?", v):
+    if not v:
+        notes.append("offload not stated: none")
+        return "none"
+    if re.fullmatch(r"(none|no|off|false|-|n/?a|0)", v):
         return "none"
     if "param" in v or "full" in v or "infinity" in v:
         return "optimizer+params"
@@ -137,18 +142,22 @@ def checkpointing_of(row, stack: str, notes) -> tuple[str, float, bool]:
             return "blocks", 0.5, sp
         return "selective", 1.0, sp
     word = re.split(r"[\s(:=,;]+", raw)[0]
-    if word in ("none", "no", "off", "false", "0", "disabled", "n/a", "na", "-") or re.search(r"\bno\s+(recomput|checkpoint)", raw):
+    fraction = run_recompute.partial_fraction(raw)
+    if fraction is not None and fraction < 1:
+        notes.append(f"checkpointing {raw!r}: {fraction:g} of the blocks recomputed (blocks {fraction:g})")
+        return "blocks", fraction, sp
+    if word in ("none", "no", "n", "off", "false", "0", "disabled", "n/a", "na", "-") or re.search(r"\bno\s+(recomput|checkpoint)", raw):
         return "none", 1.0, sp
     if re.search(r"every\s+(other|2nd|second)\b|\bhalf\b", raw):
         notes.append("checkpointing: every other block recomputed (blocks 0.5)")
         return "blocks", 0.5, sp
     if re.search(r"selective", raw):  # "recompute_granularity=selective"
         return checkpointing_of({**row, "activation_checkpointing": "selective"}, stack, notes)
-    if word in ("full", "yes", "on", "true", "1", "all", "uniform", "block", "enabled") or re.search(
+    if word in ("full", "yes", "y", "on", "true", "1", "all", "uniform", "block", "enabled") or re.search(
             r"\bfull\b|every\s+(layer|block)|all\s+(layers|blocks)|recompute|checkpointing", raw):
         return "full", 1.0, sp
     raise PlanError("activation_checkpointing", f"row {row.get('id')}: {raw!r} is not a checkpointing (allowed: "
-                    "none, selective, full)")
+                    "none, selective, full, a share of the layers: '1/2 of layers', '25%', 'every 4th layer')")
 
 
 def precision_of(row, system, notes) -> str:
@@ -161,9 +170,16 @@ def precision_of(row, system, notes) -> str:
         return "fp16"
     if re.search(r"fp32|float32|tf32|full precision|single", raw):
         return "fp32"
+    if re.fullmatch(r"16(-mixed)?|(nvidia\s*)?apex\s*o[1-3]|o[1-3]", raw):  # Lightning's "16-mixed"; apex amp levels
+        return "fp16"
+    if re.fullmatch(r"32(-true)?", raw):  # Lightning's full precision
+        return "fp32"
     if raw.startswith("mixed") or "amp" in raw:
         notes.append("mixed precision without a format: fp16 (torch.cuda.amp's default dtype)")
         return "fp16"
+    if raw:
+        raise PlanError("precision", f"row {row.get('id')}: {raw!r} is not a training precision the planner "
+                        "models (allowed: fp32/tf32, fp16, bf16, fp8, their mixed forms)")
     p = "bf16" if system.gpu.bf16_tflops else "fp16"
     notes.append(f"precision not stated: {p}")
     return p
@@ -221,6 +237,7 @@ def attention_of(row, system, notes) -> str:
     if year is not None and year < FLASH_FIRST_YEAR:
         notes.append(f"attention not stated: eager (source of {year}, before FlashAttention in training stacks)")
         return "eager"
+    notes.append("attention not stated: flash (fused attention kernel)")
     return "flash"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from planner import run_text
+from planner import run_layout_notes, run_text
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.search import default_global_batch
@@ -54,6 +54,12 @@ def layout_of(row, gpus: int, per_node: int, cp: int, notes: list[str]) -> RowLa
     across nodes (Megatron-LM's placement, Narayanan et al. SC21 sec. 3.3)."""
     tp, pp, dp = (run_text.number(row, k) for k in ("tp", "pp", "dp"))
     tp, pp, dp = (int(v) if v is not None else None for v in (tp, pp, dp))
+    if None in (tp, pp, dp):
+        said = run_layout_notes.degrees_in_notes(row.get("notes") or "", gpus, notes)
+        blank = {k: v for k, v in said.items() if {"tp": tp, "pp": pp, "dp": dp}[k] is None}
+        if blank:
+            notes.append(f"{', '.join(f'{k} {v}' for k, v in blank.items())} from the notes")
+            tp, pp, dp = blank.get("tp", tp), blank.get("pp", pp), blank.get("dp", dp)
     stated = tp is not None or pp is not None
     if tp is None and pp is None and dp is not None and gpus % (dp * cp) == 0:
         model = gpus // (dp * cp)
@@ -84,7 +90,11 @@ def global_batch_of(row, seq_len: int, notes: list[str]) -> float | None:
     """Sequences per step: `global_batch`, or a token count ('4M tokens', '4M', a `global_batch_tokens`
     column) over the sequence length (noted; 'M' as 10^6 or 2^20, whichever gives whole sequences)."""
     cell = (row.get("global_batch") or "").strip()
-    m = re.fullmatch(r"([\d.,]+)\s*([KM])?\s*(tokens?|tok)?", cell, re.I)
+    m = re.fullmatch(r"([\d.,]+)\s*([KM])?\s*(tokens?\b.*|tok)?", cell, re.I)  # "4M tokens (global batch)"
+    if m and (m.group(2) or "").lower() == "k" and not m.group(3):  # "1.5K": thousands of sequences, binary
+        batch = round(float(m.group(1).replace(",", "")) * 1024)
+        notes.append(f"global batch {cell!r}: {batch} sequences (K read as 1024)")
+        return float(batch)
     if m and (m.group(2) or m.group(3)):
         value = float(m.group(1).replace(",", ""))
         unit = (m.group(2) or "").lower()

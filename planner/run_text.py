@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from planner import context_parallel, stage_split
+from planner import context_parallel, run_units, stage_split
 from planner.errors import PlanError
 
 # ---------------------------------------------------------------- numbers
@@ -18,27 +18,22 @@ from planner.errors import PlanError
 _NUMBER = re.compile(r"^[~≈]?\s*(-?\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?:\(.*\))?$")
 
 
-# units a curator may write after a column's number (stripped; the column's unit is the one meant)
-UNITS = {"n_params_B": r"B|billion", "measured_peak_mem_GB": r"GB|GiB|G", "measured_iter_time_s": r"s|sec|seconds",
-         "measured_tflops_per_gpu": r"TFLOPS?(/s)?", "measured_tokens_per_sec_per_gpu": r"tok(en)?s?/s(ec)?(/GPU)?",
-         "measured_mfu": r"%", "seq_len": r"tokens"}
-
-
 def number(row, key: str) -> float | None:
-    """A numeric cell: '1,024', '~64', '64 (8 nodes)', '7B' (the column's unit, UNITS), '4k' (seq_len:
-    x 1024); blank -> None. Counts and measurements are positive: zero, a negative number or text is a
-    PlanError naming the cell."""
+    """A numeric cell: '1,024', '~64', '64 (8 nodes)', '7B', '350M', '1420 ms', '64 GPUs', 'TP8' (the column's
+    unit words and scales: planner/run_units.py), '4k' (seq_len: x 1024); blank -> None. Counts and
+    measurements are positive: zero, a negative number or text is a PlanError naming the cell."""
     raw = (row.get(key) or "").strip()
-    if not raw or raw.lower() in ("n/a", "na", "-", "?", "none", "not stated"):
+    if not raw or raw.lower() in ("n/a", "na", "-", "?", "none", "not stated", "unknown", "not reported"):
         return None
-    v = re.sub(rf"\s*({UNITS[key]})$", "", raw, flags=re.I) if key in UNITS else raw
-    kilo = key == "seq_len" and re.fullmatch(r"\d+\s*[kK]", v)
-    m = _NUMBER.match(v.rstrip("kK ") if kilo else v)
+    v, factor = run_units.bare(key, raw)
+    m = _NUMBER.match(v)
     if not m:
         raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a number")
-    value = float(m.group(1).replace(",", "").replace("_", "")) * (1024 if kilo else 1)
+    value = float(m.group(1).replace(",", "").replace("_", "")) * factor
     if value <= 0:
         raise PlanError(key, f"row {row.get('id')}: {raw!r} must be > 0")
+    if key in run_units.COUNTS and value != int(value):
+        raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a whole number")
     return value
 
 
@@ -119,6 +114,7 @@ def internode_gbps(text: str, per_node_gpus: int, notes: list[str]) -> float | N
             notes.append(f"network {gbps:g} Gbps per NIC, NIC count not stated: one NIC per GPU "
                          f"({per_node_gpus}, rail-optimised DGX/HGX nodes)")
             return gbps * per_node_gpus
+        notes.append(f"network {gbps:g} Gbps, neither per GPU nor a NIC count stated: read as per node")
         return gbps
     if link:
         if count:
@@ -208,6 +204,8 @@ def sequence_parallel_of(row, tp: int, stack_default: bool, year: int | None, ge
         notes.append(f"sequence parallelism not stated: off (source {year}; Megatron-LM has it from {SP_FIRST_YEAR})")
         return False
     if tp <= 1 or stack_default or not generic:
+        if stack_default and tp > 1 and "sequence parallel" not in (row.get("activation_checkpointing") or "").lower():
+            notes.append(f"sequence parallelism not stated: on with tp {tp} (the stack's default)")
         return stack_default and tp > 1
     on = year is None or year >= SP_FIRST_YEAR
     notes.append(f"sequence parallelism not stated: {'on' if on else 'off'} with tp {tp} "

@@ -8,7 +8,6 @@ and what was measured (tokens/s per GPU, iteration time, peak memory, OOM). A bl
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,8 @@ from pydantic import ValidationError
 
 from hardware.models import Catalog
 from planner import (context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, parallel_block, peak_memory,
-                     run_columns, run_hardware, run_layout, run_precision, run_split, run_text, run_zeropp)
+                     run_columns, run_csv, run_hardware, run_layout, run_model_name, run_precision, run_split, run_text,
+                     run_zeropp)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -53,8 +53,8 @@ class Run:
 def read_rows(path: Path) -> list[dict[str, str]]:
     """The rows of a runs CSV; a file without the required columns is an error."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = run_csv.read_table(f.read())
     except OSError as e:
         raise PlanError("runs", f"cannot read {path}: {e.strerror}") from None
     cols = set(rows[0]) if rows else set()
@@ -124,8 +124,16 @@ def _shape(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
                 spec = other
         return spec
     params = _num(row, "n_params_B")
+    preset = run_model_name.preset_of(name, catalog.models, params, lambda p: resolve_model(p).n_params, notes)
+    if preset:
+        return resolve_model(preset)
+    from_name = run_model_name.size_in_name(name) if params is None else None
+    if name:
+        notes.append(f"model_name {name!r}: no preset matches" + (f"; {from_name:g}B from the name" if from_name else ""))
+    params = params or from_name
     if params is None:
-        raise PlanError("model", f"row {row['id']}: give the model shape (n_layers, hidden, n_heads) or n_params_B")
+        named = f"model {name!r} matches no preset and states no size; " if name else ""
+        raise PlanError("model", f"row {row['id']}: {named}give the model shape (n_layers, hidden, n_heads) or n_params_B")
     notes.append("shape from the bare-size rule")
     spec = gpt_for_params(params * 1e9, name=name or f"{params:g}b")
     pp = _num(row, "pp", int) or 1
@@ -137,6 +145,8 @@ def _shape(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
 
 def _system(row, catalog: Catalog, notes: list[str]) -> System:
     gtype = (row.get("gpu_type") or "").strip()
+    if not gtype:
+        raise PlanError("gpu_type", f"row {row['id']}: blank; give the GPU (e.g. H100-80GB, A100-40GB, MI300X)")
     machine = " ".join(row.get(k) or "" for k in ("internode_network", "notes", "source"))
     try:
         hw = run_hardware.resolve(gtype, machine, set(catalog.gpus))

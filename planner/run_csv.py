@@ -1,0 +1,38 @@
+"""A runs file as a spreadsheet or another person's script writes it (planner/runs.read_rows uses this).
+
+Read alike: a UTF-8 byte-order mark (Excel's "CSV UTF-8"), semicolon- or tab-separated files (Excel in
+locales whose decimal mark is a comma, TSV exports), blanks around header names and cells, non-breaking
+and thin spaces, and typographic dashes ("—", "–", "‒", "−") for the ASCII "-" every reader knows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+_DASHES = re.compile("[\u2010\u2011\u2012\u2013\u2014\u2015\u2212]")
+_SPACES = re.compile("[\u00a0\u2002-\u200a\u202f\u205f\u3000]")
+
+
+def cell(text: str | None) -> str:
+    """A cell with its spaces and dashes in ASCII, stripped."""
+    return _DASHES.sub("-", _SPACES.sub(" ", text or "")).strip()
+
+
+def _delimiter(header: str) -> str:
+    if "," in header:
+        return ","
+    return max(";\t", key=header.count) if (";" in header or "\t" in header) else ","
+
+
+def read_table(text: str) -> list[dict[str, str]]:
+    """The rows of a CSV text (a leading byte-order mark already removed), keyed by stripped header names."""
+    text = text.lstrip("\ufeff")
+    header = text.split("\n", 1)[0]
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(header))
+    rows = list(reader)
+    if not rows:
+        return []
+    names = [cell(n) for n in rows[0]]
+    return [{n: cell(v) for n, v in zip(names, r)} for r in rows[1:] if any(cell(v) for v in r)]
