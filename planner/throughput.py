@@ -28,8 +28,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import (async_tp, attention_kernel, comm, context_parallel, deepspeed_era, dp_comm, eager_traffic, flops,
-                     fp8, gemm_shape, launch_sync, megatron_ddp, parallel_block, pipeline_stages, stage_split)
+from planner import (adafactor, async_tp, attention_kernel, comm, context_parallel, deepspeed_era, dp_comm,
+                     eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, parallel_block,
+                     pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -52,7 +53,8 @@ HBM_EFFICIENCY = 0.80
 # 4 bytes over s*b*V/t (Megatron's vocab-parallel cross entropy).
 LOSS_PASSES = 4.0
 # Optimizer step, bytes touched per parameter of the shard (fp32 master, grads and states read
-# and written; Rajbhandari et al. 2020 sec. 3): AdamW, Adafactor, SGD with momentum.
+# and written; Rajbhandari et al. 2020 sec. 3): AdamW, Adafactor (a fused kernel's; the step uses
+# planner/adafactor.py's unfused PyTorch figures), SGD with momentum.
 OPTIMIZER_BYTES_PER_PARAM = {OPTIM["adamw"]: 36.0, OPTIM["adafactor"]: 20.0, OPTIM["sgd"]: 16.0}
 _OPTIMIZER_BYTES = np.array([OPTIMIZER_BYTES_PER_PARAM[i] for i in range(len(OPTIM))])
 
@@ -197,7 +199,9 @@ def _optimizer_shard(spec: ModelSpec, layout: Layout) -> np.ndarray:
 
 def _optimizer_step_s(spec, layout, system, settings) -> np.ndarray:
     shard = _optimizer_shard(spec, layout)
-    per_param = _OPTIMIZER_BYTES[np.asarray(layout.optimizer)]
+    optim = np.asarray(layout.optimizer)
+    # Adafactor as PyTorch code runs it, unfused (planner/adafactor.py)
+    per_param = np.where(optim == OPTIM["adafactor"], adafactor.bytes_per_param(layout), _OPTIMIZER_BYTES[optim])
     return (layout.offload == OFFLOAD["none"]) * shard * per_param / _hbm_Bps(system, settings)
 
 

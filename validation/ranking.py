@@ -3,6 +3,8 @@
     python -m validation.ranking            # every group: rows, measured vs predicted, ranks
     python -m validation.ranking --shape    # also the 'shape' groups (one table, one model size,
                                             # the number of heads may vary: BLOOM 'NHEADs comparison')
+    python -m validation.ranking --pairs    # also each group's replicate spread and the pairs it
+                                            # orders wrongly beyond it (validation/ranking_pairs.py)
 
 Predictions are the leave-one-source-out CV ones of validation/fit_profiles.py. A group of the
 issue's target is planner/validate.py's: one model on one GPU type and count at one sequence
@@ -22,6 +24,7 @@ import numpy as np
 
 from planner.runs import Run
 from planner.validate import MIN_GROUP, _spearman
+from validation import ranking_pairs
 
 
 @dataclass
@@ -97,6 +100,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", action="store_true", help="also the shape groups (heads may vary)")
+    ap.add_argument("--pairs", action="store_true", help="also the replicate spread and wrongly ordered pairs")
     args = ap.parse_args(argv)
     runs = load_all()
     errors = profile_fit.cross_validate(runs, load_catalog().stacks)
@@ -105,6 +109,8 @@ def main(argv=None) -> int:
         print(("Shape groups" if shape else "Target groups") + " (CV predictions):")
         for g in gs:
             print("\n".join(describe(g)))
+            if args.pairs:
+                print("\n".join(ranking_pairs.describe(g.runs, g.measured, g.predicted)))
         print(summary(gs))
     return 0
 
