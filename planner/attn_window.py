@@ -132,22 +132,29 @@ def describe(spec: ModelSpec) -> str:
 # ---- a runs file's row: an `attn_window` / `sliding_window` column, or its notes ------------------
 _NOTE = re.compile(r"(?:sliding[\s_-]*window|local[\s_-]*attention|\bSWA\b|attention[\s_-]*window)"
                    r"(?:[\s_-]*(?:attention|size|of|=|:))*\s*(\d[\d,]*)\s*([kK])?\b", re.I)
+_CELL = re.compile(r"(\d[\d,]*)\s*([kK])?(?:\s*tokens?)?")
+_FULL = ("none", "no", "full", "0", "-", "n/a")
 _LOCAL_LAYERS = re.compile(r"(\d+)\s*(?:local|sliding|windowed)\s*(?:layers?)?\s*(?::|to|/)\s*(\d+)\s*global", re.I)
 
 
 def stated_in_row(row) -> tuple[int | None, int | None]:
-    """(window, local:global ratio's local layers per global one) a run row states: the
-    `attn_window` or `sliding_window` column, or notes such as "sliding window 4096", "SWA 4k",
-    "5 local : 1 global"; (None, None) where nothing says."""
-    from planner.run_text import column, number
+    """(window, (local, global) layer ratio) a run row states: the `attn_window` or `sliding_window`
+    column (4096, 4k; none/0: full attention, window 0), or notes such as "sliding window 4096",
+    "SWA 4k", "5 local : 1 global"; (None, None) where nothing says."""
+    from planner.run_text import column
 
     key = next((k for k in ("attn_window", "sliding_window") if column(row, k)), None)
     window = None
     if key is not None:
-        value = number(row, key)
-        window = None if value is None else int(value)
-        if value is not None and value != int(value):
-            raise PlanError(key, f"row {row.get('id')}: {row.get(key)!r} must be a whole number of tokens")
+        cell = column(row, key)
+        m = _CELL.fullmatch(cell)
+        if cell.lower() in _FULL:
+            window = 0
+        elif not m:
+            raise PlanError(key, f"row {row.get('id')}: {cell!r} is not a window in tokens (e.g. 4096, 4k; "
+                            f"none for full attention)")
+        else:
+            window = int(m.group(1).replace(",", "")) * (1024 if m.group(2) else 1)
     text = row.get("notes") or ""
     if window is None:
         m = _NOTE.search(text)
@@ -172,6 +179,10 @@ def apply_row(row, spec: ModelSpec, notes: list[str]) -> ModelSpec:
     window, ratio = stated_in_row(row)
     if window is None:
         return spec
+    if window == 0:  # the row says full attention
+        if spec.attn_window is not None:
+            notes.append("full causal attention as stated (no sliding window)")
+        return unwindowed(spec)
     layers = None if ratio is None else local_of_ratio(spec.n_layers, *ratio)
     if window == spec.attn_window and layers == spec.attn_local_layers:
         return spec
