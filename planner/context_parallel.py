@@ -34,7 +34,7 @@ import re
 
 import numpy as np
 
-from planner import comm, flops
+from planner import attn_window, comm, flops
 from planner.layout import Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
@@ -116,10 +116,18 @@ def volume_bytes(spec: ModelSpec, layout, gpus_per_node: int) -> dict[str, np.nd
     fwd, bwd = _passes(layout)
     local = c * tokens * (2.0 * spec.hidden + 2.0 * spec.kv_dim) / tp  # q, k, v, output of this GPU
     return {
-        "ring": 3.0 * (r - 1.0) * kv_chunk,
+        # a sliding window sends only the halo it needs (ring cp_impl; planner/attn_window.py)
+        "ring": _ring_bytes(spec, layout, r, impl, kv_chunk),
         "a2a": (a - 1.0) / a * local * (fwd + bwd),
         "allgather": (impl == ALLGATHER) * (cp > 1) * (2.0 + fwd) * kv_chunk * cp,
     }
+
+
+def _ring_bytes(spec: ModelSpec, layout, r, impl, kv_chunk) -> np.ndarray:
+    full = 3.0 * (r - 1.0) * kv_chunk
+    if spec.attn_window is None:
+        return full
+    return full * np.where(impl == RING, attn_window.ring_factor(spec, layout.seq_len, r), 1.0)
 
 
 def all_to_all_s(links: comm.Links, sent_bytes, group, m, calls) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner import attn_window
 from planner.layout import CKPT
 from planner.model import ModelSpec
 
@@ -43,8 +44,9 @@ def layer_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
 
 def attention_core_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
     # QK^T and attention x V: 2 * 2 * s * q_dim per token (PaLM appendix B's 2 * 2 * s * H * Q:
-    # every query head, whatever the number of kv heads).
-    return 4.0 * np.asarray(seq_len, dtype=np.float64) * spec.q_dim
+    # every query head, whatever the number of kv heads); sliding-window layers count the keys
+    # their kernel computes in the same convention (planner/attn_window.py; s without a window).
+    return 4.0 * attn_window.mean_keys(spec, seq_len) * spec.q_dim
 
 
 def logits_forward_flops_per_token(spec: ModelSpec) -> float:

@@ -97,6 +97,7 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
     _refuse_unmodelled(r, model_type)
     builder = _FAMILIES.get(model_type, _standard)
     fields = builder(r)
+    fields.update(_window(r, model_type, fields["n_layers"]))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)
@@ -145,6 +146,11 @@ RULES: dict[str, Rules] = {
     "phi": Rules(gated=False, bias=True, norms_per_layer=1, norm="layernorm", parallel_block=True),
     "cohere": Rules(gated=True, tied_default=True, norms_per_layer=1, norm="layernorm", norm_bias=False,
                     parallel_block=True),
+    "cohere2": Rules(gated=True, tied_default=True, norms_per_layer=1, norm="layernorm", norm_bias=False,
+                     parallel_block=True),  # Cohere2DecoderLayer: Cohere's block with local/global layers
+    # Nemotron-4 / Minitron (transformers' NemotronMLP: up_proj, relu2, down_proj: not gated;
+    # NemotronLayerNorm1P is an nn.LayerNorm with weight and bias; its key is norm_eps)
+    "nemotron": Rules(gated=False, norm="layernorm"),
 }
 GATED_ACTS = ("silu", "swish")
 
@@ -178,6 +184,37 @@ def _standard(r: _Reader, rules: Rules | None = None) -> Config:
         qkv_bias=rules.qkv_bias, norms_per_layer=rules.norms_per_layer, norm_bias=rules.norm_bias,
         qk_norm="full" if r.get_bool("use_qk_norm", False) else rules.qk_norm, parallel_block=rules.parallel_block,
     )
+
+
+# transformers' config classes: which layers run the sliding window when `layer_types` is absent
+_PATTERN_DEFAULT = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4}  # layer i is global where (i+1) % p == 0
+_MAX_WINDOW_LAYERS = ("qwen2", "qwen3")  # Qwen2Config: layers i >= max_window_layers slide
+
+
+def _window(r: _Reader, model_type: str, n_layers: int) -> Config:
+    """`sliding_window` and the layers that use it (planner/attn_window.py): `layer_types`
+    ("sliding_attention" / "full_attention"), else `sliding_window_pattern` (Gemma 3, Cohere2) or
+    the family's alternation (Gemma 2), else Qwen2's max_window_layers, else every layer (Mistral,
+    StarCoder2, Phi-3). Qwen2/Qwen3 slide only with use_sliding_window true (their default false)."""
+    if r.cfg.get("sliding_window") is None or r.cfg.get("use_sliding_window") is False:
+        return {}
+    if model_type in _MAX_WINDOW_LAYERS and r.cfg.get("use_sliding_window") is not True:
+        return {}
+    window = r.get_int("sliding_window")
+    types = r.cfg.get("layer_types")
+    if types is not None:
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != n_layers or any(k not in kinds for k in types):
+            raise r.fail("layer_types", f"must list {n_layers} of {', '.join(kinds)} (got {types!r})")
+        local = types.count("sliding_attention")
+    elif "sliding_window_pattern" in r.cfg or model_type in _PATTERN_DEFAULT:
+        period = r.get_int("sliding_window_pattern", default=_PATTERN_DEFAULT.get(model_type, 1))
+        local = sum(1 for i in range(n_layers) if (i + 1) % period)
+    elif model_type in _MAX_WINDOW_LAYERS:
+        local = max(n_layers - r.get_int("max_window_layers", default=n_layers), 0)
+    else:
+        local = n_layers
+    return {"attn_window": window, "attn_local_layers": None if local == n_layers else local}
 
 
 def _falcon(r: _Reader) -> Config:

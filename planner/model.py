@@ -60,6 +60,11 @@ class ModelSpec(BaseModel):
     # y = x + attn(norm(x)) + mlp(norm'(x)) (GPT-J, GPT-NeoX, PaLM, Falcon): planner/parallel_block.py.
     # Given norms_per_layer 1 and left out, it is True (one norm feeds both: nothing else has one).
     parallel_block: bool = False
+    # Sliding-window (local) attention: each query sees its last `attn_window` keys (Mistral-7B-v0.1
+    # sliding_window 4096) on `attn_local_layers` of the layers (None: all; Gemma 2: every other
+    # layer, Gemma 3: 5 of 6), full causal attention on the others: planner/attn_window.py.
+    attn_window: int | None = Field(default=None, gt=0, le=100_000_000)
+    attn_local_layers: int | None = Field(default=None, ge=0, le=10_000)
     published_params: int | None = None  # the count the model's authors publish, for tests
     source: str | None = None  # where the shape comes from (config file, paper, rule)
 
@@ -79,6 +84,10 @@ class ModelSpec(BaseModel):
             raise ValueError(f"parallel_block with {self.norms_per_layer} norms per layer is not modelled (1 or 2)")
         if self.attn_head_dim is None and self.hidden % self.n_heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
+        if self.attn_local_layers is not None and self.attn_window is None:
+            raise ValueError("attn_local_layers needs attn_window (the window of the local layers)")
+        if self.attn_local_layers is not None and self.attn_local_layers > self.n_layers:
+            raise ValueError(f"attn_local_layers ({self.attn_local_layers}) exceeds n_layers ({self.n_layers})")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
         return self
@@ -193,9 +202,11 @@ class ModelSpec(BaseModel):
     def describe(self) -> str:
         gqa = f", {self.kv_heads} kv heads" if self.kv_heads != self.n_heads else ""
         par = ", parallel attention+MLP" if self.parallel_block else ""
+        from planner.attn_window import describe as window
+
         return (
             f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "
-            f"{self.hidden} hidden, {self.n_heads} heads{gqa}, ffn {self.ffn} ({self.mlp}{par}), "
+            f"{self.hidden} hidden, {self.n_heads} heads{gqa}{window(self)}, ffn {self.ffn} ({self.mlp}{par}), "
             f"vocab {self.vocab_padded}"
         )
 

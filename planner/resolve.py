@@ -15,7 +15,8 @@ from planner.system import System
 # A scenario that names neither a cluster nor a GPU runs on this catalog entry.
 DEFAULT_CLUSTER = "dgx-a100"
 
-_ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "mlp", "parallel_block")
+_ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "mlp", "parallel_block",
+                 "attn_window", "attn_local_layers")
 
 
 def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = None) -> ModelSpec:
@@ -23,6 +24,8 @@ def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = 
 
     `base`: a model already built (an inline config.json body) that the columns override."""
     overrides = {k: getattr(scenario, k) for k in _ARCH_COLUMNS if getattr(scenario, k) is not None}
+    if overrides.get("attn_window") == 0:  # 0: full causal attention on every layer
+        overrides.update(attn_window=None, attn_local_layers=None)
     if base is not None:
         spec = _rebuild(base, overrides) if overrides else base
     elif scenario.model:

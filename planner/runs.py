@@ -15,9 +15,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hardware.models import Catalog
-from planner import (context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, parallel_block, peak_memory,
-                     run_columns, run_csv, run_hardware, run_layout, run_model_name, run_precision, run_split, run_text,
-                     run_zeropp)
+from planner import (attn_window, context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, parallel_block,
+                     peak_memory, run_columns, run_csv, run_hardware, run_layout, run_model_name, run_precision, run_split,
+                     run_text, run_zeropp)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -86,8 +86,9 @@ def _num(row, key, cast=float):
 
 
 def _spec(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
-    """The row's model, with the attention+MLP block the row states (planner/parallel_block.py)."""
-    return parallel_block.apply_row(row, _shape(row, catalog, notes), notes)
+    """The row's model, with the attention+MLP block (planner/parallel_block.py) and the sliding
+    window (planner/attn_window.py) the row states."""
+    return attn_window.apply_row(row, parallel_block.apply_row(row, _shape(row, catalog, notes), notes), notes)
 
 
 def _shape(row, catalog: Catalog, notes: list[str]) -> ModelSpec:

@@ -242,6 +242,12 @@ class _ModelAndSystem(Frozen):
     parallel_block: bool | None = Field(
         default=None, description="Attention and MLP in parallel on the block input (GPT-J, GPT-NeoX, Falcon, "
         "PaLM): one TP all-reduce per block and pass instead of two; default: the model's own block")
+    attn_window: int | None = Field(
+        default=None, ge=0, le=100_000_000, description="Sliding-window attention: keys each query sees (Mistral "
+        "4096; 0: full causal attention); default: the model's own (config.json sliding_window)")
+    attn_local_layers: int | None = Field(
+        default=None, ge=0, le=10_000, description="Layers that use attn_window (Gemma 2: half, Gemma 3: 5 of 6; "
+        "the others full causal); default: the model's own, or all layers")
     # system
     gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
     gpus: int | None = Field(default=None, gt=0, le=1_000_000, description="GPU count")

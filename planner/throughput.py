@@ -28,8 +28,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import (adafactor, async_tp, attention_kernel, comm, context_parallel, deepspeed_era, dp_comm,
-                     eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, parallel_block,
+from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
+                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, parallel_block,
                      pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
@@ -116,12 +116,16 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     attn_ft, attn_size = flops.attention_core_gemm(spec, tokens, layout.seq_len, layout.tp)
     eager = layout.attention == ATTN["eager"]
     if system.gpu.attention_efficiency:
-        # the fused kernel skips the masked half of a causal score matrix
-        eff = attention_kernel.efficiency(system.gpu, layout.seq_len, spec.head_dim, prof["cudnn_attention"])
-        fused = 0.5 * attn_ft / (peak16 * eff)
+        # the fused kernel skips the masked half of a causal score matrix (and what a sliding
+        # window masks: each kind of layer at its own length, planner/attn_window.py)
+        def eff_of(length):
+            return attention_kernel.efficiency(system.gpu, length, spec.head_dim, prof["cudnn_attention"])
+        fused = attn_window.fused_s(spec, layout.seq_len, attn_ft, peak16, eff_of)
     else:  # no measured curve: a share of a dense GEMM's efficiency, on the causal half too
         fused = 0.5 * attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
-    unfused = attn_ft / (peak16 * flops.efficiency(pts, attn_size) * shape_attn)
+    # eager attention computes the whole s x s score matrix, windowed or not
+    eager_ft, eager_size = flops.attention_core_gemm(attn_window.unwindowed(spec), tokens, layout.seq_len, layout.tp)
+    unfused = eager_ft / (peak16 * flops.efficiency(pts, eager_size) * shape_attn)
     attn = np.where(eager, unfused, fused)
 
     act_bytes = compute_dtype_bytes(layout)

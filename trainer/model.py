@@ -92,6 +92,9 @@ class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, attention: str):
         super().__init__()
         h, kv, qd = spec.hidden, spec.kv_dim, spec.q_dim
+        if spec.attn_window is not None:  # the planner models it (planner/attn_window.py); this trainer does not
+            raise ValueError(f"attn_window {spec.attn_window}: sliding-window attention is not implemented by the "
+                             "bundled trainer (allowed: a model without attn_window)")
         self.n_heads, self.kv_heads, self.head_dim = spec.n_heads, spec.kv_heads, spec.head_dim
         qkv_bias = spec.bias if spec.qkv_bias is None else spec.qkv_bias  # Qwen2: q/k/v only
         self.q = nn.Linear(h, qd, bias=qkv_bias)

@@ -164,6 +164,8 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     if fmt == "megatron":
         files = [ExportFile(name=options.megatron_file, content=_megatron_text(plan, chosen, notes))]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
+    if fmt in ("torchrun", "slurm"):
+        _bundled_trainer_runs(chosen)
     if fmt == "torchrun":
         ds_file = options.deepspeed_file if ran_deepspeed else None
         argv = torchrun_command(plan, chosen.system, model=chosen.model_ref, steps=steps, recipe=recipe,
@@ -194,6 +196,14 @@ def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str
     if plan.grad_accum > 1:
         notes.append(f"{plan.grad_accum} micro-batches per step: --global-batch-size / (--micro-batch-size x dp {plan.dp})")
     return args_script(args, header=header, nproc_per_node=per_node, nodes=_nodes_of(plan, chosen.system))
+
+
+def _bundled_trainer_runs(chosen: Chosen) -> None:
+    """The bundled trainer builds no sliding-window attention (trainer/model.py refuses it)."""
+    model = chosen.model or resolve_model(chosen.model_ref)
+    if model.attn_window is not None:
+        raise PlanError("attn_window", f"{model.name}: the bundled trainer has no sliding-window attention "
+                        "(export megatron for --window-size, or deepspeed/accelerate/fsdp for your own model code)")
 
 
 def _nodes_of(plan: ExecutionPlan, system: System) -> int:

@@ -5,6 +5,9 @@ arguments stay the user's own.
 
 Every flag was checked against Megatron-LM's megatron/training/arguments.py (the list the tests
 hold, MEGATRON_FLAG_SOURCES in tests/exports/test_export_megatron.py):
+- --window-size (tuple_type "left,right") and --window-attn-skip-freq ("An integer N: ... one full
+  attention layer after (N-1) SWA layers") of `_add_network_size_args` in a 2025 Megatron-LM
+  arguments.py (the one with --softmax-type and _add_kitchen_quantization_arguments);
 - NVIDIA/Megatron-LM@307dcf37f03d44da131ba21999278abe4112d2ad (2024, every flag an explicit
   `add_argument`): the model shape, --normalization, --swiglu, --fp8-format (choices e4m3|hybrid),
   tp/pp/cp sizes, --sequence-parallel, --use-distributed-optimizer, --overlap-grad-reduce,
@@ -71,7 +74,31 @@ def model_refusal(model: ModelSpec) -> PlanError | None:
                          "no extra, post, q/k or embedding norms")
     if model.position == "alibi":
         return PlanError("position", f"{model.name}: Megatron-LM has no ALiBi (allowed: learned, rope)")
+    if model.attn_window is not None and _skip_freq(model) is None:
+        return PlanError("attn_local_layers", f"{model.name}: {model.attn_local_layers} local layers of "
+                         f"{model.n_layers} is no --window-attn-skip-freq N (one global layer after N-1 local "
+                         "ones); allowed: all layers local, or such a period")
     return None
+
+
+def _skip_freq(model: ModelSpec) -> int | None:
+    """Megatron's --window-attn-skip-freq N: layer l (1-based) is global where l % N == 0 (0: all
+    local), matching the model's count of local layers (Gemma 2: 2, Gemma 3: 6); None: no period does."""
+    if model.attn_local_layers is None or model.attn_local_layers == model.n_layers:
+        return 0
+    n = model.n_layers
+    return next((p for p in range(1, n + 1) if sum(1 for layer in range(1, n + 1) if layer % p) ==
+                 model.attn_local_layers), None)
+
+
+def window_args(model: ModelSpec) -> list[str]:
+    """Sliding-window attention: --window-size "w-1,0" (keys i-w+1 .. i: FlashAttention's window_size
+    (left, right), the w keys of Hugging Face's sliding_window) and the local/global period."""
+    if model.attn_window is None:
+        return []
+    args = ["--window-size", f"{model.attn_window - 1},0"]
+    freq = _skip_freq(model)
+    return args + (["--window-attn-skip-freq", str(freq)] if freq else [])
 
 
 def model_args(model: ModelSpec, seq_len: int) -> list[str]:
@@ -96,7 +123,7 @@ def model_args(model: ModelSpec, seq_len: int) -> list[str]:
         args.append("--disable-bias-linear")
         if model.qkv_bias:
             args.append("--add-qkv-bias")
-    return args
+    return args + window_args(model)
 
 
 def parallel_args(plan: ExecutionPlan, gpus_per_node: int) -> list[str]:

@@ -19,6 +19,8 @@ from planner.presets import resolve_model
 from planner.resolve import resolve_system
 from planner.scenario import ExecutionPlan, Scenario
 
+WINDOW = ("a 2025 Megatron-LM megatron/training/arguments.py, _add_network_size_args (stored index file id 253976787): "
+          "add_argument('--window-size', type=tuple_type) and add_argument('--window-attn-skip-freq', type=moe_freq_type)")
 # Each flag the export may write, with where it was checked (megatron/training/arguments.py):
 OLD = "NVIDIA/Megatron-LM@307dcf37f03d44da131ba21999278abe4112d2ad megatron/training/arguments.py"
 NEW = "Anai-Guo/Megatron-LM@38d7226546e40591cf82c23f41d38796978f5129 megatron/training/arguments.py"
@@ -37,6 +39,7 @@ MEGATRON_FLAG_SOURCES = {
         "--use-flash-attn")},
     **{f: NEW for f in ("--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
                         "--decoder-last-pipeline-num-layers", "--cp-comm-type")},
+    **{f: WINDOW for f in ("--window-size", "--window-attn-skip-freq")},
     **{f: CORE for f in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                          "--hierarchical-context-parallel-sizes")},
 }
