@@ -223,6 +223,10 @@ class ModelSpec(BaseModel):
     def describe(self) -> str:
         gqa = f", {self.kv_heads} kv heads" if self.kv_heads != self.n_heads else ""
         par = ", parallel attention+MLP" if self.parallel_block else ""
+        if self.moe_experts:
+            from planner import moe
+
+            return moe.describe(self, gqa)
         return (
             f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "
             f"{self.hidden} hidden, {self.n_heads} heads{gqa}, ffn {self.ffn} ({self.mlp}{par}), "

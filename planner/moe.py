@@ -147,3 +147,13 @@ def model_flops_per_token(spec: "ModelSpec", seq_len) -> np.ndarray:
     mlp = 2.0 * h * mlp_matrices(spec) * float(active_ffn_per_layer(spec).sum())
     fwd = attn + mlp + router_forward_flops_per_token(spec) + flops.logits_forward_flops_per_token(spec)
     return 3.0 * fwd
+
+
+def describe(spec: "ModelSpec", gqa: str) -> str:
+    from planner.units import format_params
+
+    shared = f" + {spec.moe_shared_experts} shared" if spec.moe_shared_experts else ""
+    layers = "" if n_moe_layers(spec) == spec.n_layers else f" in {n_moe_layers(spec)} of the layers"
+    return (f"{spec.name}: {format_params(spec.n_params)} params ({format_params(active_params(spec))} active), "
+            f"{spec.n_layers} layers x {spec.hidden} hidden, {spec.n_heads} heads{gqa}, {spec.moe_experts} experts "
+            f"(top-{spec.moe_top_k}{shared}) of ffn {expert_ffn(spec)} ({spec.mlp}){layers}, vocab {spec.vocab_padded}")
