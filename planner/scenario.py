@@ -197,6 +197,12 @@ class StepTimeBreakdown(Frozen):
     bottleneck: str
     # part of compute_s: host time of synchronous kernel launches (CUDA_LAUNCH_BLOCKING=1 jobs)
     launch_sync_s: float = 0.0
+    # mixture of experts (planner/moe_time.py; None for a dense model): part of compute_s, the grouped expert
+    # GEMMs and routers beyond the active view's dense MLP; part of comm_exposed_s, the expert-parallel
+    # all-to-alls (dispatch + combine) and the expert gradients' reduction over the expert-data-parallel group
+    moe_compute_s: float | None = None
+    moe_a2a_s: float | None = None
+    moe_expert_grad_s: float | None = None
 
 
 class Performance(Frozen):
