@@ -29,6 +29,8 @@ import numpy as np
 if TYPE_CHECKING:
     from planner.model import ModelSpec
 
+FLOPS_CONVENTION = ("model FLOPs per token = 6 x ACTIVE parameters (top-k routed + shared experts, routers, "
+                    "attention and output projections) + the attention core; inactive experts cost none")
 MOE_FIELDS = ("moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_shared_ffn_hidden",
               "moe_layer_freq", "moe_first_dense_layers")
 DENSE = {"moe_experts": 0, "moe_top_k": 0, "moe_ffn_hidden": None, "moe_shared_experts": 0,
