@@ -5,7 +5,8 @@ planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these
   M = the tokens routed to that expert (tokens x top-k x ep x etp / (tp x experts) per micro batch),
   N/K = the expert's width split by etp. Their efficiency comes from the GPU's GEMM-size curve (the
   group's FLOPs, one grouped kernel) times the tile and wave quantization of planner/gemm_shape.py
-  at the per-expert M (the local experts' tiles run in the same waves); the view charged the same
+  at the per-expert M (the local experts' tiles run in the same waves), bounded by the HBM time of
+  the local experts' weights and tokens (few rows per expert: memory-bound); the view charged the same
   FLOPs as one wide dense GEMM of M = tokens: the difference is added, with the router's GEMM.
 - Router load imbalance: the busiest expert rank gets more than its share of tokens; its expert
   GEMMs and all-to-all volume are scaled by LOAD_IMBALANCE, Switch Transformer's capacity factor
@@ -54,21 +55,25 @@ def _grouped_efficiency(m, n, k, local, shape, eb) -> np.ndarray:
     return gemm_shape.harmonic([fwd, dgrad, wgrad])
 
 
-def expert_gemm_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak) -> np.ndarray:
+def expert_gemm_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak, hbm_Bps) -> np.ndarray:
     """Forward seconds per token (of the stage's micro batch) of one MoE layer's grouped expert GEMMs
-    on one GPU, at the busiest rank's load."""
+    on one GPU, at the busiest rank's load; no faster than reading the local experts' weights and the
+    routed tokens from HBM (the roofline, Williams et al. 2009: a few rows per expert leave the GEMM
+    memory-bound)."""
     h, w, mats = spec.hidden, moe.expert_ffn(spec), moe.mlp_matrices(spec)
     etp = _f(layout.etp)
     m = tokens_per_expert(spec, layout)
     local = spec.moe_experts / _f(layout.ep)
     shape = gemm_shape.GemmShapeData.of(gpu)
     eb = compute_dtype_bytes(layout)
+    tokens = _f(layout.micro_batch) * layout.seq_len / layout.cp
     t = 0.0
     for n, k in ((w * (mats - 1) / etp, np.full(np.shape(etp), float(h))), (np.full(np.shape(etp), float(h)), w / etp)):
         per_token = 2.0 * n * k * spec.moe_top_k * etp / _f(layout.tp)  # per token of the micro batch
         group_gflop = m * local * 2.0 * n * k / 1e9
         eff = flops.efficiency(pts, group_gflop) * _grouped_efficiency(m, n, k, local, shape, eb)
-        t = t + per_token / (gemm_peak * eff)
+        streamed = local * (n * k + m * (n + k)) * eb / hbm_Bps / tokens  # weights, inputs, outputs
+        t = t + np.maximum(per_token / (gemm_peak * eff), streamed)
     return LOAD_IMBALANCE * t
 
 
@@ -129,7 +134,8 @@ def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.n
     return np.maximum(experts - in_view, 0.0)
 
 
-def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes):
+def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes,
+          hbm_Bps):
     """Per-micro-batch compute seconds (raw, before the stack's GEMM factor) and per-step exposed
     communication seconds of the MoE layers of the busiest stage, by part."""
     zero = np.zeros(np.shape(layout.tp))
@@ -138,7 +144,7 @@ def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, ge
     tokens = _f(layout.micro_batch) * layout.seq_len / layout.cp
     block, _, linear_share = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
     moe_layers = parts["layers"] * moe.n_moe_layers(spec) / spec.n_layers
-    per_token = (expert_gemm_s_per_token(spec, layout, system.gpu, pts, gemm_peak)
+    per_token = (expert_gemm_s_per_token(spec, layout, system.gpu, pts, gemm_peak, hbm_Bps)
                  - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)
                  + router_s_per_token(spec, layout, pts, peak16))
     gemm = moe_layers * tokens * per_token * (3.0 + block + linear_share)

@@ -363,7 +363,8 @@ def _moe_terms(spec, view, layout, system, settings, links, prof, parts) -> dict
     peak = _peak_flops(system, layout.precision) * k
     gemm_peak = np.where(layout.precision == PREC["fp8"], peak * prof["gemm_efficiency"], peak)
     return moe_time.terms(spec, view, layout, system, links, prof, parts, gemm_peak,
-                          _peak16(system, layout.precision) * k, _efficiency_points(system), dp_comm.grad_bytes(layout))
+                          _peak16(system, layout.precision) * k, _efficiency_points(system), dp_comm.grad_bytes(layout),
+                          _hbm_Bps(system, settings))
 
 
 def at(perf: dict[str, np.ndarray], i: int) -> tuple[StepTimeBreakdown, Performance]:
