@@ -14,9 +14,10 @@ planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these
   dropped with the auxiliary load-balancing loss; GShard trains with 2, Lepikhin et al. 2020).
 - Expert-parallel all-to-all: dispatch and combine in forward, their two transposes in backward
   (and the forward's two again when a block is recomputed), per MoE layer and micro batch; each GPU
-  sends tokens x hidden x top-k x bytes x (ep-1)/ep (Rajbhandari et al. 2022, DeepSpeed-MoE,
-  arXiv 2201.05596, sec. 5.2: all-to-all volume per GPU proportional to the tokens x hidden it
-  holds, a share (ep-1)/ep leaving it), over NVLink while the ep group fits in a node, else the
+  sends tokens x hidden x top-k x bytes x (ep-1)/ep: the top-k copies of its tokens' hidden states,
+  all but the 1/ep bound for its own experts (DeepSpeed-MoE, Rajbhandari et al. 2022, arXiv
+  2201.05596; deepspeed/moe/sharded_moe.py MOELayer.forward runs two all-to-alls, dispatch and
+  combine, of the routed tokens x model dim), over NVLink while the ep group fits in a node, else the
   NICs (planner/context_parallel.py `all_to_all_s`). Not overlapped with compute (Megatron-Core's
   default; its 1F1B all-to-all overlap is opt-in).
 - Expert gradients: reduced over the expert-data-parallel group instead of the view's dp x cp group

@@ -89,8 +89,9 @@ def test_expert_states_sharded_over_the_expert_data_parallel_group():
 
 
 def test_all_to_all_bytes_follow_the_deepspeed_moe_formula():
-    """Each GPU sends tokens x hidden x top-k x bytes x (ep-1)/ep per dispatch (DeepSpeed-MoE, arXiv
-    2201.05596 sec. 5.2), 4 all-to-alls per MoE layer and micro batch, 2 more when recomputing."""
+    """Each GPU sends tokens x hidden x top-k x bytes x (ep-1)/ep per dispatch or combine (DeepSpeed-MoE,
+    arXiv 2201.05596; deepspeed/moe/sharded_moe.py MOELayer: two all-to-alls per forward), 4 all-to-alls
+    per MoE layer and micro batch, 2 more when recomputing."""
     lay = _plan(ep=8, etp=1, activation_checkpointing="none", micro_batch=2)
     tokens = 2 * 4096 / 2  # a tp rank's share of the micro batch
     expected = tokens * 4096 * 2 * 2 * 7 / 8
