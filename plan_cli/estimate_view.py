@@ -31,10 +31,16 @@ def _split(p) -> str:
     return f"({'+'.join(named)} in split)" if named else ""
 
 
+def _expert(p) -> list[str]:
+    """Expert parallelism: "ep8" (and "etp2" where the experts have a tensor split)."""
+    return ([f"ep{p.ep}"] if p.ep > 1 else []) + ([f"etp{p.etp}"] if p.etp > 1 else [])
+
+
 def _knobs(p) -> str:
     parts = [f"tp{p.tp}", f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "") + _split(p)]
     if p.cp > 1:
         parts.append(f"cp{p.cp}" + ("" if p.cp_impl == "ring" else f"-{p.cp_impl}"))
+    parts += _expert(p)
     parts.append(f"dp{p.dp}")
     if p.sequence_parallel:
         parts.append("sp")
@@ -110,7 +116,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]], wide: bool) ->
 def _compact_layout(p) -> str:
     parts = ([f"tp{p.tp}"] if p.tp > 1 else []) + ([f"pp{p.pp}" + (f"v{p.vpp}" if p.vpp > 1 else "") + _split(p)] if p.pp > 1 else [])
     parts += [f"cp{p.cp}" + ("" if p.cp_impl == "ring" else f"-{p.cp_impl}")] if p.cp > 1 else []
-    return " ".join(parts + [f"dp{p.dp}"] + (["sp"] if p.sequence_parallel else []))
+    return " ".join(parts + _expert(p) + [f"dp{p.dp}"] + (["sp"] if p.sequence_parallel else []))
 
 
 def _speed(perf) -> str:

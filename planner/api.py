@@ -12,7 +12,7 @@ from pydantic import Field
 
 from hardware.models import Catalog
 from planner import search as search_mod
-from planner import rules, throughput
+from planner import moe, rules, throughput
 from planner.errors import PlanError
 from planner.layout import Layout
 from planner.model import ModelSpec
@@ -42,6 +42,8 @@ class EstimateReport(Frozen):
     fitting: int = Field(description="candidates that fit")
     rejected: dict[str, int] = Field(description="rejected candidates by reason")
     global_batch_rule: str = Field(default="", description="how the global batch was chosen")
+    flops_convention: str | None = Field(default=None, description="how model FLOPs (MFU) count a mixture of "
+                                         "experts (None: a dense model, ~6N + attention)")
     results: list[Estimate] = Field(description="best first")
 
     @property
@@ -115,6 +117,7 @@ def estimate(
         scenario=scenario, model=spec, system=system, seq_len=seq_len, objective=objective,
         evaluated=len(found.layout), fitting=int(idx.size),
         rejected=found.rejected_counts(), global_batch_rule=rule, results=results,
+        flops_convention=moe.FLOPS_CONVENTION if moe.is_moe(spec) else None,
     )
 
 

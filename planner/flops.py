@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import attn_window
+from planner import attn_window, moe
 from planner.layout import CKPT
 from planner.model import ModelSpec
 
@@ -56,8 +56,11 @@ def logits_forward_flops_per_token(spec: ModelSpec) -> float:
 def model_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
     """Training FLOPs per token without recomputation (the 'model FLOPs' of MFU).
 
-    ~6N plus the attention term; Korthikanti et al. 2022 sec. 6 / PaLM appendix B.
+    ~6N plus the attention term; Korthikanti et al. 2022 sec. 6 / PaLM appendix B. A mixture-of-experts
+    model counts its ACTIVE parameters (planner/moe.py).
     """
+    if spec.moe_experts:
+        return moe.model_flops_per_token(spec, seq_len)
     fwd = spec.n_layers * layer_forward_flops_per_token(spec, seq_len)
     return 3.0 * (fwd + logits_forward_flops_per_token(spec))
 
@@ -79,7 +82,9 @@ def recompute_share(checkpointing, fraction=1.0):
 
 
 def recompute_flops_per_token(spec: ModelSpec, seq_len, checkpointing, fraction=1.0) -> np.ndarray:
-    """Extra forward FLOPs per token that activation checkpointing recomputes."""
+    """Extra forward FLOPs per token that activation checkpointing recomputes (an MoE model: its
+    active view, planner/moe.py)."""
+    spec = moe.dense_view(spec)
     block, attn, linear = recompute_share(checkpointing, fraction)
     core = attention_core_forward_flops_per_token(spec, seq_len)
     full = layer_forward_flops_per_token(spec, seq_len)

@@ -127,7 +127,7 @@ def master_bytes_per_param(layout: Layout) -> np.ndarray:
     return np.where(ds | ddp, 4.0, 0.0)
 
 
-def weights_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
+def weights_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
     """Parameter bytes resident on one GPU (working copies; fp32 masters count as optimizer).
 
     - none (DDP): params in the compute dtype (2 B; 4 B in fp32); the fp32 master under mixed
@@ -141,9 +141,10 @@ def weights_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray
       SHARD_GRAD_OP keeps all unsharded params from forward to backward.
     - optimizer+params offload: parameter partitions live in host memory; only gathered
       modules are on the GPU.
+    `p`, `n`: parameters per GPU and their shard degree, where not the model's (MoE experts: moe_memory.py).
     """
-    p = params_per_gpu(spec, layout)
-    n = shard_degree(layout, system)
+    p = params_per_gpu(spec, layout) if p is None else p
+    n = shard_degree(layout, system) if n is None else n
     c = compute_dtype_bytes(layout)
     unit = _unit_params(spec, layout)
     mixed = _is_mixed(layout)
@@ -165,7 +166,7 @@ def weights_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray
     )
 
 
-def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
+def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
     """Gradient bytes on one GPU.
 
     - none (DDP): grads in the params' dtype, full size.
@@ -178,9 +179,10 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
       copied out as it is reduced (DeepSpeed's estimate: 2P on GPU for ZeRO-2).
     - FSDP: sharded grads in the storage dtype (fp32 under mixed precision) + one unsharded
       unit of 16-bit grads before its reduce-scatter.
+    `p`, `n`: as for weights_bytes.
     """
-    p = params_per_gpu(spec, layout)
-    n = shard_degree(layout, system)
+    p = params_per_gpu(spec, layout) if p is None else p
+    n = shard_degree(layout, system) if n is None else n
     c = compute_dtype_bytes(layout)
     unit = _unit_params(spec, layout)
     mixed = _is_mixed(layout)
@@ -209,10 +211,11 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
     )
 
 
-def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System) -> np.ndarray:
-    """Optimizer states + fp32 master weights on one GPU (0 when offloaded to the host)."""
-    p = params_per_gpu(spec, layout)
-    n = np.where(layout.shards_optimizer, shard_degree(layout, system), 1)
+def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
+    """Optimizer states + fp32 master weights on one GPU (0 when offloaded to the host); `p`, `n`: as
+    for weights_bytes."""
+    p = params_per_gpu(spec, layout) if p is None else p
+    n = np.where(layout.shards_optimizer, shard_degree(layout, system) if n is None else n, 1)
     per_param = optimizer_state_bytes_per_param(spec, layout) + master_bytes_per_param(layout)
     on_gpu = layout.offload == OFFLOAD["none"]
     return np.where(on_gpu, per_param * p / n, 0.0)
@@ -345,7 +348,11 @@ def comm_buffer_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
 
 
 def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
-    """Every memory term for every plan in `layout` (bytes), plus totals and capacities."""
+    """Every memory term for every plan in `layout` (bytes), plus totals and capacities. A mixture-of-
+    experts model: the terms of its active view plus its experts' (planner/moe_memory.py)."""
+    from planner import moe, moe_memory
+
+    moe_spec, spec = spec, moe.dense_view(spec)
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
     from planner.fp8 import weight_cache_bytes as fp8_weight_cache_bytes
@@ -374,11 +381,16 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
     }
+    if moe_spec is not spec:
+        out = moe_memory.with_experts(moe_spec, spec, layout, system, out)
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof)
     out["capacity_bytes"] = np.full(shape, capacity)
     from planner.host_memory import host_bytes_per_node  # it builds on this module
 
     out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
+    if moe_spec is not spec:
+        out["host_bytes_per_node"] = out["host_bytes_per_node"] + moe_memory.host_bytes_per_node(
+            moe_spec, spec, layout, system)
     out["host_capacity_bytes_per_node"] = np.full(shape, system.host_ram_gib * GIB)
     return out

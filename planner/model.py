@@ -65,6 +65,23 @@ class ModelSpec(BaseModel):
     # layer, Gemma 3: 5 of 6), full causal attention on the others: planner/attn_window.py.
     attn_window: int | None = Field(default=None, gt=0, le=100_000_000)
     attn_local_layers: int | None = Field(default=None, ge=0, le=10_000)
+    # Mixture of experts (planner/moe.py; 0 routed experts: a dense model). In an MoE layer the MLP is
+    # `moe_experts` routed experts of width `moe_ffn_hidden`, `moe_top_k` of them per token, chosen by
+    # a router (a hidden x experts linear), plus `moe_shared_experts` always-on experts of width
+    # `moe_shared_ffn_hidden`; each expert is an MLP of the model's `mlp` form. The other layers are
+    # dense (MLP of `ffn_hidden`). Hugging Face spellings: num_local_experts / num_experts /
+    # n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts (DeepSeek) or
+    # one shared expert of shared_expert_intermediate_size (Qwen2-MoE).
+    moe_experts: int = Field(default=0, ge=0, le=1_000_000)  # routed experts per MoE layer
+    moe_top_k: int = Field(default=0, ge=0, le=1_000_000)  # routed experts per token
+    moe_ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)  # one routed expert's width; None: ffn
+    moe_shared_experts: int = Field(default=0, ge=0, le=1024)  # always-on experts per MoE layer
+    moe_shared_ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)  # one shared expert's width; None: moe_ffn
+    # Which layers are MoE: layer i (0-based) when i >= moe_first_dense_layers and (i + 1) % moe_layer_freq
+    # == 0 (Qwen2-MoE decoder_sparse_step; DeepSeek first_k_dense_replace; DeepSeek's own moe_layer_freq
+    # counts from 0, the same for its only value 1).
+    moe_layer_freq: int = Field(default=1, ge=1, le=10_000)
+    moe_first_dense_layers: int = Field(default=0, ge=0, le=10_000)
     published_params: int | None = None  # the count the model's authors publish, for tests
     source: str | None = None  # where the shape comes from (config file, paper, rule)
 
@@ -90,6 +107,9 @@ class ModelSpec(BaseModel):
             raise ValueError(f"attn_local_layers ({self.attn_local_layers}) exceeds n_layers ({self.n_layers})")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
+        from planner.moe import check_spec  # it reads this model's fields
+
+        check_spec(self)
         return self
 
     # ---- derived shapes -------------------------------------------------------------
@@ -173,7 +193,17 @@ class ModelSpec(BaseModel):
 
         For GPT-2 shapes this is seed 002's formula l*(12h^2 + 13h) + v*h + s*h + 2h.
         """
-        return self.n_layers * self.params_per_layer + self.embedding_params
+        return self.n_layers * self.params_per_layer + self.embedding_params + self._moe_params_delta
+
+    @property
+    def _moe_params_delta(self) -> int:
+        """What the MoE layers' MLPs (router, routed and shared experts) hold beyond the dense MLP
+        that `params_per_layer` counts (planner/moe.py; 0 for a dense model)."""
+        if not self.moe_experts:
+            return 0
+        from planner import moe
+
+        return moe.params_delta(self)
 
     @property
     def largest_layer_params(self) -> int:
@@ -204,6 +234,10 @@ class ModelSpec(BaseModel):
         par = ", parallel attention+MLP" if self.parallel_block else ""
         from planner.attn_window import describe as window
 
+        if self.moe_experts:
+            from planner import moe
+
+            return moe.describe(self, gqa + window(self))
         return (
             f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "
             f"{self.hidden} hidden, {self.n_heads} heads{gqa}{window(self)}, ffn {self.ffn} ({self.mlp}{par}), "

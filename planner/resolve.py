@@ -16,7 +16,9 @@ from planner.system import System
 DEFAULT_CLUSTER = "dgx-a100"
 
 _ARCH_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "mlp", "parallel_block",
-                 "attn_window", "attn_local_layers")
+                 "attn_window", "attn_local_layers",
+                 "moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_shared_ffn_hidden",
+                 "moe_layer_freq", "moe_first_dense_layers")
 
 
 def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = None) -> ModelSpec:

@@ -25,7 +25,7 @@ import numpy as np
 from planner import context_parallel, stage_split
 from planner.errors import PlanError
 from planner.layout import _BOOLEAN, _CATEGORICAL, CKPT, OFFLOAD, PREC, SHARD, Layout
-from planner import zeropp_rules
+from planner import moe_parallel, zeropp_rules
 from planner.stacks import unsupported
 
 GIB = 2**30
@@ -174,6 +174,7 @@ RULES: tuple[Rule, ...] = (
          lambda k: f"micro_batch x grad_accum x dp x seq_len = {_batch(k) * k.seq_len:,} tokens is above 4M "
                    "tokens (pin --global-batch to plan a larger batch)"),
     *(Rule(**r) for r in zeropp_rules.RULES),
+    *(Rule(**r) for r in moe_parallel.RULES),
     Rule("stack_supports", "the stack cannot run this plan (see catalog/stacks)", "stack",
          ("stack", "sharding", "tp", "pp", "cp", "cp_impl", "precision", "offload", "compile", "async_tp", "activation_offload",
           "profiles"),

@@ -59,7 +59,7 @@ CP_IMPLS: tuple[str, ...] = ContextParallelImpl.__args__  # type: ignore[attr-de
 # The knobs of an execution plan, in the order the output shows them.
 PLAN_KNOBS: tuple[str, ...] = (
     "stack", "tp", "pp", "vpp", "first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split",
-    "cp", "cp_impl", "dp", "sequence_parallel", "sharding", "offload",
+    "cp", "cp_impl", "ep", "etp", "dp", "sequence_parallel", "sharding", "offload",
     "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "fp8_recipe",
     "optimizer", "attention",
     "compile", "async_tp", "zeropp_qwz", "zeropp_hpz_partition_size", "zeropp_qgz",
@@ -99,6 +99,14 @@ class ExecutionPlan(Frozen):
     cp_impl: ContextParallelImpl = Field(default="ring", description="Context-parallel communication: ring (K/V "
                                          "chunks passed on), ulysses (all-to-all, heads split over cp), allgather "
                                          "(K/V all-gathered), a2a+p2p (all-to-all in a node, ring across nodes)")
+    # mixture of experts (planner/moe_parallel.py): Megatron-Core's MoE parallel folding (Liu et al. 2025,
+    # arXiv 2504.14960): the experts' own tp x cp x dp ranks re-split as etp x ep x expert-data-parallel
+    ep: int = Field(default=1, gt=0, le=100_000, description="Expert-parallel degree (mixture of experts): each "
+                    "MoE layer's routed experts split over ep GPUs, tokens sent to them by all-to-all "
+                    "(Megatron-Core --expert-model-parallel-size)")
+    etp: int = Field(default=1, gt=0, le=1024, description="Expert tensor parallel: each expert's matrices split "
+                     "over etp GPUs (Megatron-Core --expert-tensor-parallel-size, whose default is tp; the "
+                     "planner tries 1 and tp)")
     dp: int = Field(default=1, gt=0, description="Data-parallel replicas: GPUs / (tp x pp x cp)")
     sequence_parallel: bool = Field(default=False, description="Sequence parallelism: norms and dropout split over "
                                     "the tensor-parallel group")
@@ -189,6 +197,12 @@ class StepTimeBreakdown(Frozen):
     bottleneck: str
     # part of compute_s: host time of synchronous kernel launches (CUDA_LAUNCH_BLOCKING=1 jobs)
     launch_sync_s: float = 0.0
+    # mixture of experts (planner/moe_time.py; None for a dense model): part of compute_s, the grouped expert
+    # GEMMs and routers beyond the active view's dense MLP; part of comm_exposed_s, the expert-parallel
+    # all-to-alls (dispatch + combine) and the expert gradients' reduction over the expert-data-parallel group
+    moe_compute_s: float | None = None
+    moe_a2a_s: float | None = None
+    moe_expert_grad_s: float | None = None
 
 
 class Performance(Frozen):
@@ -248,6 +262,18 @@ class _ModelAndSystem(Frozen):
     attn_local_layers: int | None = Field(
         default=None, ge=0, le=10_000, description="Layers that use attn_window (Gemma 2: half, Gemma 3: 5 of 6; "
         "the others full causal); default: the model's own, or all layers")
+    # mixture of experts (planner/moe.py): the ModelSpec fields of the same names
+    moe_experts: int | None = Field(default=None, ge=0, description="Routed experts per MoE layer (0: dense)")
+    moe_top_k: int | None = Field(default=None, ge=0, description="Routed experts each token runs")
+    moe_ffn_hidden: int | None = Field(default=None, gt=0, description="One routed expert's MLP hidden size "
+                                       "(default: ffn_hidden)")
+    moe_shared_experts: int | None = Field(default=None, ge=0, description="Shared (always-on) experts per MoE layer")
+    moe_shared_ffn_hidden: int | None = Field(default=None, gt=0, description="One shared expert's MLP hidden "
+                                              "size (default: moe_ffn_hidden)")
+    moe_layer_freq: int | None = Field(default=None, gt=0, description="Every k-th layer is MoE (Qwen2-MoE "
+                                       "decoder_sparse_step)")
+    moe_first_dense_layers: int | None = Field(default=None, ge=0, description="The first k layers stay dense "
+                                               "(DeepSeek first_k_dense_replace)")
     # system
     gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
     gpus: int | None = Field(default=None, gt=0, le=1_000_000, description="GPU count")

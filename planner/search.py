@@ -1,7 +1,8 @@
 """Enumerate execution plans for a scenario and evaluate them all in one vectorised pass.
 
 Every blank knob of the scenario is searched (sharding x offload x checkpointing x micro batch x
-gradient accumulation x tp x pp x vpp x cp and its implementation x sequence parallelism); pinned
+gradient accumulation x tp x pp x vpp x cp and its implementation x sequence parallelism, and for a
+mixture-of-experts model ep x etp: planner/moe_parallel.py); pinned
 knobs take one value. Each candidate is either rejected with a reason (invalid combination, or
 does not fit in GPU memory or host RAM) or kept; the kept ones are scored by the throughput model and ranked.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import context_parallel, memory, rules, stage_split, zeropp
+from planner import context_parallel, memory, moe_parallel, rules, stage_split, zeropp
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, FP8, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
@@ -97,7 +98,9 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
             continue
         if sp and tp == 1 and scenario.sequence_parallel is None:
             continue
-        shape_rows.append((tp, pp, vpp, cp, impl, int(sp), gpus // (tp * pp * cp)))
+        dp = gpus // (tp * pp * cp)
+        for ep, etp in moe_parallel.ep_candidates(spec, tp, cp, dp, scenario.ep, scenario.etp):
+            shape_rows.append((tp, pp, vpp, cp, impl, int(sp), dp, ep, etp))
     if not shape_rows:
         raise PlanError("gpus", f"no tp x pp x cp layout divides {gpus} GPUs")
 
@@ -118,7 +121,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     flat = [m.reshape(-1) for m in mesh]
     idx, cols = flat[0], dict(zip(grid, flat[1:]))
     n = idx.size
-    tp, pp, vpp, cp, cp_impl, sp, dp = (shapes[idx, j] for j in range(7))
+    tp, pp, vpp, cp, cp_impl, sp, dp, ep, etp = (shapes[idx, j] for j in range(9))
     micro = cols["micro_batch"]
     if derive_ga:
         ga = np.maximum(global_batch // (micro * dp), 1)
@@ -127,13 +130,13 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     if scenario.stack is not None:
         stack = np.full(n, STACK[scenario.stack])
     else:
-        stack = default_stack(cols["sharding"], tp, pp)
+        stack = moe_parallel.default_stack(default_stack(cols["sharding"], tp, pp), ep)
     # DeepSpeed-style bucket sizes as Hugging Face's "auto" sets them: hidden^2 elements.
     h2 = spec.hidden * spec.hidden
     fraction = scenario.checkpoint_fraction or DEFAULT_CHECKPOINT_FRACTION
     ckpt = cols["activation_checkpointing"]
     lay = Layout(
-        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, cp_impl=cp_impl, dp=dp, sequence_parallel=sp,
+        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, cp_impl=cp_impl, ep=ep, etp=etp, dp=dp, sequence_parallel=sp,
         **{k: np.full(n, value) for k, value in zip(SPLIT_KNOBS, split)},
         sharding=cols["sharding"], offload=cols["offload"],
         activation_checkpointing=ckpt,

@@ -29,8 +29,8 @@ from dataclasses import replace
 import numpy as np
 
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
-                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, parallel_block,
-                     pipeline_stages, stage_split)
+                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, moe, moe_time,
+                     parallel_block, pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -272,8 +272,11 @@ def _as_float(layout: Layout) -> Layout:
 
 
 def performance(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
-    """Step-time breakdown, throughput, FLOPs utilisation and time-to-train of each plan."""
+    """Step-time breakdown, throughput, FLOPs utilisation and time-to-train of each plan. A mixture-of-
+    experts model runs as its active view plus its experts' terms (planner/moe_time.py); its model
+    FLOPs (MFU) count the active parameters (planner/moe.py)."""
     layout = _as_float(layout)
+    moe_spec, spec = spec, moe.dense_view(spec)
     prof = {**per_candidate(stack_profiles(settings), layout), **fp8.per_candidate(fp8.recipes(settings), layout)}
     prof = deepspeed_era.with_fetch_overlap(prof, system.deepspeed_version)
     prof = megatron_ddp.with_ddp_overlap(prof, system.ddp_after_backward)
@@ -281,6 +284,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     parts = _compute_parts(spec, layout, system, settings, prof)
     scaled = {k: parts[k] * prof[f] for k, f in FACTORS.items() if k in parts}
     micro = sum(scaled.values())
+    mt = _moe_terms(moe_spec, spec, layout, system, settings, links, prof, parts)
+    micro = micro + mt["moe_gemm_s"] * prof["gemm_time_factor"]
     fwd_micro = micro * parts["fwd_share"]
     bwd_micro = micro - fwd_micro
     ga = layout.grad_accum
@@ -291,11 +296,11 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof,
                                              hbm_Bps=_hbm_Bps(system, settings))
     dp_s = dp_raw * prof["comm_time_factor"]
-    comm_s = tp_s + cp_s + pp_s + dp_s
+    comm_s = tp_s + cp_s + pp_s + dp_s + mt["moe_a2a_s"] + mt["moe_expert_grad_s"]
     # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21), x the
     # lighter stages' share of the fill and drain (Alpa eq. 2: planner/pipeline_stages.py).
     bubble_frac = pipeline_stages.bubble_fraction(layout.pp, ga, layout.vpp) * parts["bubble_stage_factor"]
-    busy = ga * micro + tp_s + cp_s + pp_s
+    busy = ga * micro + tp_s + cp_s + pp_s + mt["moe_a2a_s"]
     bubble_s = bubble_frac * busy
     offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
     offload_s = offload_s + activation_offload_s(spec, layout, links)
@@ -305,8 +310,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     gpus = layout.gpus.astype(np.float64)
     tps = tokens_step / step
     peak = _peak16(system, layout.precision)
-    model_tf = flops.model_flops_per_token(spec, layout.seq_len) * tps / gpus / 1e12
-    hw_tf = flops.hardware_flops_per_token(spec, layout.seq_len, layout.activation_checkpointing,
+    model_tf = flops.model_flops_per_token(moe_spec, layout.seq_len) * tps / gpus / 1e12
+    hw_tf = flops.hardware_flops_per_token(moe_spec, layout.seq_len, layout.activation_checkpointing,
                                            layout.checkpoint_fraction) * tps / gpus / 1e12
     parts_stack = np.stack(np.broadcast_arrays(compute_s, comm_s, bubble_s, offload_s))
     # Seed 001: the NICs must carry the DP traffic within the compute time to stay hidden.
@@ -347,6 +352,9 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "pp_comm_s": pp_s,
     }
     nan = np.full(np.shape(step), np.nan)
+    if moe_spec is not spec:  # the MoE terms (absent for a dense model: None in the breakdown)
+        out.update({"moe_compute_s": ga * mt["moe_gemm_s"] * prof["gemm_time_factor"], "moe_a2a_s": mt["moe_a2a_s"],
+                    "moe_expert_grad_s": mt["moe_expert_grad_s"]})
     if settings.tokens is not None:
         days = settings.tokens / tps / 86400.0
         out["days"] = days
@@ -354,6 +362,16 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         price = settings.price_per_gpu_hour
         out["cost"] = out["gpu_hours"] * price if price is not None else nan
     return out
+
+
+def _moe_terms(spec, view, layout, system, settings, links, prof, parts) -> dict[str, np.ndarray]:
+    """planner/moe_time.py's terms at this plan's GEMM peaks (zeros for a dense model)."""
+    k = settings.calibration.compute
+    peak = _peak_flops(system, layout.precision) * k
+    gemm_peak = np.where(layout.precision == PREC["fp8"], peak * prof["gemm_efficiency"], peak)
+    return moe_time.terms(spec, view, layout, system, links, prof, parts, gemm_peak,
+                          _peak16(system, layout.precision) * k, _efficiency_points(system), dp_comm.grad_bytes(layout),
+                          _hbm_Bps(system, settings))
 
 
 def at(perf: dict[str, np.ndarray], i: int) -> tuple[StepTimeBreakdown, Performance]:

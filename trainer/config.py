@@ -184,6 +184,9 @@ def validate_plan(cfg: TrainConfig) -> None:
     if p.cp_impl != ExecutionPlan.model_fields["cp_impl"].default:
         raise PlanError("cp_impl", f"{p.cp_impl} needs context parallelism, which the bundled trainer has not "
                         "(allowed: ring, the default, unused with cp 1)")
+    for knob in ("ep", "etp"):
+        if getattr(p, knob) != 1:
+            raise PlanError(knob, "the bundled trainer has no mixture-of-experts layers (allowed: 1)")
     if p.async_tp:
         raise PlanError("async_tp", "the bundled trainer does not overlap TP collectives (allowed: false)")
     if p.activation_offload:
@@ -244,6 +247,9 @@ def validate_parallel(cfg: TrainConfig) -> None:
 def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     """tp/pp/vpp against the model's shapes: tp must split heads and matrices, pp the layers."""
     p = cfg.plan
+    if spec.moe_experts:
+        raise PlanError("model", f"{spec.name} is a mixture-of-experts model: the bundled trainer builds dense "
+                        "GPTs only (the planner models it)")
     # the planner's rules: tp divides the heads, pp at most the layers, pp x vpp divides them
     rules.check({"tp": p.tp, "pp": p.pp, "vpp": p.vpp}, spec=spec)
     t = p.tp

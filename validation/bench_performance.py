@@ -35,7 +35,7 @@ def random_layout(n: int, gpus: int = 1024) -> Layout:
                 stage3_prefetch_elems=np.full(n, 2**25), stage3_max_live_params=np.full(n, 10**9))
     # knobs this benchmark does not vary: their neutral value (1 for degrees and sizes, 0 = the first
     # choice of a categorical: ring CP, no uneven split, no ZeRO++, the first stack)
-    ones = {"cp", "zeropp_hpz_partition_size"}
+    ones = {"cp", "ep", "etp", "zeropp_hpz_partition_size"}
     cols.update({f.name: np.full(n, 1 if f.name in ones else 0) for f in fields(Layout) if f.name not in cols})
     cols["checkpoint_fraction"] = np.ones(n)
     return Layout(**{f.name: np.asarray(cols[f.name], dtype=np.float64 if f.name == "checkpoint_fraction" else np.int64)

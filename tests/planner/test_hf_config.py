@@ -63,7 +63,7 @@ PUBLISHED_ROUNDED = {
     "phi-2.json": (2.78e9, None, 0.01e9),
     "command-r.json": (35e9, None, 0.05e9),
 }
-REFUSED = {"mixtral-8x7b.json": "mixture-of-experts is not modelled yet (mixtral, num_local_experts=8)"}
+REFUSED = {"mixtral-8x7b.json": "mixture-of-experts config.json files are not read yet (mixtral, num_local_experts=8)"}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -182,8 +182,10 @@ def _write(tmp_path: Path, base: str, **changes: object) -> Path:
         ("llama-2-7b.json", {"hidden_size": -4096}, "key 'hidden_size': must be positive"),
         ("llama-2-7b.json", {"num_hidden_layers": "32"}, "key 'num_hidden_layers': must be an integer"),
         ("llama-2-7b.json", {"tie_word_embeddings": "no"}, "key 'tie_word_embeddings': must be true or false"),
-        ("llama-2-7b.json", {"model_type": "qwen2_moe", "num_experts": 60}, "mixture-of-experts is not modelled yet"),
-        ("llama-2-7b.json", {"model_type": "deepseek_v3"}, "mixture-of-experts is not modelled yet (deepseek_v3"),
+        ("llama-2-7b.json", {"model_type": "qwen2_moe", "num_experts": 60}, "mixture-of-experts config.json files are not read yet"),
+        ("llama-2-7b.json", {"model_type": "deepseek_v3"}, "mixture-of-experts config.json files are not read yet (deepseek_v3"),
+        ("llama-2-7b.json", {"model_type": "deepseek_v3", "kv_lora_rank": 512, "n_routed_experts": 256},
+         "multi-head latent attention (deepseek_v3, kv_lora_rank=512"),
         ("llama-2-7b.json", {"model_type": "t5"}, "only decoder-only transformers are modelled"),
         ("llama-2-7b.json", {"model_type": None}, "key 'model_type': missing"),
         ("llama-2-7b.json", {"hidden_size": 4001}, "key 'head_dim': missing, and hidden_size 4001"),

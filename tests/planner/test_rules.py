@@ -19,7 +19,8 @@ from planner.settings import Settings, stack_profiles
 N = 3000
 # (model, GPU, gpus, gpus per node): with and without bf16/fp8, GPU counts with odd factors
 CONTEXTS = [("7b", "a100-80gb", 48, 8), ("gpt2", "v100-32gb", 24, 4), ("70b", "h100-80gb", 64, 8),
-            ("llama3-8b", "h100-80gb", 32, 16)]  # 8 kv heads, 16 GPUs per node: tp 16 splits no kv head
+            ("llama3-8b", "h100-80gb", 32, 16),  # 8 kv heads, 16 GPUs per node: tp 16 splits no kv head
+            ("7b", "h100-80gb", 48, 8, {"moe_experts": 8, "moe_top_k": 2})]  # a mixture of experts (ep, etp)
 
 
 WIDE = dict(stack=range(len(STACKS)), tp=[1, 2, 3, 4, 8, 16], pp=[1, 2, 4, 5, 8, 64, 128], vpp=[1, 2, 3],
@@ -31,24 +32,27 @@ WIDE = dict(stack=range(len(STACKS)), tp=[1, 2, 3, 4, 8, 16], pp=[1, 2, 4, 5, 8,
             micro_batch=[1, 2, 4, 8, 64], grad_accum=[1, 2, 4, 8, 64, 256],
             first_stage_layers=[0, 0, 3, 4, 7], last_stage_layers=[0, 0, 3, 4, 7], embedding_in_split=[0, 1],
             loss_in_split=[0, 1])
+MOE_WIDE = dict(WIDE, ep=[1, 1, 2, 3, 4, 8], etp=[1, 1, 2, 4])  # redrawn for a mixture-of-experts model only
 
 
-def random_layout(rng: np.random.Generator, n: int, spec, system, seq_len: int, global_batch=None) -> Layout:
+def random_layout(rng: np.random.Generator, n: int, spec, system, seq_len: int, global_batch=None,
+                  wide=None) -> Layout:
     """Candidates no search would build: the search's own candidates with up to three knobs
     each redrawn from a wide range, so that every rule gets to be the first one broken."""
     base = search.candidates(spec, system, Scenario(), seq_len, global_batch)
     lay = base.take(rng.integers(0, len(base), n))
     cols = {f.name: np.array(getattr(lay, f.name)) for f in fields(lay)}
+    wide = wide or (MOE_WIDE if spec.moe_experts else WIDE)
     for _ in range(3):
-        knob = rng.choice(list(WIDE), size=n)
-        for name, values in WIDE.items():
+        knob = rng.choice(list(wide), size=n)
+        for name, values in wide.items():
             rows = np.flatnonzero(knob == name)
             cols[name][rows] = rng.choice(np.asarray(values), size=rows.size)
     return Layout(**cols)
 
 
-def context(model, gpu, gpus, per_node):
-    scenario = Scenario(model=model, gpu=gpu, gpus=gpus, gpus_per_node=per_node)
+def context(model, gpu, gpus, per_node, extra=None):
+    scenario = Scenario(model=model, gpu=gpu, gpus=gpus, gpus_per_node=per_node, **(extra or {}))
     return resolve_model(scenario), resolve_system(scenario)
 
 
@@ -83,6 +87,10 @@ def test_every_rule_is_the_first_reason_somewhere():
             mem = memory.memory_arrays(spec, lay, system, Settings())
             seen |= set(search.reject_reasons(spec, system, lay, 4096, global_batch,
                                               stack_profiles(Settings()), mem).tolist())
+    # expert parallelism on a dense model
+    spec, system = context(*CONTEXTS[0])
+    lay = random_layout(np.random.default_rng(7), 5000, spec, system, 4096, None, MOE_WIDE)
+    seen |= set(search.reject_reasons(spec, system, lay, 4096, None, stack_profiles(Settings())).tolist())
     missing = {r.name for i, r in enumerate(rules.RULES) if i not in seen}
     assert not missing, missing
     assert rules.FITS in seen

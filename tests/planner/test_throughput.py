@@ -122,7 +122,8 @@ def _many_plans(n: int) -> Layout:
                 micro_batch=rng.choice([1, 2, 4, 8], n), grad_accum=rng.choice([1, 4, 16], n),
                 seq_len=np.full(n, 2048), reduce_bucket_elems=np.full(n, 2**24),
                 allgather_bucket_elems=np.full(n, 2**24), stage3_prefetch_elems=np.full(n, 2**23),
-                stage3_max_live_params=np.full(n, 10**9), **{k: np.zeros(n) for k in SPLIT_KNOBS})
+                stage3_max_live_params=np.full(n, 10**9), ep=np.ones(n), etp=np.ones(n),
+                **{k: np.zeros(n) for k in SPLIT_KNOBS})
     return Layout(**{f.name: np.asarray(cols[f.name], dtype=np.float64 if f.name == "checkpoint_fraction" else np.int64)
                      for f in fields(Layout)})
 

@@ -101,5 +101,5 @@ def test_uploaded_configs(client):
     moe = json.loads((FIXTURES / "mixtral-8x7b.json").read_text())
     r = client.post("/ui/estimate", json={"config": moe, "config_name": "mixtral.json", "gpus": 16})
     msg = r.json()["detail"][0]["msg"]
-    assert r.status_code == 422 and msg.startswith("mixtral.json: key 'model_type': mixture-of-experts is not modelled yet")
+    assert r.status_code == 422 and msg.startswith("mixtral.json: key 'model_type': mixture-of-experts config.json files are not read yet")
     assert "/tmp" not in msg  # the upload's name, not the server's temporary file

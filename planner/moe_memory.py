@@ -1,0 +1,122 @@
+"""GPU and host memory of a mixture-of-experts model's experts (pure, vectorised), on top of what its
+active view (planner/moe.py `dense_view`) holds under planner/memory.py.
+
+- Model states: the view's MLP holds, per MoE layer, a token's top-k routed experts as dense weights
+  split by tp and sharded over dp x cp; the real model holds every routed expert split over
+  ep x etp and sharded (ZeRO-1/2 optimizer/gradients, FSDP everything) over the expert-data-parallel
+  group edp = tp x cp x dp / (ep x etp) (Megatron-Core's distributed optimizer shards expert states
+  over the expert DP group: megatron/core/distributed/param_and_grad_buffer.py builds the expert
+  buffers on `expert_data_parallel_group`; Liu et al. 2025, arXiv 2504.14960). The difference goes
+  through memory.py's own per-sharding rules (weights_bytes, grads_bytes, optimizer_bytes with the
+  experts' parameters and shard degree).
+- Activations of each MoE layer, tensor by tensor (as memory.py counts a block, Korthikanti et al.
+  2022): the top-k copies of the tokens dispatched to the experts (saved for the up-projection's weight
+  gradient), the experts' outputs (saved for the weighted combine's gradient w.r.t. the routing
+  probabilities) and the router's fp32 logits and probabilities (softmax and load-balancing loss);
+  the experts' intermediate activations are the view's MLP ones (a token's top-k x expert width).
+- Buffers: one layer's all-to-all send and receive buffers of the dispatched tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner import moe, moe_parallel
+from planner.layout import CKPT, OFFLOAD, SHARD, Layout
+from planner.memory import (compute_dtype_bytes, grads_bytes, optimizer_bytes, optimizer_state_bytes_per_param,
+                            shard_degree, stage_layers, weights_bytes)
+
+
+def stage_moe_layers(spec, view, layout: Layout) -> np.ndarray:
+    """MoE layers on the busiest pipeline stage (the model's share of MoE layers of its blocks)."""
+    heaviest, _ = stage_layers(view, layout)
+    layers = np.where(np.asarray(layout.pp) == 1, spec.n_layers, heaviest)
+    return layers * moe.n_moe_layers(spec) / spec.n_layers
+
+
+def expert_params_per_gpu(spec, view, layout: Layout) -> np.ndarray:
+    """Routed-expert parameters one GPU holds: its stage's experts split over ep x etp."""
+    per_layer = spec.moe_experts * moe.mlp_params(spec, moe.expert_ffn(spec))
+    return stage_moe_layers(spec, view, layout) * per_layer / (np.asarray(layout.ep, dtype=np.float64) * layout.etp)
+
+
+def view_expert_params_per_gpu(spec, view, layout: Layout) -> np.ndarray:
+    """The part of the view's parameters on one GPU that stands for the routed experts (top-k of them
+    per MoE layer, split by tp like the dense MLP)."""
+    per_layer = spec.moe_top_k * moe.mlp_params(spec, moe.expert_ffn(spec))
+    return stage_moe_layers(spec, view, layout) * per_layer / np.asarray(layout.tp, dtype=np.float64)
+
+
+def expert_shard_degree(layout: Layout) -> np.ndarray:
+    """Ranks sharing one copy of the experts' sharded states: the expert-data-parallel group."""
+    return np.where(layout.sharding == SHARD["none"], 1.0, moe_parallel.edp(layout))
+
+
+def _states_delta(term, spec, view, layout, system) -> np.ndarray:
+    """A model-state term with every expert (ep x etp split, edp sharded) in place of the view's top-k."""
+    p_e, n_e = expert_params_per_gpu(spec, view, layout), expert_shard_degree(layout)
+    p_a, n_a = view_expert_params_per_gpu(spec, view, layout), shard_degree(layout, system)
+    experts = term(view, layout, system, p=p_e, n=n_e) - term(view, layout, system, p=0.0, n=n_e)
+    in_view = term(view, layout, system, p=p_a, n=n_a) - term(view, layout, system, p=0.0, n=n_a)
+    return experts - in_view
+
+
+def routed_slots_per_gpu(spec, layout: Layout) -> np.ndarray:
+    """Token copies one GPU's experts process per micro batch: the stage's tokens x top-k, shared by the
+    tp ranks and repeated on the etp ranks of an expert (balanced routing)."""
+    tokens = np.asarray(layout.micro_batch * layout.seq_len, dtype=np.float64) / layout.cp
+    return tokens * spec.moe_top_k * layout.etp / layout.tp
+
+
+def layer_activation_bytes(spec, layout: Layout) -> np.ndarray:
+    """Bytes one MoE layer saves for backward per micro batch beyond the view's block."""
+    a = compute_dtype_bytes(layout)
+    slots = routed_slots_per_gpu(spec, layout)
+    tokens = np.asarray(layout.micro_batch * layout.seq_len, dtype=np.float64) / layout.cp
+    sp_div = np.where(layout.sequence_parallel == 1, layout.tp, 1)
+    router = 2 * 4.0 * tokens / sp_div * spec.moe_experts  # fp32 logits and probabilities
+    return 2 * slots * spec.hidden * a + router  # dispatched copies, expert outputs
+
+
+def activation_bytes(spec, view, layout: Layout) -> np.ndarray:
+    """The MoE layers' extra activations held on the busiest GPU: every MoE layer of the stage for
+    each micro batch in flight, less what checkpointing drops, plus the one layer it rebuilds."""
+    ck = layout.activation_checkpointing
+    kept = np.select([ck == CKPT["full"], ck == CKPT["blocks"]], [0.0, 1.0 - layout.checkpoint_fraction],
+                     default=1.0)
+    in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
+    rebuilt = np.where((ck == CKPT["full"]) | (ck == CKPT["blocks"]), 1.0, 0.0)
+    per_layer = layer_activation_bytes(spec, layout)
+    return per_layer * (kept * in_flight * stage_moe_layers(spec, view, layout) + rebuilt)
+
+
+def dispatch_buffer_bytes(spec, layout: Layout) -> np.ndarray:
+    """All-to-all send and receive buffers of one layer's dispatched tokens."""
+    return 2.0 * routed_slots_per_gpu(spec, layout) * spec.hidden * compute_dtype_bytes(layout)
+
+
+def with_experts(spec, view, layout: Layout, system, out: dict) -> dict:
+    """memory.memory_arrays' terms of the view, with the experts' states, activations and buffers."""
+    out = dict(out)
+    for key, term in (("weights_bytes", weights_bytes), ("grads_bytes", grads_bytes),
+                      ("optimizer_bytes", optimizer_bytes)):
+        out[key] = out[key] + _states_delta(term, spec, view, layout, system)
+    out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout)
+    out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout)
+    return out
+
+
+def host_bytes_per_node(spec, view, layout: Layout, system) -> np.ndarray:
+    """Host RAM the experts add per node (planner/host_memory.py's rules for the view): every rank
+    builds its slice of the model in fp32 before sharding (FSDP: once per node; ZeRO-3 does not run
+    MoE), and offloaded optimizer states (fp32 master, states, fp32 grads) of the expert shard."""
+    ranks = system.gpus_per_node
+    p_e, p_a = expert_params_per_gpu(spec, view, layout), view_expert_params_per_gpu(spec, view, layout)
+    init = np.where(layout.is_fsdp, 4.0 * (p_e - p_a), 4.0 * (p_e - p_a) * ranks)
+    per_param = optimizer_state_bytes_per_param(view, layout) + 8.0
+    shard = p_e / moe_parallel.edp(layout) - p_a / shard_degree(layout, system)
+    offload = np.where(layout.offload != OFFLOAD["none"], per_param * shard * ranks, 0.0)
+    return init + offload
+
+
+__all__ = ["activation_bytes", "expert_params_per_gpu", "host_bytes_per_node", "with_experts"]
