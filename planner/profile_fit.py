@@ -17,6 +17,7 @@ and predicts it with profiles fitted on the rest: the only errors this project r
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,11 @@ class Design:
 
     A: np.ndarray  # (runs, params)
     b: np.ndarray  # (runs,)
+
+
+DesignFn = Callable[[list[Run], dict[str, StackProfile]], Design]
+GroupFn = Callable[[Run], str]
+PredictFn = Callable[[list[Run], dict[str, StackProfile]], np.ndarray]
 
 
 def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
@@ -119,8 +125,12 @@ def fit(runs: list[Run], priors: dict[str, StackProfile]) -> dict[str, StackProf
     return fit_sites(runs, priors)[0]
 
 
-def fit_sites(runs: list[Run], priors: dict[str, StackProfile]) -> tuple[dict[str, StackProfile], dict[str, float]]:
-    """`fit`, and the site factor of each seed origin (x the model's step time of its rows)."""
+def fit_sites(runs: list[Run], priors: dict[str, StackProfile],
+              design: DesignFn | None = None) -> tuple[dict[str, StackProfile], dict[str, float]]:
+    """`fit`, and the site factor of each seed origin (x the model's step time of its rows). `design`:
+    how the raw parts are computed (default `_design`, recomputed each iteration; validation/origin_cv.py
+    passes parts computed once, to screen hyperparameters)."""
+    design = design or _design
     runs = [r for r in runs if r.scored and r.layout_stated]
     stacks = sorted(set(priors) | {r.plan.stack for r in runs})
     profiles = {s: priors.get(s) or StackProfile(id=s, name=s) for s in stacks}
@@ -131,7 +141,7 @@ def fit_sites(runs: list[Run], priors: dict[str, StackProfile]) -> tuple[dict[st
     sites: dict[str, float] = {}
     code = np.array([stacks.index(r.plan.stack) for r in runs])
     for _ in range(ITERATIONS):
-        d = _design(runs, profiles)
+        d = design(runs, profiles)
         for _ in range(site_effects.INNER if any(site_of) else 1):
             m = site_effects.row_factors(site_of, sites)
             xs = _solve_stacks(d.A * m[:, None], d.b * m, w, runs, stacks)
@@ -164,26 +174,41 @@ def predict_ratio(runs: list[Run], profiles: dict[str, StackProfile]) -> np.ndar
     return np.asarray(out)
 
 
-def cross_validate(runs: list[Run], priors: dict[str, StackProfile]) -> dict[str, float]:
-    """Leave-one-source-out: run id -> predicted/measured tokens/s - 1, each source predicted by
-    profiles fitted on the other sources only."""
+def by_source(run: Run) -> str:
+    return run.source
+
+
+def cross_validate(runs: list[Run], priors: dict[str, StackProfile], group: GroupFn = by_source,
+                   design: DesignFn | None = None, predict: PredictFn | None = None) -> dict[str, float]:
+    """Leave one group out (by default a source, a table of one origin; `fit_weights.origin`: a whole
+    origin: `cross_validate_origins`): run id -> predicted/measured tokens/s - 1, each group predicted by
+    profiles fitted on the other groups' rows only. A held-out seed table keeps its log's site factor
+    fitted on that log's other tables; a held-out seed origin has none (1)."""
     scored = [r for r in runs if r.scored and r.layout_stated]
+    predict = predict or predict_ratio
     errors: dict[str, float] = {}
-    for src in sorted({r.source for r in scored}):
-        train = [r for r in scored if r.source != src]
-        test = [r for r in scored if r.source == src]
-        profiles, sites = fit_sites(train, priors)
+    for g in sorted({group(r) for r in scored}):
+        train = [r for r in scored if group(r) != g]
+        test = [r for r in scored if group(r) == g]
+        profiles, sites = fit_sites(train, priors, design)
         site = site_effects.row_factors(site_effects.keys(test), sites)  # a held-out log's own site factor
-        for r, ratio in zip(test, predict_ratio(test, profiles) / site):
+        for r, ratio in zip(test, predict(test, profiles) / site):
             errors[r.id] = float(ratio - 1.0)
     return errors
 
 
-def source_errors(runs: list[Run], errors: dict[str, float]) -> list[SourceError]:
+def cross_validate_origins(runs: list[Run], priors: dict[str, StackProfile], **kw) -> dict[str, float]:
+    """Leave-one-ORIGIN-out (a paper, repository or seed log with all its tables,
+    `fit_weights.origin`): what a run from a team the fit has never seen meets."""
+    return cross_validate(runs, priors, group=fit_weights.origin, **kw)
+
+
+def source_errors(runs: list[Run], errors: dict[str, float], group: GroupFn = by_source) -> list[SourceError]:
+    """MAPE and bias of the CV errors per source (or per `group` of a run, e.g. its origin)."""
     by: dict[str, list[float]] = defaultdict(list)
     for r in runs:
         if r.id in errors:
-            by[r.source].append(errors[r.id])
+            by[group(r)].append(errors[r.id])
     return [SourceError(source=s, rows=len(e), mape_pct=round(100 * float(np.mean(np.abs(e))), 1),
                         bias_pct=round(100 * float(np.mean(e)), 1)) for s, e in sorted(by.items())]
 
