@@ -124,7 +124,7 @@ class StackProfile(BaseModel):
     # --- how it was fitted ---------------------------------------------------------------
     fit_method: str = "prior (not fitted)"
     fit_sources: list[str] = Field(default_factory=list)
-    cv_mape_pct: float | None = Field(default=None, ge=0, description="leave-one-source-out MAPE of tokens/s")
+    cv_mape_pct: float | None = Field(default=None, ge=0, description="CV MAPE of tokens/s (fit_method says which: catalog profiles leave one origin out)")
     cv_by_source: list[SourceError] = Field(default_factory=list)
     source: str = ""
 
@@ -132,10 +132,12 @@ class StackProfile(BaseModel):
         return sharding in self.shardings
 
 
-def profile_to_toml(p: StackProfile) -> str:
-    """The profile as a catalog/stacks/<id>.toml file (what the loader reads back)."""
+def profile_to_toml(p: StackProfile, comment: str = "") -> str:
+    """The profile as a catalog/stacks/<id>.toml file (what the loader reads back); `comment`: more
+    header lines (e.g. what its cv_mape_pct measures)."""
     lines = [f"# Stack profile: {p.name}. Written by `plan calibrate` or validation/fit_profiles.py;",
-             "# the priors (all but the fitted factors and cv_* fields) may be edited by hand.", ""]
+             "# the priors (all but the fitted factors and cv_* fields) may be edited by hand."]
+    lines += [f"# {line}" for line in comment.splitlines()] + [""]
     data = p.model_dump(exclude={"id", "cv_by_source"})
     lines += [f"{k} = {_toml_value(v)}" for k, v in data.items() if v is not None]
     for row in p.cv_by_source:
