@@ -68,7 +68,9 @@ def test_fit_recovers_a_per_step_overhead_that_grad_accumulation_amortises():
         step = float(perf["step_time_s"][0]) + 1.5
         runs.append(replace(r, measured_tokens_per_s_per_gpu=r.plan.global_batch * r.plan.seq_len / step / r.plan.gpus))
     fitted = profile_fit.fit_one(runs, prior)
-    # the ridge pulls every factor towards its prior (0 s here), the other factors absorb a little
-    assert 1.2 < fitted.step_overhead_s < 1.8
+    # the ridge pulls every factor towards its prior (0 s here), the other factors absorb a little; the
+    # optimizer step is a per-step term too (HF's unfused Adafactor: planner/adafactor.py, ~0.4 s for
+    # 7B), so part of the 1.5 s goes to optimizer_time_factor, none to the per-micro-batch factors
+    assert 1.0 < fitted.step_overhead_s < 1.8
     assert abs(fitted.gemm_time_factor - 1.0) < 0.15
     assert fitted.cv_mape_pct < 6.0
