@@ -9,8 +9,9 @@ their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm),
 (use_parallel_residual), gptj (parallel block), mpt (d_model/expansion_ratio, no_bias), falcon
 (multi-query, parallel attention, new decoder architecture), olmo / hf_olmo (non-parametric
 LayerNorm); phi (Phi-1/2) and cohere read from the standard keys with a parallel block.
-Mixture-of-experts configs (not read yet: the moe_* columns give the shape, planner/moe.py), multi-head
-latent attention and encoder models are refused in one line.
+Mixture-of-experts configs of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE and PhiMoE read their
+expert keys in planner/hf_moe.py; other MoE families, multi-head latent attention and encoder models
+are refused in one line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from planner import hf_moe
 from planner.errors import PlanError
 from planner.model import ModelSpec, round_up
 
@@ -98,6 +100,8 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
     _refuse_unmodelled(r, model_type)
     builder = _FAMILIES.get(model_type, _standard)
     fields = builder(r)
+    if model_type in hf_moe.READ_TYPES:
+        fields.update(hf_moe.moe_fields(r, model_type, fields))
     fields.update(_window(r, model_type, fields["n_layers"]))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
     try:
@@ -149,6 +153,10 @@ RULES: dict[str, Rules] = {
                     parallel_block=True),
     "cohere2": Rules(gated=True, tied_default=True, norms_per_layer=1, norm="layernorm", norm_bias=False,
                      parallel_block=True),  # Cohere2DecoderLayer: Cohere's block with local/global layers
+    # mixture-of-experts families (their expert keys: planner/hf_moe.py)
+    "mixtral": Rules(gated=True), "olmoe": Rules(gated=True, qk_norm="full"), "granitemoe": Rules(gated=True),
+    "qwen2_moe": Rules(gated=True, qkv_bias=True), "qwen3_moe": Rules(gated=True, qk_norm="per_head"),
+    "phimoe": Rules(gated=True, norm="layernorm"),  # PhimoeDecoderLayer: nn.LayerNorm with bias
     # Nemotron-4 / Minitron (transformers' NemotronMLP: up_proj, relu2, down_proj: not gated;
     # NemotronLayerNorm1P is an nn.LayerNorm with weight and bias; its key is norm_eps)
     "nemotron": Rules(gated=False, norm="layernorm"),
@@ -353,18 +361,18 @@ ENCODER_TYPES = ("bert", "roberta", "deberta", "deberta-v2", "distilbert", "elec
 
 
 def _refuse_unmodelled(r: _Reader, model_type: str) -> None:
-    """Multi-head latent attention, mixture-of-experts configs (the planner models MoE, planner/moe.py,
-    but does not read these files yet: the shape goes in by the moe_* columns) and encoder(-decoder)
-    configs: one line, not a wrong answer."""
+    """Multi-head latent attention, mixture-of-experts families planner/hf_moe.py does not read (the
+    shape can still go in by the --moe-* options) and encoder(-decoder) configs: one line, not a wrong answer."""
     mla = next((k for k in MLA_KEYS if r.cfg.get(k)), None)
     if mla:
         raise r.fail(mla, f"multi-head latent attention ({model_type}, {mla}={r.cfg[mla]}: DeepSeek-V2/V3's "
                           "compressed K/V) is not modelled")
     moe_key = next((k for k in MOE_KEYS if isinstance(r.cfg.get(k), int) and r.cfg[k] > 1), None)
-    if model_type in MOE_TYPES or moe_key:
+    if (model_type in MOE_TYPES or moe_key) and model_type not in hf_moe.READ_TYPES:
         what = f"{model_type}" + (f", {moe_key}={r.cfg[moe_key]}" if moe_key else "")
-        raise r.fail("model_type", f"mixture-of-experts config.json files are not read yet ({what}); give the "
-                                   "shape by the columns (--moe-experts, --moe-top-k, --moe-ffn-hidden, ...)")
+        raise r.fail("model_type", f"mixture-of-experts model_type {model_type!r} is not modelled ({what}; read: "
+                                   f"{', '.join(hf_moe.READ_TYPES)}); give the shape by --moe-experts, --moe-top-k, "
+                                   "--moe-ffn-hidden, ...")
     if model_type in ENCODER_TYPES or r.cfg.get("is_encoder_decoder") is True:
         raise r.fail("model_type", f"{model_type!r} is an encoder or encoder-decoder model; "
                                    "only decoder-only transformers are modelled")

@@ -171,3 +171,21 @@ def test_size_parser() -> None:
     assert parse_size("7b") == 7e9 and parse_size("350M") == 3.5e8 and parse_size("1.5T") == 1.5e12
     assert parse_size("gpt2") is None
     assert math.isclose(parse_size(" 2.7b ") or 0, 2.7e9)
+
+
+# Mixture-of-experts presets: published only rounded (total, active, unit), sources in each TOML.
+MOE_PUBLISHED = {"mixtral-8x7b": (46.7e9, 12.9e9, 0.05e9), "mixtral-8x22b": (141e9, 39e9, 0.5e9),
+                 "qwen3-30b-a3b": (30.5e9, 3.3e9, 0.1e9), "olmoe-1b-7b": (6.9e9, 1.3e9, 0.05e9)}
+
+
+@pytest.mark.parametrize("preset", sorted(MOE_PUBLISHED))
+def test_moe_preset_matches_rounded_published_counts(preset: str) -> None:
+    from planner import moe
+    from tests.planner.moe_models import MIXTRAL_8X7B, OLMOE_1B_7B, QWEN3_30B_A3B
+
+    spec = resolve_model(preset)
+    total, active, unit = MOE_PUBLISHED[preset]
+    assert abs(spec.n_params - total) < unit and abs(moe.active_params(spec) - active) < unit
+    typed = {"mixtral-8x7b": MIXTRAL_8X7B, "olmoe-1b-7b": OLMOE_1B_7B, "qwen3-30b-a3b": QWEN3_30B_A3B}.get(preset)
+    if typed is not None:  # the same shape as the config typed in for the MoE tests
+        assert spec.n_params == typed.n_params and moe.active_params(spec) == moe.active_params(typed)

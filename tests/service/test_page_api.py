@@ -100,6 +100,9 @@ def test_uploaded_configs(client):
     assert r.status_code == 200 and r.json()["params"] == "7.616B" and r.json()["model"] == "qwen"
     moe = json.loads((FIXTURES / "mixtral-8x7b.json").read_text())
     r = client.post("/ui/estimate", json={"config": moe, "config_name": "mixtral.json", "gpus": 16})
+    assert r.status_code == 200 and r.json()["params"].startswith("46.7")
+    r = client.post("/ui/estimate", json={"config": {**moe, "model_type": "dbrx"}, "config_name": "mixtral.json",
+                                          "gpus": 16})
     msg = r.json()["detail"][0]["msg"]
-    assert r.status_code == 422 and msg.startswith("mixtral.json: key 'model_type': mixture-of-experts config.json files are not read yet")
+    assert r.status_code == 422 and msg.startswith("mixtral.json: key 'model_type': mixture-of-experts model_type 'dbrx'")
     assert "/tmp" not in msg  # the upload's name, not the server's temporary file
