@@ -22,13 +22,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
-from hardware.stacks import StackProfile
-from planner import fit_weights, profile_fit, site_effects
-from planner.runs import Run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python validation/origin_cv.py` from anywhere
+
+from hardware.stacks import StackProfile  # noqa: E402
+from planner import fit_weights, profile_fit, site_effects  # noqa: E402
+from planner.runs import Run  # noqa: E402
 
 # (module, constant) of each hyperparameter the screen varies, with its grid
 KNOBS = {
