@@ -64,6 +64,9 @@ class GPU(_Entry):
     # protocol (RCCL models a gfx942 link at 48 of 64 GB/s, src/graph/topo.h ncclTopoXGMISpeed).
     intranode_collective_efficiency: float | None = Field(
         default=None, gt=0, le=1, description="share of intranode_gbps collectives reach (bus bandwidth)")
+    # Share of hbm_gbytes_per_s that streaming kernels reach (STREAM/BabelStream triad). Unset: the
+    # planner's default (planner/throughput.py HBM_EFFICIENCY), which the stack profiles were fitted with.
+    hbm_efficiency: float | None = Field(default=None, gt=0, le=1, description="measured share of HBM peak")
     package: str | None = Field(default=None, description="what the framework sees vs what is sold")
     devices_per_package: int = Field(default=1, gt=0)
     # Achievable matmul efficiency by GEMM size (data, calibrated by measurement).

@@ -94,7 +94,8 @@ def _efficiency_points(system: System):
 
 
 def _hbm_Bps(system: System, settings: Settings) -> float:
-    return system.gpu.hbm_gbytes_per_s * 1e9 * HBM_EFFICIENCY * settings.calibration.compute
+    share = system.gpu.hbm_efficiency or HBM_EFFICIENCY  # a GPU's measured triad share, else the default
+    return system.gpu.hbm_gbytes_per_s * 1e9 * share * settings.calibration.compute
 
 
 def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Settings, prof):

@@ -24,9 +24,7 @@ MAMF_SHARE = {
     "mi300x": 0.514,      # v2: 668.4 / 1300 (torch 2.5.1+rocm6.3)
     "mi325x": 0.604,      # v2: 784.9 / 1300 (1000 W)
     "b200": 0.776,        # v2: 1745.0 / 2250
-    "mi250x": 0.767,      # v1: 147.0 / 191.5, one GCD
 }
-H100_V1_SHARE = 0.801     # v1: 792.1 / 989, the table MI250X's figure is in
 
 
 def _top(gpu) -> float:
@@ -37,12 +35,11 @@ def _eff(gpu, gemm_gflop: float) -> float:
     return float(flops.efficiency([(p.gemm_gflop, p.fraction) for p in gpu.matmul_efficiency], gemm_gflop))
 
 
-@pytest.mark.parametrize("gid", ["mi300x", "mi325x", "b200", "mi250x"])
+@pytest.mark.parametrize("gid", ["mi300x", "mi325x", "b200"])
 def test_gemm_curve_follows_the_mamf_ratio_to_h100(gid: str) -> None:
     cat = load_catalog()
     gpu, h100 = cat.gpu(gid), cat.gpu("h100-80gb")
-    h100_share = H100_V1_SHARE if gid == "mi250x" else MAMF_SHARE["h100-80gb"]
-    ratio = MAMF_SHARE[gid] / h100_share
+    ratio = MAMF_SHARE[gid] / MAMF_SHARE["h100-80gb"]
     assert _top(gpu) / _top(h100) == pytest.approx(ratio, abs=0.005)
     # a GEMM of equal duration reaches the same share: sizes scale with the peak
     scale = gpu.bf16_tflops / h100.bf16_tflops
@@ -70,14 +67,15 @@ def test_mi300x_attention_at_16k_matches_ck_flash_attention() -> None:
         assert dict(fa2)[16384] < 0.6 * dict(curves(cat.gpu("h100-80gb"))[0])[16384]
 
 
-def test_mi250x_attention_is_derived_from_mi300x_by_the_mamf_ratio() -> None:
+def test_mi250x_attention_is_derived_from_mi300x_by_the_gemm_curve_ratio() -> None:
     """No MI250X kernel figure: its curve keeps MI300X's attention-to-GEMM share ratio (CK on CDNA)."""
     cat = load_catalog()
     mi250x, mi300x = (dict(curves(cat.gpu(g))[0]) for g in ("mi250x", "mi300x"))
+    ratio = _top(cat.gpu("mi250x")) / _top(cat.gpu("mi300x"))
     for seq in (512, 2048, 16384):
-        assert mi250x[seq] / MAMF_SHARE["mi250x"] == pytest.approx(mi300x[seq] / MAMF_SHARE["mi300x"], rel=0.01)
-    # below the share H100's FlashAttention-2 reaches relative to its GEMMs (0.34 / 0.803)
-    assert mi250x[16384] / MAMF_SHARE["mi250x"] < 0.34 / MAMF_SHARE["h100-80gb"]
+        assert mi250x[seq] == pytest.approx(mi300x[seq] * ratio, abs=0.0015)
+    # below the share H100's FlashAttention-2 reaches relative to its GEMM curve (0.34 / 0.70)
+    assert mi250x[16384] / _top(cat.gpu("mi250x")) < 0.34 / _top(cat.gpu("h100-80gb"))
 
 
 def test_b200_attention_curves_match_kernel_benchmarks() -> None:
@@ -91,22 +89,16 @@ def test_b200_attention_curves_match_kernel_benchmarks() -> None:
     assert cudnn[8192] * gpu.bf16_tflops == pytest.approx(fwd_bwd, rel=0.01)
 
 
-@pytest.mark.parametrize("gid,cluster,link_gbytes", [("mi300x", "mi300x-8", 48.0), ("mi325x", "mi325x-8", 48.0),
-                                                      ("mi250x", "frontier", 36.0)])
-def test_xgmi_bus_bandwidth_within_rccls_link_model(gid: str, cluster: str, link_gbytes: float) -> None:
-    """RCCL src/graph/topo.h ncclTopoXGMISpeed: gfx942 48, gfx90a 36 GB/s usable per link (raw 64 / 50)."""
+def test_mi250x_xgmi_bus_bandwidth_within_rccls_link_model() -> None:
+    """RCCL src/graph/topo.h ncclTopoXGMISpeed: gfx90a 36 GB/s usable per 50 GB/s link."""
     cat = load_catalog()
-    gpu, c = cat.gpu(gid), cat.cluster(cluster)
-    raw_link = 64.0 if gid != "mi250x" else 50.0
-    assert gpu.intranode_collective_efficiency == pytest.approx(link_gbytes / raw_link)
+    gpu, c = cat.gpu("mi250x"), cat.cluster("frontier")
+    assert gpu.intranode_collective_efficiency == pytest.approx(36.0 / 50.0)
     system = System(gpu=gpu, gpus=c.gpus_per_node, gpus_per_node=c.gpus_per_node, host_ram_gib=c.host_ram_gib,
                     host_to_gpu_gbps=c.host_to_gpu_gbps, intranode_gbps=gpu.intranode_gbps,
                     internode_gbps=c.internode_gbps)
     busbw_gbytes = comm.Links.of(system, Settings()).intra_Bps / 1e9
-    links = gpu.intranode_gbps / 8 / raw_link  # links' worth of line rate recorded per direction
-    assert busbw_gbytes == pytest.approx(links * link_gbytes)
-    if gid != "mi250x":  # fully connected: 7 peers x 48 GB/s is the ceiling
-        assert busbw_gbytes <= 7 * 48.0 + 1e-9
+    assert busbw_gbytes == pytest.approx(gpu.intranode_gbps / 8 / 50.0 * 36.0)
 
 
 def test_nvlink_gpus_keep_the_fitted_default() -> None:
