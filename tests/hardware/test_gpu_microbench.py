@@ -3,8 +3,9 @@ against the published micro-benchmarks their TOML comments cite.
 
 GEMM curves are the h100-80gb curve (the one the stack profiles were fitted with) scaled by the
 ratio of Maximum Achievable Matmul FLOPS shares (stas00/ml-engineering, compute/accelerator/README.md,
-bf16 torch.mm at the best shape), with GEMM sizes scaled by the peak ratio; attention curves are
-FlashAttention kernel benchmarks; collective efficiencies are RCCL's own per-link xGMI figures.
+bf16 torch.mm at the best shape), with GEMM sizes scaled by the peak ratio (MI250X: tests/hardware/test_amd_microbench.py); attention
+curves are FlashAttention kernel benchmarks; MI250X's collective efficiency is RCCL's own per-link
+xGMI figure (MI300X/MI325X: a measured rccl-tests figure, test_amd_microbench.py).
 """
 
 from __future__ import annotations
