@@ -190,3 +190,8 @@ def test_dense_dev_rows_carry_no_moe_signal():
         with open(DATA / name, newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 assert not run_moe.facts_of(row).is_moe, row["id"]
+
+
+def test_a_stated_capacity_factor_is_noted(tmp_path):
+    run = load(tmp_path, **{**MIXTRAL, "notes": "EP 8, capacity factor 1.0"})
+    assert any("capacity factor 1 read" in a for a in run.assumptions)
