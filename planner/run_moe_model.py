@@ -17,6 +17,7 @@ Otherwise: PlanError("model", "MoE without expert count/shape ...").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from planner import moe, run_model_name, run_text
@@ -66,7 +67,9 @@ def _preset(row, facts, preset_ids, resolve, stated_b, notes) -> ModelSpec | Non
         counts = (spec.n_params, moe.active_params(spec)) if moe.is_moe(spec) else (spec.n_params,)
         return min(counts, key=lambda c: abs(c / 1e9 - stated_b)) if stated_b else spec.n_params
 
-    pid = run_model_name.preset_of(name, preset_ids, stated_b, count, notes)
+    bare = re.sub(r"\s*\([^)]*\)", "", name).strip()  # "Mixtral-8x7B (Megatron-Core)"
+    pid = run_model_name.preset_of(name, preset_ids, stated_b, count, notes) or (
+        run_model_name.preset_of(bare, preset_ids, stated_b, count, notes) if bare != name else None)
     if pid is None:
         return None
     spec = resolve(pid)

@@ -195,3 +195,8 @@ def test_dense_dev_rows_carry_no_moe_signal():
 def test_a_stated_capacity_factor_is_noted(tmp_path):
     run = load(tmp_path, **{**MIXTRAL, "notes": "EP 8, capacity factor 1.0"})
     assert any("capacity factor 1 read" in a for a in run.assumptions)
+
+
+def test_a_preset_name_with_a_remark_in_brackets_is_the_preset(tmp_path):
+    run = load(tmp_path, **{**MIXTRAL, "model_name": "Mixtral-8x7B (Megatron-Core)", "notes": "EP 8"})
+    assert run.spec.name == "mixtral-8x7b"
