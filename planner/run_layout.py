@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from planner import run_layout_notes, run_text
+from planner import run_layout_notes, run_moe, run_text
 from planner.errors import PlanError
 from planner.model import ModelSpec
 from planner.search import default_global_batch
@@ -55,7 +55,7 @@ def layout_of(row, gpus: int, per_node: int, cp: int, notes: list[str]) -> RowLa
     tp, pp, dp = (run_text.number(row, k) for k in ("tp", "pp", "dp"))
     tp, pp, dp = (int(v) if v is not None else None for v in (tp, pp, dp))
     if None in (tp, pp, dp):
-        said = run_layout_notes.degrees_in_notes(row.get("notes") or "", gpus, notes)
+        said = run_layout_notes.degrees_in_notes(run_moe.text_of(row), gpus, notes)  # a layout column, the notes
         blank = {k: v for k, v in said.items() if {"tp": tp, "pp": pp, "dp": dp}[k] is None}
         if blank:
             notes.append(f"{', '.join(f'{k} {v}' for k, v in blank.items())} from the notes")

@@ -32,9 +32,14 @@ def degrees_in_notes(text: str, gpus: int, notes: list[str]) -> dict[str, int]:
                 break
     if not found:
         return {}
-    others = sorted({int(c.replace(",", "")) for c in _GPU_COUNT.findall(text)} - {gpus})
+    others = other_gpu_counts(text, gpus)
     if others:
         notes.append(f"the notes' {', '.join(f'{k} {v}' for k, v in found.items())} go with {others[0]} GPUs, "
                      f"not the row's {gpus}: not used")
         return {}
     return found
+
+
+def other_gpu_counts(text: str, gpus: int) -> list[int]:
+    """GPU counts the notes name other than the row's (their degrees may describe another configuration)."""
+    return sorted({int(c.replace(",", "")) for c in _GPU_COUNT.findall(text)} - {gpus})

@@ -228,14 +228,6 @@ def micro_batch_in_notes(row) -> int | None:
                                             r"\bMBS\s*[=:]?\s*(\d+)\b"))
 
 
-def expert_parallel_refused(row) -> None:
-    """A row that states ep > 1 is refused, by name: its mixture-of-experts shape has no run columns yet."""
-    ep = _int_column(row, ("ep", "expert_parallel", "expert_parallel_size"))
-    if ep and ep > 1:
-        raise PlanError("ep", f"row {row.get('id')}: expert parallelism {ep}: the run readers take no mixture-of-"
-                              "experts shape yet (the planner models it: planner/moe.py)")
-
-
 def outcome_of(row, notes: list[str]) -> str:
     """ok | OOM | the cell as written (a run that failed otherwise: reported, not scored)."""
     raw = (row.get("outcome") or "").strip()

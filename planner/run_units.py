@@ -30,15 +30,22 @@ UNIT_WORDS: dict[str, list[tuple[str, float]]] = {
     "n_heads": [(r"(?:attention\s*)?heads?", 1.0)],
     "n_kv_heads": [(r"(?:kv|key[\s/-]*value)?\s*heads?", 1.0)],
     "vocab": [(r"tokens?", 1.0)],
+    # mixture of experts (planner/run_moe.py)
+    "n_active_params_B": [(r"B|bn|billions?", 1.0), (r"M|million", 1e-3), (r"T|trillion", 1e3)],
+    "moe_experts": [(r"(?:routed\s*)?experts?", 1.0)],
+    "moe_top_k": [(r"experts?(?:\s*per\s*token)?", 1.0)],
+    "moe_shared_experts": [(r"(?:shared\s*)?experts?", 1.0)],
+    "capacity_factor": [(r"x", 1.0)],
 }
 # column -> a multiplier letter after the number (seq_len's "4k" is 4096: context lengths are powers of two)
 MULTIPLIERS: dict[str, dict[str, float]] = {
     "seq_len": {"k": 1024.0}, "vocab": {"k": 1e3}, "measured_tokens_per_sec_per_gpu": {"k": 1e3, "m": 1e6},
 }
-DEGREES = ("tp", "pp", "dp", "cp", "vpp", "ep")
+DEGREES = ("tp", "pp", "dp", "cp", "vpp", "ep", "etp")
 # columns that count whole things: a fraction there ("0.5", "8.5") is an error, not a silent int()
 COUNTS = frozenset(DEGREES + ("n_gpus", "gpus_per_node", "micro_batch", "global_batch", "n_layers", "hidden", "n_heads",
-                              "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "grad_accum", "gradient_accumulation_steps"))
+                              "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "grad_accum", "gradient_accumulation_steps",
+                              "moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts"))
 _NODES_TIMES = re.compile(r"(\d+)\s*nodes?\s*(?:x|×|\*|of)\s*(\d+)(?:\s*(?:GPUs?|accelerators?))?(?:\s*(?:/|per)\s*node)?",
                           re.I)
 

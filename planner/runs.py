@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from hardware.models import Catalog
 from planner import (attn_window, context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, parallel_block,
-                     peak_memory, run_columns, run_csv, run_hardware, run_layout, run_model_name, run_precision, run_split,
-                     run_text, run_zeropp)
+                     peak_memory, run_columns, run_csv, run_hardware, run_layout, run_model_name, run_moe, run_moe_model,
+                     run_precision, run_split, run_text, run_zeropp)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -44,6 +44,7 @@ class Run:
     layout_stated: bool = True  # False: tp/pp not in the row, the planner's best layout is used
     inconsistent: str | None = None  # why the row cannot be scored as stated (kept, reported)
     mem_convention: str = "nvidia-smi"  # how the peak memory was measured (planner/peak_memory.py)
+    ep_stated: bool = True  # False: an MoE row without ep: planner/validate.py takes the planner's best ep
 
     @property
     def scored(self) -> bool:
@@ -99,31 +100,50 @@ def _shape(row, catalog: Catalog, notes: list[str]) -> ModelSpec:
     seq = _num(row, "seq_len", int) or run_layout.DEFAULT_SEQ_LEN
     if name in catalog.models:
         return resolve_model(name)
+    facts = run_moe.facts_of(row)
+    if facts.is_moe:  # never the dense bare-size rule (planner/run_moe_model.py)
+        def columns() -> ModelSpec | None:
+            return _columns_shape({**row, "n_params_B": ""}, name, layers, hidden, heads, seq, notes) \
+                if layers and hidden and heads else None
+
+        return run_moe_model.spec_of(row, facts, catalog.models, resolve_model, columns, notes)
     if layers and hidden and heads:
-        vocab = _num(row, "vocab", int)
-        if vocab is None:
-            vocab = MEGATRON_VOCAB
-            notes.append(f"vocab not stated: {MEGATRON_VOCAB} (Megatron's)")
-        ffn = _num(row, "ffn_hidden", int)
-        kv = _num(row, "n_kv_heads", int)
-        llama = bool(kv and kv != heads) or "llama" in name.lower()
-        if ffn and ffn != 4 * hidden and ffn % 2 == 0 and not ("mpt" in name.lower()):
-            llama = llama or abs(ffn - 8 * hidden / 3) / hidden < 1.2
-        gated = LLAMA_BLOCK
+        return _columns_shape(row, name, layers, hidden, heads, seq, notes)
+    return _named_or_sized(row, name, catalog, notes)
 
-        def build(shape: dict) -> ModelSpec:
-            return ModelSpec(name=name or "custom", n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=kv,
-                             ffn_hidden=ffn, vocab=vocab, vocab_multiple=128, max_positions=max(seq, 2048), **shape)
 
-        spec = build(gated if llama else {})
-        stated = _num(row, "n_params_B")
-        if stated and not _num(row, "ffn_hidden"):
-            # MLP width not stated: the MLP form (gated or not) whose size matches the stated one
-            other = build({} if llama else gated)
-            if abs(other.n_params / 1e9 - stated) < abs(spec.n_params / 1e9 - stated):
-                notes.append(f"MLP not stated: {other.mlp} ({other.n_params / 1e9:.0f}B, as stated {stated:g}B)")
-                spec = other
-        return spec
+def _columns_shape(row, name, layers, hidden, heads, seq, notes) -> ModelSpec:
+    """The model the shape columns state (a GPT or LLaMA block, whichever they and the size say)."""
+    vocab = _num(row, "vocab", int)
+    if vocab is None:
+        vocab = MEGATRON_VOCAB
+        notes.append(f"vocab not stated: {MEGATRON_VOCAB} (Megatron's)")
+    ffn = _num(row, "ffn_hidden", int)
+    kv = _num(row, "n_kv_heads", int)
+    llama = bool(kv and kv != heads) or "llama" in name.lower()
+    if ffn and ffn != 4 * hidden and ffn % 2 == 0 and not ("mpt" in name.lower()):
+        llama = llama or abs(ffn - 8 * hidden / 3) / hidden < 1.2
+    gated = LLAMA_BLOCK
+
+    def build(shape: dict) -> ModelSpec:
+        return ModelSpec(name=name or "custom", n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=kv,
+                         ffn_hidden=ffn, vocab=vocab, vocab_multiple=128, max_positions=max(seq, 2048), **shape)
+
+    spec = build(gated if llama else {})
+    stated = _num(row, "n_params_B")
+    if stated and not _num(row, "ffn_hidden"):
+        # MLP width not stated: the MLP form (gated or not) whose size matches the stated one
+        other = build({} if llama else gated)
+        if abs(other.n_params / 1e9 - stated) < abs(spec.n_params / 1e9 - stated):
+            notes.append(f"MLP not stated: {other.mlp} ({other.n_params / 1e9:.0f}B, as stated {stated:g}B)")
+            spec = other
+    return spec
+
+
+def _named_or_sized(row, name, catalog: Catalog, notes) -> ModelSpec:
+    """A dense model by name (a preset) or by size (the bare-size rule)."""
+    from planner.presets import resolve_model
+
     params = _num(row, "n_params_B")
     preset = run_model_name.preset_of(name, catalog.models, params, lambda p: resolve_model(p).n_params, notes)
     if preset:
@@ -176,15 +196,16 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   ddp_after_backward=megatron_ddp.after_backward_of(row, notes))
 
 
-def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[ExecutionPlan, bool]:
-    """The row's plan, and whether it states its parallel layout."""
+def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[ExecutionPlan, bool, bool]:
+    """The row's plan, whether it states its parallel layout, and whether it states ep."""
     text = row.get("notes") or ""
     stack = run_columns.stack_of(row, notes)
-    run_text.expert_parallel_refused(row)
     cp = run_text.cp_of(row, notes)
     cp_impl = context_parallel.impl_of(row, cp, notes)
     lay = run_layout.layout_of(row, system.gpus, system.gpus_per_node, cp, notes)
     tp, pp, dp = lay.tp, lay.pp, lay.dp
+    experts = run_moe.expert_layout_of(row, spec, system, tp, pp, cp, dp, stack, notes)
+    stack = experts.stack
     seq = run_layout.seq_len_of(row, notes)
     mb, ga = run_layout.batch_of(row, spec, system.gpus, dp, pp, seq, notes)
     ckpt, fraction, sp_ckpt = run_columns.checkpointing_of(row, stack, notes)
@@ -199,7 +220,8 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
     sharding = run_columns.sharding_of(row, stack, notes)
     plan = ExecutionPlan(
         attention=attention,
-        stack=stack, tp=tp, pp=pp, vpp=vpp, **split.knobs(), cp=cp, cp_impl=cp_impl, dp=dp, sequence_parallel=sp,
+        stack=stack, tp=tp, pp=pp, vpp=vpp, **split.knobs(), cp=cp, cp_impl=cp_impl, ep=experts.ep, etp=experts.etp,
+        dp=dp, sequence_parallel=sp,
         sharding=sharding, **run_zeropp.zeropp_of(row, sharding, system.gpus_per_node, dp, notes),
         offload=run_columns.offload_of(row, notes),
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
@@ -212,7 +234,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
         reduce_bucket_elems=spec.hidden**2, allgather_bucket_elems=spec.hidden**2,
         stage3_prefetch_elems=int(0.9 * spec.hidden**2),
     )
-    return plan, lay.stated
+    return plan, lay.stated, experts.ep_stated
 
 
 def _measured(row, spec: ModelSpec, plan: ExecutionPlan, system: System, notes) -> tuple[float | None, float | None]:
@@ -295,7 +317,7 @@ def _run(row, catalog: Catalog) -> Run:
     notes: list[str] = []
     spec = _spec(row, catalog, notes)
     system = _system(row, catalog, notes)
-    plan, stated = _plan(row, spec, system, notes)
+    plan, stated, ep_stated = _plan(row, spec, system, notes)
     tps, it = _measured(row, spec, plan, system, notes)
     plan = _recompute_from_counts(row, spec, plan, tps, notes)
     plan = run_columns.capable_stack(plan, catalog.stacks, notes)
@@ -311,7 +333,7 @@ def _run(row, catalog: Catalog) -> Run:
         notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
     return Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
                (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
-               stated, inconsistent, peak_memory.convention_of(row, notes))
+               stated, inconsistent, peak_memory.convention_of(row, notes), ep_stated)
 
 
 def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[NotPredicted] | None = None) -> list[Run]:

@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 from pydantic import Field, ValidationError
 
-from planner import memory, peak_memory, rules, search, throughput, zeropp
+from planner import memory, peak_memory, rules, run_moe_plan, search, throughput, zeropp
 from planner.layout import Layout
 from planner.errors import PlanError
 from planner.runs import NotPredicted, Run
@@ -93,11 +93,12 @@ def resolved_plan(run: Run, settings: Settings):
     """The run's plan; where the row states no parallel layout, the planner's best layout with
     the knobs the row does state (stack, checkpointing, precision, micro batch)."""
     if run.layout_stated:
-        return run.plan
+        return run.plan if run.ep_stated else run_moe_plan.best_expert_layout(run.spec, run.system, run.plan, settings)
     p = run.plan
     # the row's ZeRO++ features are pinned too (off unless it names them: planner/run_zeropp.py)
     scenario = Scenario(stack=p.stack, activation_checkpointing=p.activation_checkpointing,
-                        precision=p.precision, sharding=p.sharding, **{k: getattr(p, k) for k in zeropp.KNOBS})
+                        precision=p.precision, sharding=p.sharding, **{k: getattr(p, k) for k in zeropp.KNOBS},
+                        **({"ep": p.ep, "etp": p.etp} if run.ep_stated and run.spec.moe_experts else {}))
     found = search.search(run.spec, run.system, scenario, settings, p.seq_len)
     idx = np.flatnonzero(found.fits)
     if idx.size == 0:

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from planner.errors import PlanError
 from planner.exports.accelerate import accelerate_config, to_yaml
+from planner.exports import moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.cp_settings import megatron_args
 from planner.exports.deepspeed_json import config_text, deepspeed_config
@@ -100,7 +101,7 @@ def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | Non
 def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_parallel: bool = False) -> PlanError | None:
     """Why `fmt` cannot express `plan` (None: it can). Without `allow_model_parallel`, a
     DeepSpeed plan must be pure data parallel (what a plain model under DeepSpeed runs)."""
-    if (why := _expert_parallel_refusal(plan)) is not None:
+    if (why := moe_settings.refusal(fmt, plan)) is not None:
         return why
     if fmt == "deepspeed" and not allow_model_parallel and (plan.tp > 1 or plan.pp > 1):
         return PlanError("tp", "tp/pp > 1 needs Megatron-style model code; pin --tp/--pp to export such a plan")
@@ -123,13 +124,16 @@ def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_par
 def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> ExportResult:
     if fmt not in FORMATS:
         raise PlanError("format", f"unknown value {fmt!r} (allowed: {', '.join(FORMATS)})")
-    if (why := _expert_parallel_refusal(chosen.plan, chosen.model)) is not None:
+    model = chosen.model  # (torchrun/slurm resolve model_ref: _bundled_trainer_runs)
+    if (why := moe_settings.refusal(fmt, chosen.plan, model)) is not None:
         raise why
     options = options or ExportOptions()
     target = options.target or target_for(chosen.system)
     steps = options.steps or (steps_for_tokens(chosen.plan, chosen.tokens) if chosen.tokens else None)
     recipe = options.recipe.model_copy(update={"steps": steps}) if steps else options.recipe
     plan, notes = chosen.plan, [f"plan from {chosen.source}"] if chosen.source else []
+    if (moe_note := moe_settings.note(fmt, plan, model)) is not None:
+        notes.append(moe_note)
     if chosen.deepspeed_json is not None:
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
     if chosen.fsdp_json is not None:
@@ -191,24 +195,14 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
                         notes=notes, files=[ExportFile(name="job.sbatch", content=script)])
 
 
-def _expert_parallel_refusal(plan: ExecutionPlan, model=None) -> PlanError | None:
-    """No export writes mixture-of-experts settings yet (the planner models them: planner/moe*.py)."""
-    if plan.ep > 1 or plan.etp > 1:
-        return PlanError("ep", f"expert parallelism (ep {plan.ep}, etp {plan.etp}) is not exported yet: the "
-                         "planner models it, but no export writes its settings; set Megatron-Core's "
-                         "--expert-model-parallel-size / --expert-tensor-parallel-size by hand")
-    if model is not None and getattr(model, "moe_experts", 0):
-        return PlanError("model", f"{model.name}: mixture-of-experts models are not exported yet (their expert "
-                         "settings would be lost)")
-    return None
-
-
 def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
     args = megatron_all_args(plan, model, chosen.system.gpus_per_node)
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]
+    if model.moe_experts:
+        header.append(moe_settings.CAPACITY_HINT)
     if plan.grad_accum > 1:
         notes.append(f"{plan.grad_accum} micro-batches per step: --global-batch-size / (--micro-batch-size x dp {plan.dp})")
     return args_script(args, header=header, nproc_per_node=per_node, nodes=_nodes_of(plan, chosen.system))
@@ -217,6 +211,8 @@ def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str
 def _bundled_trainer_runs(chosen: Chosen) -> None:
     """The bundled trainer builds no sliding-window attention (trainer/model.py refuses it)."""
     model = chosen.model or resolve_model(chosen.model_ref)
+    if (why := moe_settings.refusal("torchrun", chosen.plan, model)) is not None:
+        raise why
     if model.attn_window is not None:
         raise PlanError("attn_window", f"{model.name}: the bundled trainer has no sliding-window attention "
                         "(export megatron for --window-size, or deepspeed/accelerate/fsdp for your own model code)")

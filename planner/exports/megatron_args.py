@@ -18,6 +18,8 @@ hold, MEGATRON_FLAG_SOURCES in tests/exports/test_export_megatron.py):
   the TransformerConfig-derived flags (--account-for-*-in-pipeline-split,
   --hierarchical-context-parallel-sizes) are the dataclass fields spelled with dashes.
 
+Mixture-of-experts flags: planner/exports/moe_settings.py (checked in the same file, `_add_moe_args`).
+
 Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 --overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (same file).
 """
@@ -25,6 +27,7 @@ Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 from __future__ import annotations
 
 from planner.errors import PlanError
+from planner.exports import moe_settings
 from planner.exports.cp_settings import megatron_args as cp_args
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -58,6 +61,8 @@ def refusal(plan: ExecutionPlan) -> PlanError | None:
         return PlanError("optimizer", f"{plan.optimizer} is not a Megatron-LM optimizer (allowed: {', '.join(_OPTIMIZER)})")
     if plan.compile:
         return PlanError("compile", "Megatron-LM does not torch.compile the model (allowed: false)")
+    if (why := moe_settings.megatron_plan_refusal(plan)) is not None:
+        return why
     if plan.async_tp and not plan.sequence_parallel:
         return PlanError("async_tp", "--tp-comm-overlap needs --sequence-parallel in Megatron-LM "
                          "(allowed: async_tp with sequence_parallel)")
@@ -157,10 +162,10 @@ def parallel_args(plan: ExecutionPlan, gpus_per_node: int) -> list[str]:
 def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8) -> list[str]:
     """The arguments, one flag and its values after the other. A plan or model Megatron-LM cannot
     run is a PlanError naming the field."""
-    for why in (refusal(plan), model_refusal(model)):
+    for why in (refusal(plan), model_refusal(model), moe_settings.megatron_model_refusal(plan, model)):
         if why is not None:
             raise why
-    args = model_args(model, plan.seq_len) + parallel_args(plan, gpus_per_node)
+    args = model_args(model, plan.seq_len) + parallel_args(plan, gpus_per_node) + moe_settings.megatron_args(plan, model)
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += _RECOMPUTE[plan.activation_checkpointing] + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
     if plan.attention == "flash":

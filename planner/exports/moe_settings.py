@@ -1,0 +1,105 @@
+"""A mixture-of-experts plan (ep, etp, the model's experts) in each export format, or a one-line refusal.
+
+Megatron-LM writes it all. Every flag checked in NVIDIA/Megatron-LM megatron/training/arguments.py
+(`_add_moe_args`, the 2025 file at commit 000c4ac24f61159c138b0975def722c65245983c):
+--expert-model-parallel-size (default 1), --expert-tensor-parallel-size (default None: validate_args sets
+it to --tensor-model-parallel-size, so it is always written), --num-experts, --moe-router-topk (default
+2), --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size ("Shared expert total ffn hidden size ...
+num_shared_experts * ffn_size_of_each_shared_expert"), --moe-layer-freq (an integer N, or a Python list
+pattern like "([0]*3+[1]*29)", 1 = MoE layer), --moe-grouped-gemm ("When there are multiple experts per
+rank"), --moe-token-dispatcher-type (allgather | alltoall | flex; default allgather, "We recommend using
+'alltoall' when applying expert parallelism"), --moe-expert-capacity-factor ("None means no token will be
+dropped"), --moe-pad-expert-input-to-capacity, --moe-token-drop-policy. Megatron-Core's
+megatron/core/model_parallel_config.py ModelParallelConfig.__post_init__: "When using expert
+parallelism and tensor parallelism, sequence parallelism must be used".
+
+The planner models dropless routing with the busiest expert at 1.25 x the mean load and the all-to-all
+dispatcher (planner/moe_time.py): alltoall is written, no capacity factor (Megatron-Core's dropless
+default); the header names the flags that would cap the load at the planner's 1.25.
+
+The other formats: a DeepSpeed config has no expert-parallel key (DeepSpeed-MoE takes ep_size in
+deepspeed.moe.layer.MoE(...), in the model code), neither have FSDP settings nor accelerate's YAML, and
+the bundled trainer builds dense GPTs only. An MoE model at ep 1 (every expert on every GPU) is what
+those configs run with the user's own MoE model code: exported with a note; ep or etp > 1 is refused.
+"""
+
+from __future__ import annotations
+
+from planner import moe
+from planner.errors import PlanError
+from planner.model import ModelSpec
+from planner.scenario import ExecutionPlan
+
+MODEL_CODE_FORMATS = ("deepspeed", "fsdp", "accelerate")
+CAPACITY_HINT = ("dropless routing (Megatron-Core's default); to cap the busiest expert at the planner's 1.25 x "
+                 "mean load: --moe-expert-capacity-factor 1.25 --moe-token-drop-policy probs")
+
+
+def refusal(fmt: str, plan: ExecutionPlan, model: ModelSpec | None = None) -> PlanError | None:
+    """Why `fmt` cannot write the plan's expert settings (None: it can, or there are none)."""
+    if fmt == "megatron":
+        return megatron_plan_refusal(plan)
+    if plan.ep > 1 or plan.etp > 1:
+        return PlanError("ep", f"ep {plan.ep}, etp {plan.etp}: a {fmt} export has no expert-parallel setting (DeepSpeed-MoE "
+                         "takes ep_size in the model code, deepspeed.moe.layer.MoE); export megatron for "
+                         "--expert-model-parallel-size, or pin --ep 1 --etp 1")
+    if model is not None and moe.is_moe(model) and fmt not in MODEL_CODE_FORMATS:
+        return PlanError("model", f"{model.name}: the bundled trainer builds dense GPTs only (no experts); export "
+                         "megatron, or deepspeed/fsdp/accelerate for your own MoE model code")
+    return None
+
+
+def note(fmt: str, plan: ExecutionPlan, model: ModelSpec | None) -> str | None:
+    if model is None or not moe.is_moe(model) or fmt == "megatron":
+        return None
+    return (f"{model.name} has {model.moe_experts} experts (top-{model.moe_top_k}): they live in your model code; "
+            f"this plan keeps every expert on every GPU (ep 1)")
+
+
+def megatron_plan_refusal(plan: ExecutionPlan) -> PlanError | None:
+    if plan.ep > 1 and plan.tp > 1 and not plan.sequence_parallel:
+        return PlanError("sequence_parallel", "ep > 1 with tp > 1 needs --sequence-parallel in Megatron-Core "
+                         "(model_parallel_config.py: 'When using expert parallelism and tensor parallelism, sequence "
+                         "parallelism must be used'; allowed: sequence_parallel true)")
+    return None
+
+
+def megatron_model_refusal(plan: ExecutionPlan, model: ModelSpec) -> PlanError | None:
+    if not moe.is_moe(model):
+        if plan.ep > 1 or plan.etp > 1:
+            return PlanError("ep", f"ep {plan.ep}, etp {plan.etp}: {model.name} has no experts (allowed: 1)")
+        return None
+    if model.moe_experts % plan.ep:
+        return PlanError("ep", f"{plan.ep} does not divide the {model.moe_experts} experts of {model.name} "
+                         "(Megatron-LM validate_args: experts must be a multiple of ep)")
+    if plan.etp > 1 and model.bias:
+        return PlanError("etp", f"{plan.etp}: Megatron-Core splits experts over etp > 1 only without linear biases "
+                         f"({model.name} has them; allowed: 1)")
+    return None
+
+
+def layer_freq(model: ModelSpec) -> str | None:
+    """--moe-layer-freq for the model's MoE layers (None: every layer, Megatron's default 1)."""
+    mask = [int(m) for m in moe.moe_layer_mask(model)]
+    if all(mask):
+        return None
+    dense = model.moe_first_dense_layers
+    if mask == [0] * dense + [1] * (len(mask) - dense):
+        return f"([0]*{dense}+[1]*{len(mask) - dense})"
+    return "[" + ",".join(str(m) for m in mask) + "]"
+
+
+def megatron_args(plan: ExecutionPlan, model: ModelSpec) -> list[str]:
+    """The MoE flags (none for a dense model)."""
+    if not moe.is_moe(model):
+        return []
+    args = ["--num-experts", str(model.moe_experts), "--moe-router-topk", str(model.moe_top_k),
+            "--moe-ffn-hidden-size", str(moe.expert_ffn(model)),
+            "--expert-model-parallel-size", str(plan.ep), "--expert-tensor-parallel-size", str(plan.etp),
+            "--moe-token-dispatcher-type", "alltoall"]
+    if model.moe_experts // plan.ep > 1:
+        args.append("--moe-grouped-gemm")
+    if model.moe_shared_experts:
+        args += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_experts * moe.shared_ffn(model))]
+    freq = layer_freq(model)
+    return args + (["--moe-layer-freq", freq] if freq else [])
