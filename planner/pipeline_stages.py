@@ -17,6 +17,8 @@ factor on the equal-stage bubble (p - 1) / (m * v) of planner/throughput.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -66,7 +68,37 @@ def busiest(sp, per_layer, logits) -> tuple[np.ndarray, np.ndarray]:
     return np.where(last, sp.last, np.where(s0 > sm, sp.first, sp.middle)), last
 
 
+@dataclass(frozen=True)
+class StageTimes:
+    """Forward + backward seconds per micro batch of the stages the fill and drain cross."""
+
+    first: np.ndarray  # rank 0 (all its chunks)
+    middle: np.ndarray  # the heaviest rank between (0 where pp = 2)
+    last: np.ndarray  # rank p-1, the output layer and the loss included
+    head: np.ndarray  # rank 0's first chunk (virtual stage 0)
+    chunk: np.ndarray  # one chunk of a middle rank
+    tail: np.ndarray  # rank p-1's last chunk (virtual stage p v - 1), the output layer included
+    total: np.ndarray  # every stage once: all blocks, the output layer (and every send, with comm)
+
+    @property
+    def slowest(self) -> np.ndarray:
+        return np.maximum(np.maximum(self.first, self.middle), self.last)
+
+
+def times_of(n_layers: int, sp, per_layer, logits) -> StageTimes:
+    """Compute-only stage times of a split: `per_layer` seconds a block, `logits` the output layer."""
+    t = np.asarray(per_layer, dtype=np.float64)
+    s0, sm, sl = stage_times(sp, t, logits)
+    return StageTimes(s0, sm, sl, sp.first_head * t, sp.middle_chunk * t, sp.last_tail * t + logits,
+                      n_layers * t + logits)
+
+
 def split_ratio(n_layers: int, sp, pp, vpp, grad_accum, per_layer, logits) -> np.ndarray:
+    """`ratio_of` the compute-only stage times of a split (planner/stage_split.py)."""
+    return ratio_of(times_of(n_layers, sp, per_layer, logits), pp, vpp, grad_accum)
+
+
+def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     """`ratio` for any split of the blocks (planner/stage_split.py), with and without interleaving.
 
     v = 1: Alpa's sum_i t_i + (m - 1) max_j t_j (above; against the op-by-op replay of 1F1B it is
@@ -93,13 +125,11 @@ def split_ratio(n_layers: int, sp, pp, vpp, grad_accum, per_layer, logits) -> np
     p = np.asarray(pp, dtype=np.float64)
     v = np.asarray(vpp, dtype=np.float64)
     m = np.asarray(grad_accum, dtype=np.float64)
-    t = np.asarray(per_layer, dtype=np.float64)
-    s0, sm, sl = stage_times(sp, t, logits)
-    slowest = np.maximum(np.maximum(s0, sm), sl)
+    s0, sm, sl, head, chunk = st.first, st.middle, st.last, st.head, st.chunk
+    slowest = st.slowest
     # v = 1: Alpa (the fill and drain cross every other stage once)
-    others = np.maximum(n_layers * t + logits - slowest, 0.0)
+    others = np.maximum(st.total - slowest, 0.0)
     # v > 1: the critical path of rank 0, of the last middle rank, and of the last rank
-    head, chunk = sp.first_head * t, sp.middle_chunk * t
     t_first = m * s0
     t_middle = np.where(p > 2, m * sm + head + np.maximum(p - 3, 0.0) * chunk, 0.0)
     t_last = m * sl + head + np.maximum(p - 2, 0.0) * chunk
