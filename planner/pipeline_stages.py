@@ -117,10 +117,19 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     bubble (p - 1) c = (p - 1) t / v of SC21. It is a lower bound of the step; against a replay of
     Megatron's interleaved schedule op by op (tests/planner/test_interleaved_split.py) it is exact
     for equal chunks, for the embedding alone in the split, and within 1% for the embedding and
-    the loss in the split (Llama 3's, pp >= 3); it runs low (up to 17% of the step at pp 4-16,
-    vpp 2, 4 micro batches per stage) where the last chunk, with the output layer, is heavier than
-    the chunks that feed it: the schedule then advances chunk by chunk at the pace of the slowest
-    chunk of each round, which a per-rank sum does not see (not modelled).
+    the loss in the split (Llama 3's, pp >= 3). Where the last chunk z (the output layer's) is
+    heavier than the middle ranks' chunks b that feed it, the per-rank sum runs low (up to 17% at
+    pp 4-16, vpp 2): every rank's backward of chunk v-1 waits for rank p-1's, so the round of p
+    micro batches through chunk v-1 goes at z a micro batch on every rank, the other v-1 rounds at
+    b, the rounds overlapping by one op (b): with m >= p and p >= 3,
+
+        T >= m (z + (v - 1) b) - (m / p) b + c_0 + (p - 1) b
+
+    (c_0: rank 0's first chunk; found on the op-by-op replay, where it is exact with rank 0's
+    chunks no heavier than b, and never above it). With it the planner is within 3% of the replay
+    for p 3-16, v 2-4, m p..4p and a heavy last chunk (tests/planner/test_pipeline_comm_bubble.py).
+    Not modelled: a heavy FIRST chunk (rank 0's, heavier than b: up to ~30% low) and pp 2 with
+    rank 0's chunks unequal; both stay at the per-rank bound above.
     Returns the bubble T - m max_j T_j over the SC21 bubble (p - 1) max_j T_j / v."""
     p = np.asarray(pp, dtype=np.float64)
     v = np.asarray(vpp, dtype=np.float64)
@@ -133,7 +142,11 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     t_first = m * s0
     t_middle = np.where(p > 2, m * sm + head + np.maximum(p - 3, 0.0) * chunk, 0.0)
     t_last = m * sl + head + np.maximum(p - 2, 0.0) * chunk
-    interleaved = (np.maximum(np.maximum(t_first, t_middle), t_last) - m * slowest) * v
+    # the round of chunk v-1 paced by the last chunk, the other rounds by the middle ranks' chunks
+    t_tail = np.where((p > 2) & (m >= p), m * (st.tail + (v - 1.0) * chunk) - m / np.maximum(p, 1.0) * chunk
+                      + head + (p - 1.0) * chunk, 0.0)
+    longest = np.maximum(np.maximum(np.maximum(t_first, t_middle), t_last), t_tail)
+    interleaved = (longest - m * slowest) * v
     bubble = np.where(v > 1, interleaved, others)
     denom = (p - 1.0) * slowest
     with np.errstate(divide="ignore", invalid="ignore"):

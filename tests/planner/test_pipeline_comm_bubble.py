@@ -113,3 +113,47 @@ def test_compute_only_ratio_is_kept_for_the_split_alone():
     st = pipeline_stages.times_of(49, sp, 1.0, 0.3)
     assert float(pipeline_stages.ratio_of(st, 32, 1, 64)) == pytest.approx(
         float(pipeline_stages.split_ratio(49, sp, 32, 1, 64, 1.0, 0.3)))
+
+
+def _grid():
+    """p 3..16, v 1..4, m p..4p; the last chunk heavy (the output layer at 0.5-4 blocks, the last rank's
+    other chunks lighter or not) and rank 0's first chunk light (the embedding in the split)."""
+    for p in (3, 4, 6, 8, 16):
+        for v in (1, 2, 3, 4):
+            for m in (p, 2 * p, 3 * p, 4 * p):
+                for logits in (0.5, 2.0, 4.0):
+                    yield p, v, m, logits, {}
+                    yield p, v, m, logits, dict(first_stage_layers=v, last_stage_layers=v)
+                    if v == 1:
+                        yield p, v, m, logits, dict(embedding_in_split=1, loss_in_split=1)
+
+
+def test_interleaved_uneven_split_agrees_with_the_replay():
+    """The planner's step (m x the busiest rank x (1 + bubble)) against Megatron's (interleaved) 1F1B
+    replayed op by op (tests/planner/test_interleaved_split.replay): never above it, within 3% on 471
+    of the 500 plans; the rest (v 3-4, light first/last ranks of one block a chunk against two in the
+    middle, the output layer 4 blocks) up to 13% low: the round-by-round pace with rank 0 lighter
+    than the middle is not modelled exactly (planner/pipeline_stages.ratio_of)."""
+    from tests.planner.test_interleaved_split import chunk_times, predicted_step, replay
+    worst = 0.0
+    n = close = 0
+    for p, v, m, logits, split in _grid():
+        L = 2 * p * v - 2 if split.get("embedding_in_split") else 2 * p * v
+        if split.get("first_stage_layers"):
+            L = (p - 2) * 2 * v + 2 * v
+        if split.get("embedding_in_split") and v > 1:
+            continue
+        step = predicted_step(L, p, v, m, logits=logits, **split)
+        chunks = chunk_times(L, p, v, logits=logits, **split)
+        sim = replay(chunks, m)
+        err = step / sim - 1
+        if v == 1 and max(map(sum, chunks)) > sum(chunks[-1]):
+            # the middle ranks heaviest: Alpa's sum is an upper bound of plain 1F1B (warm-up forwards
+            # hide part of the light ends' round trip), 6% at m = p = 3
+            assert -1e-9 <= err <= 0.07, (p, v, m, logits, split, step, sim)
+            continue
+        assert -0.14 <= err <= 1e-9, (p, v, m, logits, split, step, sim)
+        worst = min(worst, err)
+        n += 1
+        close += err >= -0.03
+    assert n == 500 and close >= 471
