@@ -17,6 +17,8 @@ factor on the equal-stage bubble (p - 1) / (m * v) of planner/throughput.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -66,7 +68,37 @@ def busiest(sp, per_layer, logits) -> tuple[np.ndarray, np.ndarray]:
     return np.where(last, sp.last, np.where(s0 > sm, sp.first, sp.middle)), last
 
 
+@dataclass(frozen=True)
+class StageTimes:
+    """Forward + backward seconds per micro batch of the stages the fill and drain cross."""
+
+    first: np.ndarray  # rank 0 (all its chunks)
+    middle: np.ndarray  # the heaviest rank between (0 where pp = 2)
+    last: np.ndarray  # rank p-1, the output layer and the loss included
+    head: np.ndarray  # rank 0's first chunk (virtual stage 0)
+    chunk: np.ndarray  # one chunk of a middle rank
+    tail: np.ndarray  # rank p-1's last chunk (virtual stage p v - 1), the output layer included
+    total: np.ndarray  # every stage once: all blocks, the output layer (and every send, with comm)
+
+    @property
+    def slowest(self) -> np.ndarray:
+        return np.maximum(np.maximum(self.first, self.middle), self.last)
+
+
+def times_of(n_layers: int, sp, per_layer, logits) -> StageTimes:
+    """Compute-only stage times of a split: `per_layer` seconds a block, `logits` the output layer."""
+    t = np.asarray(per_layer, dtype=np.float64)
+    s0, sm, sl = stage_times(sp, t, logits)
+    return StageTimes(s0, sm, sl, sp.first_head * t, sp.middle_chunk * t, sp.last_tail * t + logits,
+                      n_layers * t + logits)
+
+
 def split_ratio(n_layers: int, sp, pp, vpp, grad_accum, per_layer, logits) -> np.ndarray:
+    """`ratio_of` the compute-only stage times of a split (planner/stage_split.py)."""
+    return ratio_of(times_of(n_layers, sp, per_layer, logits), pp, vpp, grad_accum)
+
+
+def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     """`ratio` for any split of the blocks (planner/stage_split.py), with and without interleaving.
 
     v = 1: Alpa's sum_i t_i + (m - 1) max_j t_j (above; against the op-by-op replay of 1F1B it is
@@ -85,25 +117,36 @@ def split_ratio(n_layers: int, sp, pp, vpp, grad_accum, per_layer, logits) -> np
     bubble (p - 1) c = (p - 1) t / v of SC21. It is a lower bound of the step; against a replay of
     Megatron's interleaved schedule op by op (tests/planner/test_interleaved_split.py) it is exact
     for equal chunks, for the embedding alone in the split, and within 1% for the embedding and
-    the loss in the split (Llama 3's, pp >= 3); it runs low (up to 17% of the step at pp 4-16,
-    vpp 2, 4 micro batches per stage) where the last chunk, with the output layer, is heavier than
-    the chunks that feed it: the schedule then advances chunk by chunk at the pace of the slowest
-    chunk of each round, which a per-rank sum does not see (not modelled).
+    the loss in the split (Llama 3's, pp >= 3). Where the last chunk z (the output layer's) is
+    heavier than the middle ranks' chunks b that feed it, the per-rank sum runs low (up to 17% at
+    pp 4-16, vpp 2): every rank's backward of chunk v-1 waits for rank p-1's, so the round of p
+    micro batches through chunk v-1 goes at z a micro batch on every rank, the other v-1 rounds at
+    b, the rounds overlapping by one op (b): with m >= p and p >= 3,
+
+        T >= m (z + (v - 1) b) - (m / p) b + c_0 + (p - 1) b
+
+    (c_0: rank 0's first chunk; found on the op-by-op replay, where it is exact with rank 0's
+    chunks no heavier than b, and never above it). With it the planner is within 3% of the replay
+    for p 3-16, v 2-4, m p..4p and a heavy last chunk (tests/planner/test_pipeline_comm_bubble.py).
+    Not modelled: a heavy FIRST chunk (rank 0's, heavier than b: up to ~30% low) and pp 2 with
+    rank 0's chunks unequal; both stay at the per-rank bound above.
     Returns the bubble T - m max_j T_j over the SC21 bubble (p - 1) max_j T_j / v."""
     p = np.asarray(pp, dtype=np.float64)
     v = np.asarray(vpp, dtype=np.float64)
     m = np.asarray(grad_accum, dtype=np.float64)
-    t = np.asarray(per_layer, dtype=np.float64)
-    s0, sm, sl = stage_times(sp, t, logits)
-    slowest = np.maximum(np.maximum(s0, sm), sl)
+    s0, sm, sl, head, chunk = st.first, st.middle, st.last, st.head, st.chunk
+    slowest = st.slowest
     # v = 1: Alpa (the fill and drain cross every other stage once)
-    others = np.maximum(n_layers * t + logits - slowest, 0.0)
+    others = np.maximum(st.total - slowest, 0.0)
     # v > 1: the critical path of rank 0, of the last middle rank, and of the last rank
-    head, chunk = sp.first_head * t, sp.middle_chunk * t
     t_first = m * s0
     t_middle = np.where(p > 2, m * sm + head + np.maximum(p - 3, 0.0) * chunk, 0.0)
     t_last = m * sl + head + np.maximum(p - 2, 0.0) * chunk
-    interleaved = (np.maximum(np.maximum(t_first, t_middle), t_last) - m * slowest) * v
+    # the round of chunk v-1 paced by the last chunk, the other rounds by the middle ranks' chunks
+    t_tail = np.where((p > 2) & (m >= p), m * (st.tail + (v - 1.0) * chunk) - m / np.maximum(p, 1.0) * chunk
+                      + head + (p - 1.0) * chunk, 0.0)
+    longest = np.maximum(np.maximum(np.maximum(t_first, t_middle), t_last), t_tail)
+    interleaved = (longest - m * slowest) * v
     bubble = np.where(v > 1, interleaved, others)
     denom = (p - 1.0) * slowest
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -10,9 +10,11 @@ compute   block GEMMs at the GPU's peak x a GEMM-size efficiency (catalog curve;
           length, element-wise kernels at HBM speed, per-block framework overhead, the
           logits and loss, the optimizer step, the host time of synchronous kernel launches
           (CUDA_LAUNCH_BLOCKING=1 jobs: planner/launch_sync.py); each part scaled by the stack's profile;
-bubble    (p-1)/(m*v) of the pipeline's busy time (Narayanan et al. SC21, eq. 1 and 2; more when
-          an interleaved schedule has fewer micro batches than stages), the fill
-          and drain through the lighter stages where stages differ (planner/pipeline_stages.py);
+bubble    the makespan of the pipeline's stages less the busiest stage's busy time: (p-1)/(m*v)
+          of it with equal stages (Narayanan et al. SC21, eq. 1 and 2; more when an interleaved
+          schedule has fewer micro batches than stages), the fill and drain through the lighter
+          stages where stages differ (Alpa eq. 2), each stage's time with its exposed TP/CP comm
+          and its p2p exchanges (planner/pipeline_comm.py, planner/pipeline_stages.py);
 comm      TP collectives (hidden by async TP where the stack does it), the context-parallel
           exchange (ring, Ulysses all-to-all, all-gather: planner/context_parallel.py), PP sends, DP/ZeRO/FSDP collectives minus the part
           hidden behind compute (the stack's overlap fractions);
@@ -30,7 +32,7 @@ import numpy as np
 
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
                      dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, moe, moe_time,
-                     parallel_block, pipeline_stages, stage_split)
+                     parallel_block, pipeline_comm, pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -190,9 +192,11 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
         "launch_sync": launch_sync.raw_s(layout, layers, system.launch_blocking),  # x sync_launch_us
         "fwd_share": np.full(np.shape(layers), fwd_share),
         "layers": layers,
-        # fill and drain run through the lighter stages (planner/pipeline_stages.py)
-        "bubble_stage_factor": pipeline_stages.split_ratio(spec.n_layers, split, layout.pp, layout.vpp,
-                                                           layout.grad_accum, per_layer, logits),
+        # for the pipeline's stage times (planner/pipeline_comm.py)
+        "with_logits": with_logits,
+        "logits": logits,
+        "split": split,
+        "pp_exchanges": pipeline_comm.busiest_exchanges(split, per_layer, logits, layout.pp, layout.vpp),
     }
 
 
@@ -215,7 +219,8 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     recomputing; Shoeybi et al. 2019; half of them in a parallel attention+MLP block:
     planner/parallel_block.py), the context-parallel exchange of the plan's cp_impl (ring
     K/V chunks, Ulysses all-to-alls, all-gathered K/V: planner/context_parallel.py) and PP
-    activation sends (2 per micro batch and virtual stage)."""
+    activation exchanges (planner/pipeline_comm.py: 1 or 2 per micro batch and model chunk), and
+    the seconds of one exchange."""
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     c = compute_dtype_bytes(layout)
     act = c * tokens * spec.hidden
@@ -236,11 +241,13 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     attn_micro = parts["attention"] * prof["attention_time_factor"]
     cp_s = layout.grad_accum * context_parallel.exposed_s(spec, layout, links, layers, attn_micro, prof["overlap_cp"])
 
-    # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor.
+    # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor; the
+    # busiest stage's exchanges per micro batch (planner/pipeline_comm.py)
     p2p_bytes = act / layout.tp
     inter = layout.gpus > system.gpus_per_node
-    pp_s = (layout.pp > 1) * layout.grad_accum * 2.0 * layout.vpp * comm.p2p_s(links, p2p_bytes, inter)
-    return tp_s, cp_s, pp_s
+    exch = pipeline_comm.exchange_s(links, p2p_bytes, inter)
+    pp_s = layout.grad_accum * parts["pp_exchanges"] * exch
+    return tp_s, cp_s, pp_s, exch
 
 
 def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro, prof):
@@ -293,16 +300,21 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     optimizer_raw = _optimizer_step_s(spec, layout, system, settings)
     compute_s = ga * micro + optimizer_raw * prof["optimizer_time_factor"] + prof["step_overhead_s"]
 
-    tp_s, cp_s, pp_s = _tp_cp_pp_comm(spec, layout, links, system, parts, prof)
+    tp_s, cp_s, pp_s, exch_s = _tp_cp_pp_comm(spec, layout, links, system, parts, prof)
     dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof,
                                              hbm_Bps=_hbm_Bps(system, settings))
     dp_s = dp_raw * prof["comm_time_factor"]
     comm_s = tp_s + cp_s + pp_s + dp_s + mt["moe_a2a_s"] + mt["moe_expert_grad_s"]
-    # Pipeline bubble: (p-1)/(m*v) of the busy time of a stage (Narayanan et al. SC21), x the
-    # lighter stages' share of the fill and drain (Alpa eq. 2: planner/pipeline_stages.py).
-    bubble_frac = pipeline_stages.bubble_fraction(layout.pp, ga, layout.vpp) * parts["bubble_stage_factor"]
+    # Pipeline bubble: the makespan of the stages, each with its comm, less the busiest stage's
+    # busy time (Alpa eq. 2, Narayanan et al. SC21 sec. 2.2: planner/pipeline_comm.py)
     busy = ga * micro + tp_s + cp_s + pp_s + mt["moe_a2a_s"]
-    bubble_s = bubble_frac * busy
+    logits_s = parts["logits"] * (0.75 * prof["gemm_time_factor"] + 0.25 * prof["elementwise_time_factor"])
+    bubble_s = pipeline_comm.bubble_s(spec.n_layers, parts["split"], busy, pp_s, logits_s, exch_s, parts["layers"],
+                                      parts["with_logits"], layout.pp, layout.vpp, ga)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bubble_frac = np.where(busy > 0, bubble_s / np.where(busy > 0, busy, 1.0), 0.0)
+        sc21 = pipeline_stages.bubble_fraction(layout.pp, ga, layout.vpp)
+        stage_factor = np.where(sc21 > 0, bubble_frac / np.where(sc21 > 0, sc21, 1.0), 1.0)
     offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
     offload_s = offload_s + activation_offload_s(spec, layout, links)
     step = compute_s + comm_s + bubble_s + offload_s
@@ -344,7 +356,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_optimizer_s": optimizer_raw,
         "raw_step_overhead_s": np.ones(np.shape(step)),  # x step_overhead_s
         "bubble_fraction": bubble_frac,
-        "bubble_stage_factor": np.broadcast_to(parts["bubble_stage_factor"], np.shape(step)),
+        "bubble_stage_factor": np.broadcast_to(stage_factor, np.shape(step)),
         "optimizer_s": optimizer_raw * prof["optimizer_time_factor"],
         "launch_sync_s": ga * scaled["launch_sync"],
         "dp_comm_s": dp_s,
