@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import attn_window, moe
+from planner import attn_window, mla, moe
 from planner.layout import CKPT
 from planner.model import ModelSpec
 
@@ -34,19 +34,28 @@ def _ffn_matrices(spec: ModelSpec) -> int:
 
 def layer_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
     """One block's forward FLOPs per token: projections, MLP and the attention core."""
-    h, q, kv, f = spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn
-    # Narayanan et al. SC21 eq. (3), with GQA's smaller K/V projections, a query width other
-    # than hidden (Gemma: n_heads x head_dim) and SwiGLU's 3 matrices.
-    proj = 2 * h * (q + 2 * kv) + 2 * q * h
+    h, f = spec.hidden, spec.ffn
     mlp = 2 * h * f * _ffn_matrices(spec)
-    return proj + mlp + attention_core_forward_flops_per_token(spec, seq_len)
+    return attention_projection_flops_per_token(spec) + mlp + attention_core_forward_flops_per_token(spec, seq_len)
+
+
+def attention_projection_flops_per_token(spec: ModelSpec) -> int:
+    """Forward FLOPs per token of a block's attention linears."""
+    if mla.is_mla(spec):  # multi-head latent attention's down/up projections (planner/mla.py)
+        return mla.projection_forward_flops_per_token(spec)
+    h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
+    # Narayanan et al. SC21 eq. (3), with GQA's smaller K/V projections, a query width other
+    # than hidden (Gemma: n_heads x head_dim) and SwiGLU's 3 matrices (in the MLP).
+    return 2 * h * (q + 2 * kv) + 2 * q * h
 
 
 def attention_core_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
     # QK^T and attention x V: 2 * 2 * s * q_dim per token (PaLM appendix B's 2 * 2 * s * H * Q:
     # every query head, whatever the number of kv heads); sliding-window layers count the keys
     # their kernel computes in the same convention (planner/attn_window.py; s without a window).
-    return 4.0 * attn_window.mean_keys(spec, seq_len) * spec.q_dim
+    # MLA: query/key and value head dims differ (planner/mla.py core_width).
+    width = mla.core_width(spec) if mla.is_mla(spec) else spec.q_dim
+    return 4.0 * attn_window.mean_keys(spec, seq_len) * width
 
 
 def logits_forward_flops_per_token(spec: ModelSpec) -> float:
@@ -122,6 +131,9 @@ def block_gemms(spec: ModelSpec, tokens, tp) -> list[tuple[np.ndarray, np.ndarra
     for n, k in shapes:
         per_token = 2.0 * n * k / t
         out.append((per_token, m * per_token / 1e9))
+    if mla.is_mla(spec):  # the "qkv" slot: MLA's query and K/V projections as one group; o: n v_head_dim wide
+        n_o, k_o = mla.output_projection_dims(spec)
+        out[:2] = [mla.input_projection_gemm(spec, m, t), (2.0 * n_o * k_o / t, m * 2.0 * n_o * k_o / t / 1e9)]
     return out
 
 

@@ -110,8 +110,14 @@ def block_linear_dims(spec: ModelSpec, tp) -> list[tuple[np.ndarray, np.ndarray]
     h, q, kv, f = spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn
     up = f * (3 if spec.mlp == "swiglu" else 2) - f
     t = np.asarray(tp, dtype=np.float64)
-    return [((q + 2 * kv) / t, np.full(np.shape(t), float(h))), (np.full(np.shape(t), float(h)), q / t),
+    dims = [((q + 2 * kv) / t, np.full(np.shape(t), float(h))), (np.full(np.shape(t), float(h)), q / t),
             (up / t, np.full(np.shape(t), float(h))), (np.full(np.shape(t), float(h)), f / t)]
+    if spec.kv_lora_rank is not None:  # multi-head latent attention: its largest input projection, o_proj
+        from planner import mla
+
+        dims[:2] = [mla.input_projection_dims(spec, t),
+                    (np.full(np.shape(t), float(h)), mla.output_projection_dims(spec)[1] / t)]
+    return dims
 
 
 def block_linear_efficiencies(spec: ModelSpec, tokens, tp, shape: GemmShapeData | None,

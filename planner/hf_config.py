@@ -10,7 +10,8 @@ their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm),
 (multi-query, parallel attention, new decoder architecture), olmo / hf_olmo (non-parametric
 LayerNorm); phi (Phi-1/2) and cohere read from the standard keys with a parallel block.
 Mixture-of-experts configs of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE and PhiMoE read their
-expert keys in planner/hf_moe.py; other MoE families, multi-head latent attention and encoder models
+expert keys in planner/hf_moe.py, DeepSeek-V2/V3 their latent attention, expert and MTP keys in
+planner/hf_deepseek.py; other MoE families, other multi-head latent attention and encoder models
 are refused in one line.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner import hf_moe
+from planner import hf_deepseek, hf_moe
 from planner.errors import PlanError
 from planner.model import ModelSpec, round_up
 
@@ -102,6 +103,8 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
     fields = builder(r)
     if model_type in hf_moe.READ_TYPES:
         fields.update(hf_moe.moe_fields(r, model_type, fields))
+    if model_type in hf_deepseek.READ_TYPES:  # MLA, MoE and MTP keys (planner/hf_deepseek.py)
+        fields.update(hf_deepseek.deepseek_fields(r, fields))
     fields.update(_window(r, model_type, fields["n_layers"]))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
     try:
@@ -157,6 +160,7 @@ RULES: dict[str, Rules] = {
     "mixtral": Rules(gated=True), "olmoe": Rules(gated=True, qk_norm="full"), "granitemoe": Rules(gated=True),
     "qwen2_moe": Rules(gated=True, qkv_bias=True), "qwen3_moe": Rules(gated=True, qk_norm="per_head"),
     "phimoe": Rules(gated=True, norm="layernorm"),  # PhimoeDecoderLayer: nn.LayerNorm with bias
+    "deepseek_v2": Rules(gated=True), "deepseek_v3": Rules(gated=True),  # + MLA keys: planner/hf_deepseek.py
     # Nemotron-4 / Minitron (transformers' NemotronMLP: up_proj, relu2, down_proj: not gated;
     # NemotronLayerNorm1P is an nn.LayerNorm with weight and bias; its key is norm_eps)
     "nemotron": Rules(gated=False, norm="layernorm"),
@@ -364,11 +368,11 @@ def _refuse_unmodelled(r: _Reader, model_type: str) -> None:
     """Multi-head latent attention, mixture-of-experts families planner/hf_moe.py does not read (the
     shape can still go in by the --moe-* options) and encoder(-decoder) configs: one line, not a wrong answer."""
     mla = next((k for k in MLA_KEYS if r.cfg.get(k)), None)
-    if mla:
+    if mla and model_type not in hf_deepseek.READ_TYPES:
         raise r.fail(mla, f"multi-head latent attention ({model_type}, {mla}={r.cfg[mla]}: DeepSeek-V2/V3's "
                           "compressed K/V) is not modelled")
     moe_key = next((k for k in MOE_KEYS if isinstance(r.cfg.get(k), int) and r.cfg[k] > 1), None)
-    if (model_type in MOE_TYPES or moe_key) and model_type not in hf_moe.READ_TYPES:
+    if (model_type in MOE_TYPES or moe_key) and model_type not in hf_moe.READ_TYPES + hf_deepseek.READ_TYPES:
         what = f"{model_type}" + (f", {moe_key}={r.cfg[moe_key]}" if moe_key else "")
         raise r.fail("model_type", f"mixture-of-experts model_type {model_type!r} is not modelled ({what}; read: "
                                    f"{', '.join(hf_moe.READ_TYPES)}); give the shape by --moe-experts, --moe-top-k, "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import parallel_block, stage_split
+from planner import mla, parallel_block, stage_split
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
@@ -246,6 +246,9 @@ def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) ->
     replicated = parallel_block.norm_side_tensors(spec) * sb * h * a / sp_div + norm_stats
     qkv = sb * (h + 2 * spec.kv_dim) * a / t
     attn_out = sb * h * a / t
+    if mla.is_mla(spec):  # multi-head latent attention: latents, decompressed Q/K/V (planner/mla.py)
+        qkv = sb * (mla.saved_elements_per_token(spec, t, sp_div) * a + 4.0 * mla.latent_norm_stats_per_token(spec))
+        attn_out = 0.0
     core = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), heads * sb * 4)
     mlp = sb * spec.ffn * a / t * (4 if spec.mlp == "swiglu" else 2)
     return replicated + qkv + attn_out + core + mlp

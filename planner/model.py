@@ -82,6 +82,17 @@ class ModelSpec(BaseModel):
     # counts from 0, the same for its only value 1).
     moe_layer_freq: int = Field(default=1, ge=1, le=10_000)
     moe_first_dense_layers: int = Field(default=0, ge=0, le=10_000)
+    # Multi-head latent attention (planner/mla.py; kv_lora_rank None: standard attention): K/V compressed
+    # to a latent of kv_lora_rank (and queries to q_lora_rank; None: one q projection, DeepSeek-V2-Lite),
+    # query/key heads of qk_nope_head_dim + qk_rope_head_dim, value heads of v_head_dim.
+    q_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000)
+    kv_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000)
+    qk_nope_head_dim: int | None = Field(default=None, gt=0, le=100_000)
+    qk_rope_head_dim: int | None = Field(default=None, ge=0, le=100_000)
+    v_head_dim: int | None = Field(default=None, gt=0, le=100_000)
+    # DeepSeek-V3's multi-token prediction modules (num_nextn_predict_layers): counted apart from
+    # n_params and the model FLOPs, as the V3 report counts them (planner/mtp.py).
+    mtp_layers: int = Field(default=0, ge=0, le=64)
     published_params: int | None = None  # the count the model's authors publish, for tests
     source: str | None = None  # where the shape comes from (config file, paper, rule)
 
@@ -107,8 +118,10 @@ class ModelSpec(BaseModel):
             raise ValueError(f"attn_local_layers ({self.attn_local_layers}) exceeds n_layers ({self.n_layers})")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
+        from planner import mla
         from planner.moe import check_spec  # it reads this model's fields
 
+        mla.check_spec(self)
         check_spec(self)
         return self
 
@@ -123,6 +136,9 @@ class ModelSpec(BaseModel):
 
     @property
     def head_dim(self) -> int:
+        """Query/key head dim (multi-head latent attention: qk_nope_head_dim + qk_rope_head_dim)."""
+        if self.kv_lora_rank is not None:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.attn_head_dim or self.hidden // self.n_heads
 
     @property
@@ -132,6 +148,10 @@ class ModelSpec(BaseModel):
 
     @property
     def kv_dim(self) -> int:
+        if self.kv_lora_rank is not None:  # the mean of the decompressed K and V widths (planner/mla.py)
+            from planner import mla
+
+            return mla.kv_dim(self)
         return self.kv_heads * self.head_dim
 
     @property
@@ -143,6 +163,10 @@ class ModelSpec(BaseModel):
         """Shapes of one transformer block's parameters (weights as (out, in))."""
         h, f, kv, q = self.hidden, self.ffn, self.kv_dim, self.q_dim
         shapes: list[tuple[int, ...]] = [(q, h), (kv, h), (kv, h), (h, q)]  # q, k, v, o
+        if self.kv_lora_rank is not None:  # multi-head latent attention
+            from planner import mla
+
+            shapes = mla.attention_param_shapes(self)
         if self.mlp == "swiglu":
             shapes += [(f, h), (f, h), (h, f)]  # gate, up, down
         else:
@@ -227,6 +251,10 @@ class ModelSpec(BaseModel):
         qkv = q + 2 * self.kv_dim
         linears = [qkv * (h + int(self.bias if self.qkv_bias is None else self.qkv_bias)),  # q, k, v fused
                    h * (q + bias), f * (h + bias), h * (f + bias)]  # o, up (and gate), down
+        if self.kv_lora_rank is not None:  # multi-head latent attention: its own linears (planner/mla.py)
+            from planner import mla
+
+            linears = [lin.out * lin.inp for lin in mla.linears(self)] + linears[2:]
         return max(self.vocab_padded * h, self.max_positions * h, *linears)
 
     def describe(self) -> str:
@@ -234,6 +262,10 @@ class ModelSpec(BaseModel):
         par = ", parallel attention+MLP" if self.parallel_block else ""
         from planner.attn_window import describe as window
 
+        if self.kv_lora_rank is not None:
+            from planner import mla
+
+            gqa = mla.describe(self)
         if self.moe_experts:
             from planner import moe
 

@@ -143,8 +143,8 @@ def model_flops_per_token(spec: "ModelSpec", seq_len) -> np.ndarray:
     the dense MLP), the routers and the logits (planner/flops.py's conventions otherwise)."""
     from planner import flops
 
-    h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
-    proj = 2 * h * (q + 2 * kv) + 2 * q * h
+    h = spec.hidden
+    proj = flops.attention_projection_flops_per_token(spec)
     attn = spec.n_layers * (proj + flops.attention_core_forward_flops_per_token(spec, seq_len))
     mlp = 2.0 * h * mlp_matrices(spec) * float(active_ffn_per_layer(spec).sum())
     fwd = attn + mlp + router_forward_flops_per_token(spec) + flops.logits_forward_flops_per_token(spec)

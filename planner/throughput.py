@@ -31,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
-                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, moe, moe_time,
+                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, mla, moe, moe_time,
                      parallel_block, pipeline_comm, pipeline_stages, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
@@ -122,7 +122,8 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
         # the fused kernel skips the masked half of a causal score matrix (and what a sliding
         # window masks: each kind of layer at its own length, planner/attn_window.py)
         def eff_of(length):
-            return attention_kernel.efficiency(system.gpu, length, spec.head_dim, prof["cudnn_attention"])
+            eff = attention_kernel.efficiency(system.gpu, length, spec.head_dim, prof["cudnn_attention"])
+            return eff * mla.kernel_work_factor(spec, prof["cudnn_attention"]) if mla.is_mla(spec) else eff
         fused = attn_window.fused_s(spec, layout.seq_len, attn_ft, peak16, eff_of)
     else:  # no measured curve: a share of a dense GEMM's efficiency, on the causal half too
         fused = 0.5 * attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)

@@ -1,0 +1,82 @@
+"""Sanity check (not a data row, not a fit): DeepSeek-V3's own training cost against the planner.
+
+DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1: pre-training 2664K H800
+GPU hours for 14.8T tokens (+ 119K context extension + 5K post-training = 2788K); sec. 3.1-3.2: 2048
+H800 GPUs, 8 per node on NVLink/NVSwitch, InfiniBand across nodes ("IB (50 GB/s)", "NVLink (160 GB/s)"
+achievable per GPU, sec. 3.2.2), 16-way pipeline parallelism (DualPipe), 64-way expert parallelism over
+8 nodes, ZeRO-1 data parallelism, no tensor parallelism, FP8 mixed precision with fine-grained
+(1x128 tile / 128x128 block) scaling; sec. 4.2: sequence length 4K, batch 15360 sequences (after the
+ramp-up).
+
+Prints (1) the MFU the reported GPU hours imply with the planner's FLOP count (model FLOPs without and
+with the MTP module; against the 16-bit dense peak as MFU is quoted, and the fp8 one), and (2) what
+the planner predicts for that layout on an H800 built for this script from the H100 SXM entry (same
+compute and HBM; NVLink 400 GB/s bidirectional per the H800 spec, IB 400 Gb/s per GPU) with the fp8
+row-wise recipe (the catalog's closest to DeepSeek's tile-wise scaling) and the Megatron profile.
+Nothing here feeds the fitted profiles.
+
+    python validation/deepseek_v3_cost.py
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from planner import api, flops, mtp
+from planner.presets import resolve_model
+from planner.scenario import Scenario
+
+PRETRAIN_GPU_HOURS = 2_664_000
+TOTAL_GPU_HOURS = 2_788_000
+TOKENS = 14.8e12
+SEQ_LEN = 4096
+CATALOG = Path(__file__).resolve().parents[1] / "catalog"
+
+
+def _h800_catalog(root: Path) -> None:
+    """gpus/h800.toml (the H100 SXM entry, NVLink 400 GB/s both ways = 1600 Gbps per direction) and
+    clusters/h800-ib.toml (8 per node, 8 x 400 Gb/s InfiniBand per node)."""
+    gpu = (CATALOG / "gpus" / "h100-80gb.toml").read_text()
+    gpu = gpu.replace('name = "NVIDIA H100 80GB HBM3 (SXM5)"', 'name = "NVIDIA H800 80GB (SXM5), built from the H100 entry"')
+    gpu = re.sub(r"(?m)^intranode_gbps = \d+", "intranode_gbps = 1600", gpu)
+    (root / "gpus").mkdir(parents=True)
+    (root / "gpus" / "h800.toml").write_text(gpu)
+    cluster = (CATALOG / "clusters" / "dgx-h100.toml").read_text()
+    cluster = cluster.replace('gpu = "h100-80gb"', 'gpu = "h800"').replace('name = "NVIDIA DGX H100"', 'name = "H800 x 8, IB"')
+    (root / "clusters").mkdir()
+    (root / "clusters" / "h800-ib.toml").write_text(cluster)
+
+
+def main() -> None:
+    spec = resolve_model("deepseek-v3")
+    model_f = float(flops.model_flops_per_token(spec, SEQ_LEN))
+    mtp_f = mtp.training_flops_per_token(spec, SEQ_LEN)
+    peak16, peak8 = 989.4e12, 1978.9e12  # H800 = H100 SXM compute (dense)
+    print(f"{spec.describe()}\nMTP module: {mtp.params(spec) / 1e9:.2f}B own parameters (not in n_params)")
+    print(f"model FLOPs per token at {SEQ_LEN}: {model_f / 1e9:.1f} G (6 x activated + attention core, full s x s); "
+          f"MTP adds {mtp_f / 1e9:.1f} G")
+    for label, hours in (("pre-training 2664K GPU h", PRETRAIN_GPU_HOURS), ("all 2788K GPU h", TOTAL_GPU_HOURS)):
+        tps = TOKENS / (hours * 3600.0)
+        for what, f in (("model", model_f), ("model+MTP", model_f + mtp_f)):
+            print(f"  {label:25s} {tps:7.0f} tokens/s/GPU -> {what:9s} {tps * f / 1e12:5.0f} TFLOPs/GPU, "
+                  f"MFU {tps * f / peak16:5.1%} of bf16 peak ({tps * f / peak8:5.1%} of fp8 peak)")
+    with tempfile.TemporaryDirectory() as tmp:
+        _h800_catalog(Path(tmp))
+        scenario = Scenario(model="deepseek-v3", gpus=2048, cluster="h800-ib", tp=1, pp=16, ep=64, sharding="zero1",
+                            precision="fp8", fp8_recipe="rowwise", stack="megatron", seq_len=SEQ_LEN,
+                            global_batch=15360, tokens=TOKENS)
+        report = api.estimate(scenario, catalog_dirs=[tmp], top=3)
+    print(f"planner, {report.system.gpus} x {report.system.gpu.name}: {report.fitting} fitting plans")
+    for est in report.results:
+        p, perf, t = est.plan, est.performance, est.time
+        print(f"  tp{p.tp} pp{p.pp} ep{p.ep} dp{p.dp} mb{p.micro_batch} ga{p.grad_accum} ckpt {p.activation_checkpointing}: "
+              f"{perf.tokens_per_s_per_gpu:6.0f} tokens/s/GPU, MFU {perf.mfu:5.1%}, "
+              f"{perf.gpu_hours / 1e3:6.0f}K GPU h for 14.8T (reported 2664K); step {t.step_time_s:.1f} s = "
+              f"compute {t.compute_s:.1f} + comm {t.comm_exposed_s:.1f} (all-to-all {t.moe_a2a_s or 0:.1f}) "
+              f"+ bubble {t.bubble_s:.1f}")
+
+
+if __name__ == "__main__":
+    main()
