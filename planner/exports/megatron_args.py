@@ -27,7 +27,7 @@ Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 from __future__ import annotations
 
 from planner.errors import PlanError
-from planner.exports import moe_settings
+from planner.exports import mla_settings, moe_settings
 from planner.exports.cp_settings import megatron_args as cp_args
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -165,7 +165,8 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8)
     for why in (refusal(plan), model_refusal(model), moe_settings.megatron_model_refusal(plan, model)):
         if why is not None:
             raise why
-    args = model_args(model, plan.seq_len) + parallel_args(plan, gpus_per_node) + moe_settings.megatron_args(plan, model)
+    args = (model_args(model, plan.seq_len) + mla_settings.megatron_args(model) + parallel_args(plan, gpus_per_node)
+            + moe_settings.megatron_args(plan, model))
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += _RECOMPUTE[plan.activation_checkpointing] + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
     if plan.attention == "flash":
