@@ -10,8 +10,8 @@ their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm),
 (multi-query, parallel attention, new decoder architecture), olmo / hf_olmo (non-parametric
 LayerNorm); phi (Phi-1/2) and cohere read from the standard keys with a parallel block.
 Mixture-of-experts configs of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE and PhiMoE read their
-expert keys in planner/hf_moe.py; other MoE families, multi-head latent attention and encoder models
-are refused in one line.
+expert keys in planner/hf_moe.py; Mamba, Mamba-2, Falcon-Mamba, Jamba and Nemotron-H in planner/hf_ssm.py;
+other MoE and state-space families, multi-head latent attention and encoder models are refused in one line.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner import hf_moe
+from planner import hf_moe, hf_ssm
 from planner.errors import PlanError
 from planner.model import ModelSpec, round_up
 
@@ -97,12 +97,14 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
     if not isinstance(model_type, str) or not model_type:
         raise r.fail("model_type", f"missing or not a string (got {model_type!r})")
     model_type = model_type.lower()
-    _refuse_unmodelled(r, model_type)
-    builder = _FAMILIES.get(model_type, _standard)
-    fields = builder(r)
-    if model_type in hf_moe.READ_TYPES:
-        fields.update(hf_moe.moe_fields(r, model_type, fields))
-    fields.update(_window(r, model_type, fields["n_layers"]))
+    fields = hf_ssm.read(r, model_type, _standard)  # state-space / hybrid stacks (None: not one)
+    if fields is None:
+        _refuse_unmodelled(r, model_type)
+        builder = _FAMILIES.get(model_type, _standard)
+        fields = builder(r)
+        if model_type in hf_moe.READ_TYPES:
+            fields.update(hf_moe.moe_fields(r, model_type, fields))
+        fields.update(_window(r, model_type, fields["n_layers"]))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)
