@@ -250,6 +250,9 @@ def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     if spec.moe_experts:
         raise PlanError("model", f"{spec.name} is a mixture-of-experts model: the bundled trainer builds dense "
                         "GPTs only (the planner models it)")
+    if spec.layer_pattern is not None:
+        raise PlanError("model", f"{spec.name} has Mamba / hybrid layers (layer_pattern): the bundled trainer builds "
+                        "transformer blocks only (the planner models it)")
     # the planner's rules: tp divides the heads, pp at most the layers, pp x vpp divides them
     rules.check({"tp": p.tp, "pp": p.pp, "vpp": p.vpp}, spec=spec)
     t = p.tp

@@ -172,3 +172,13 @@ def test_hf_readers_match_the_presets(cfg, preset):
 def test_hf_refusals_are_one_line(cfg, words):
     with pytest.raises(PlanError, match=words):
         spec_from_config(cfg)
+
+
+def test_bundled_trainer_refuses_hybrid_models():
+    from planner.scenario import ExecutionPlan
+    from trainer.config import TrainConfig, validate_layout
+
+    cfg = TrainConfig(plan=ExecutionPlan(stack="bundled", precision="fp32", seq_len=64))
+    with pytest.raises(PlanError, match="Mamba / hybrid layers") as e:
+        validate_layout(cfg, resolve_model("nemotron-h-8b"))
+    assert e.value.field == "model"
