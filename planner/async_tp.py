@@ -41,7 +41,7 @@ def exposed_s(spec: ModelSpec, layout, tp_raw, block_gemm_s, layers, block, line
     planner.flops.recompute_share."""
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     per_op = [ft for ft, _ in flops.block_gemms(spec, tokens, layout.tp)]
-    total = sum(per_op)
+    total = np.maximum(sum(per_op), 1e-300)  # a pure Mamba stack has no attention/MLP GEMMs
     passes = 3.0 + block + linear_share  # forward + backward (2x) + what recompute repeats
     fwd_block_s = np.asarray(block_gemm_s) / (passes * np.maximum(layers, 1.0))
     collectives = 2.0 * parallel_block.tp_calls_per_block(spec, block)  # all-gathers + reduce-scatters

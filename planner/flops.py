@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import attn_window, mla, moe
+from planner import attn_window, mla, moe, ssm
 from planner.layout import CKPT
 from planner.model import ModelSpec
 
@@ -33,7 +33,10 @@ def _ffn_matrices(spec: ModelSpec) -> int:
 
 
 def layer_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
-    """One block's forward FLOPs per token: projections, MLP and the attention core."""
+    """One block's forward FLOPs per token: projections, MLP and the attention core (a hybrid stack:
+    the mean over its layers, planner/ssm.py)."""
+    if spec.layer_pattern is not None:
+        return ssm.layer_forward_flops_per_token(spec, seq_len)
     h, f = spec.hidden, spec.ffn
     mlp = 2 * h * f * _ffn_matrices(spec)
     return attention_projection_flops_per_token(spec) + mlp + attention_core_forward_flops_per_token(spec, seq_len)
@@ -53,9 +56,10 @@ def attention_core_forward_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarr
     # QK^T and attention x V: 2 * 2 * s * q_dim per token (PaLM appendix B's 2 * 2 * s * H * Q:
     # every query head, whatever the number of kv heads); sliding-window layers count the keys
     # their kernel computes in the same convention (planner/attn_window.py; s without a window).
-    # MLA: query/key and value head dims differ (planner/mla.py core_width).
+    # MLA: query/key and value head dims differ (planner/mla.py core_width); a hybrid stack: the mean over
+    # its layers (attention on a share of them, planner/ssm.py).
     width = mla.core_width(spec) if mla.is_mla(spec) else spec.q_dim
-    return 4.0 * attn_window.mean_keys(spec, seq_len) * width
+    return 4.0 * attn_window.mean_keys(spec, seq_len) * width * ssm.attention_share(spec)
 
 
 def logits_forward_flops_per_token(spec: ModelSpec) -> float:
@@ -68,6 +72,8 @@ def model_flops_per_token(spec: ModelSpec, seq_len) -> np.ndarray:
     ~6N plus the attention term; Korthikanti et al. 2022 sec. 6 / PaLM appendix B. A mixture-of-experts
     model counts its ACTIVE parameters (planner/moe.py).
     """
+    if spec.layer_pattern is not None:  # Mamba / hybrid layers (and their MoE MLPs): planner/ssm.py
+        return ssm.model_flops_per_token(spec, seq_len)
     if spec.moe_experts:
         return moe.model_flops_per_token(spec, seq_len)
     fwd = spec.n_layers * layer_forward_flops_per_token(spec, seq_len)
@@ -120,16 +126,18 @@ def block_gemms(spec: ModelSpec, tokens, tp) -> list[tuple[np.ndarray, np.ndarra
     """(FLOPs per token on one GPU, GEMM size in GFLOP) of each forward matmul of a block.
 
     `tokens` is the GEMM's m dimension (tokens per micro batch); `tp` splits n or k (Megatron
-    column/row parallel linears, Shoeybi et al. 2019).
+    column/row parallel linears, Shoeybi et al. 2019). A hybrid stack: the FLOPs are the mean over its
+    layers (attention and MLP on a share of them; the Mamba mixers' GEMMs: planner/ssm_time.py).
     """
     h, q, kv, f = spec.hidden, spec.q_dim, spec.kv_dim, spec.ffn
     m = np.asarray(tokens, dtype=np.float64)
     t = np.asarray(tp, dtype=np.float64)
     up = f * (_ffn_matrices(spec) - 1)
     shapes = [(q + 2 * kv, h), (h, q), (up, h), (h, f)]  # (n, k) before the tp split: qkv, o, up, down
+    a, f, _ = ssm.shares(spec)
     out = []
-    for n, k in shapes:
-        per_token = 2.0 * n * k / t
+    for (n, k), share in zip(shapes, (a, a, f, f)):
+        per_token = 2.0 * n * k / t * share
         out.append((per_token, m * per_token / 1e9))
     if mla.is_mla(spec):  # the "qkv" slot: MLA's query and K/V projections as one group; o: n v_head_dim wide
         n_o, k_o = mla.output_projection_dims(spec)

@@ -11,8 +11,8 @@ their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm),
 LayerNorm); phi (Phi-1/2) and cohere read from the standard keys with a parallel block.
 Mixture-of-experts configs of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE and PhiMoE read their
 expert keys in planner/hf_moe.py, DeepSeek-V2/V3 their latent attention, expert and MTP keys in
-planner/hf_deepseek.py; other MoE families, other multi-head latent attention and encoder models
-are refused in one line.
+planner/hf_deepseek.py; Mamba, Mamba-2, Falcon-Mamba, Jamba and Nemotron-H in planner/hf_ssm.py; other MoE
+and state-space families, other multi-head latent attention and encoder models are refused in one line.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner import hf_deepseek, hf_moe
+from planner import hf_deepseek, hf_moe, hf_ssm
 from planner.errors import PlanError
 from planner.model import ModelSpec, round_up
 
@@ -98,14 +98,16 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
     if not isinstance(model_type, str) or not model_type:
         raise r.fail("model_type", f"missing or not a string (got {model_type!r})")
     model_type = model_type.lower()
-    _refuse_unmodelled(r, model_type)
-    builder = _FAMILIES.get(model_type, _standard)
-    fields = builder(r)
-    if model_type in hf_moe.READ_TYPES:
-        fields.update(hf_moe.moe_fields(r, model_type, fields))
-    if model_type in hf_deepseek.READ_TYPES:  # MLA, MoE and MTP keys (planner/hf_deepseek.py)
-        fields.update(hf_deepseek.deepseek_fields(r, fields))
-    fields.update(_window(r, model_type, fields["n_layers"]))
+    fields = hf_ssm.read(r, model_type, _standard)  # state-space / hybrid stacks (None: not one)
+    if fields is None:
+        _refuse_unmodelled(r, model_type)
+        builder = _FAMILIES.get(model_type, _standard)
+        fields = builder(r)
+        if model_type in hf_moe.READ_TYPES:
+            fields.update(hf_moe.moe_fields(r, model_type, fields))
+        if model_type in hf_deepseek.READ_TYPES:  # MLA, MoE and MTP keys (planner/hf_deepseek.py)
+            fields.update(hf_deepseek.deepseek_fields(r, fields))
+        fields.update(_window(r, model_type, fields["n_layers"]))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)

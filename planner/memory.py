@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import mla, parallel_block, stage_split
+from planner import mla, parallel_block, ssm, stage_split
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
@@ -251,6 +251,10 @@ def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) ->
         attn_out = 0.0
     core = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), heads * sb * 4)
     mlp = sb * spec.ffn * a / t * (4 if spec.mlp == "swiglu" else 2)
+    if spec.layer_pattern is not None:  # a hybrid stack's layer mean (planner/ssm_memory.py)
+        from planner.ssm_memory import hybrid_layer_bytes
+
+        return hybrid_layer_bytes(spec, layout, sb, a, sp_div, replicated, qkv + attn_out + core, mlp)
     return replicated + qkv + attn_out + core + mlp
 
 
@@ -286,6 +290,7 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
     sp_div = np.where(layout.sequence_parallel == 1, t, 1)
     per_layer = layer_activation_bytes(spec, layout, softmax_fp32)
     eager = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), 0.0)
+    eager = eager * ssm.attention_share(spec)  # a hybrid stack: its attention layers' share (planner/ssm.py)
     layer_input = sb * h * a / sp_div
     ck = layout.activation_checkpointing
     frac = np.where(ck == CKPT["blocks"], layout.checkpoint_fraction, 1.0)

@@ -93,6 +93,21 @@ class ModelSpec(BaseModel):
     # DeepSeek-V3's multi-token prediction modules (num_nextn_predict_layers): counted apart from
     # n_params and the model FLOPs, as the V3 report counts them (planner/mtp.py).
     mtp_layers: int = Field(default=0, ge=0, le=64)
+    # State-space (Mamba) and hybrid stacks (planner/ssm.py). `layer_pattern`: one character per layer as
+    # Nemotron-H's hybrid_override_pattern (M a Mamba mixer, * attention, - an MLP; each with one pre-norm);
+    # None: every layer is the transformer block above. The ssm_* fields shape the Mamba mixer (None:
+    # mamba_ssm's defaults): version 1 (Gu & Dao 2023) or 2 (Dao & Gu 2024), d_state, d_inner (2 x hidden),
+    # conv kernel (4), Mamba-2 head dim (64) and groups (1), Mamba-1 dt rank (ceil(hidden / 16)), and
+    # Jamba's RMSNorms on dt, B and C.
+    layer_pattern: str | None = Field(default=None, min_length=1, max_length=10_000)
+    ssm_version: Literal[1, 2] | None = None
+    ssm_state_size: int | None = Field(default=None, gt=0, le=100_000)
+    ssm_inner: int | None = Field(default=None, gt=0, le=10_000_000)
+    ssm_conv_kernel: int | None = Field(default=None, gt=0, le=1024)
+    ssm_head_dim: int | None = Field(default=None, gt=0, le=100_000)
+    ssm_groups: int | None = Field(default=None, gt=0, le=100_000)
+    ssm_dt_rank: int | None = Field(default=None, gt=0, le=1_000_000)
+    ssm_dt_bc_norms: bool = False
     published_params: int | None = None  # the count the model's authors publish, for tests
     source: str | None = None  # where the shape comes from (config file, paper, rule)
 
@@ -123,6 +138,9 @@ class ModelSpec(BaseModel):
 
         mla.check_spec(self)
         check_spec(self)
+        from planner import ssm
+
+        ssm.check_spec(self)
         return self
 
     # ---- derived shapes -------------------------------------------------------------
@@ -204,6 +222,11 @@ class ModelSpec(BaseModel):
 
     @property
     def params_per_layer(self) -> int:
+        """One block's parameters (a hybrid stack: its layers' mean, planner/ssm.py)."""
+        if self.layer_pattern is not None:
+            from planner import ssm
+
+            return ssm.mean_layer_params(self)
         return sum(_numel(s) for s in self.layer_param_shapes())
 
     @property
@@ -217,6 +240,10 @@ class ModelSpec(BaseModel):
 
         For GPT-2 shapes this is seed 002's formula l*(12h^2 + 13h) + v*h + s*h + 2h.
         """
+        if self.layer_pattern is not None:  # every layer of the pattern, exactly (planner/ssm.py)
+            from planner import ssm
+
+            return ssm.layers_params(self) + self.embedding_params + self._moe_params_delta
         return self.n_layers * self.params_per_layer + self.embedding_params + self._moe_params_delta
 
     @property
@@ -233,6 +260,10 @@ class ModelSpec(BaseModel):
     def largest_layer_params(self) -> int:
         """Largest FSDP unit: one block (FSDP wraps each block), or the root's embedding."""
         block = self.params_per_layer
+        if self.layer_pattern is not None:
+            from planner import ssm
+
+            block = ssm.largest_layer_params(self)
         emb = self.vocab_padded * self.hidden
         return max(block, emb)
 
@@ -255,6 +286,10 @@ class ModelSpec(BaseModel):
             from planner import mla
 
             linears = [lin.out * lin.inp for lin in mla.linears(self)] + linears[2:]
+        if self.layer_pattern is not None:
+            from planner import ssm
+
+            linears.append(ssm.largest_module_params(self))
         return max(self.vocab_padded * h, self.max_positions * h, *linears)
 
     def describe(self) -> str:
@@ -266,15 +301,17 @@ class ModelSpec(BaseModel):
             from planner import mla
 
             gqa = mla.describe(self)
+        from planner import ssm
+
         if self.moe_experts:
             from planner import moe
 
-            return moe.describe(self, gqa + window(self))
+            return moe.describe(self, gqa + window(self)) + ssm.describe(self)
         return (
             f"{self.name}: {format_params(self.n_params)} params, {self.n_layers} layers x "
             f"{self.hidden} hidden, {self.n_heads} heads{gqa}{window(self)}, ffn {self.ffn} ({self.mlp}{par}), "
             f"vocab {self.vocab_padded}"
-        )
+        ) + ssm.describe(self)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

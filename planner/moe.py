@@ -126,7 +126,9 @@ def dense_view(spec: "ModelSpec") -> "ModelSpec":
         return spec
     from planner.model import ModelSpec
 
-    width = max(int(round(float(active_ffn_per_layer(spec).mean()))), 1)
+    from planner import ssm  # a hybrid stack: averaged over its MLP layers only (planner/ssm.py)
+
+    width = max(int(round(float(active_ffn_per_layer(spec)[ssm.mlp_mask(spec)].mean()))), 1)
     fields = {**spec.model_dump(), **DENSE, "ffn_hidden": width, "published_params": None,
               "name": f"{spec.name} (active view)"}
     return ModelSpec(**fields)

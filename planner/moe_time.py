@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, flops, gemm_shape, moe, moe_parallel
+from planner import comm, flops, gemm_shape, moe, moe_parallel, ssm
 from planner.context_parallel import all_to_all_s
 from planner.layout import Layout
 from planner.memory import compute_dtype_bytes
@@ -85,7 +85,7 @@ def view_expert_gemm_s_per_token(spec, view, layout: Layout, gpu, pts, gemm_peak
     shapes = gemm_shape.plan_factors(view, layout, gpu)[0][2:]
     t = sum(per_token / (gemm_peak * flops.efficiency(pts, size) * q) for (per_token, size), q in zip(gemms, shapes))
     share = spec.moe_top_k * moe.expert_ffn(spec) / view.ffn
-    return share * t
+    return share * t / ssm.mlp_share(view)  # a hybrid view's block GEMMs carry its MLP share (planner/ssm.py)
 
 
 def router_s_per_token(spec, layout: Layout, pts, peak16) -> np.ndarray:

@@ -49,7 +49,10 @@ PARALLEL_FUSED = (((0, 2), True, False), ((1, 3), False, True))
 
 def tp_calls_per_pass(spec: ModelSpec) -> float:
     """All-reduce-sized TP collectives per block and pass (forward, backward or a recomputed
-    forward); with sequence parallelism each is an all-gather + reduce-scatter pair."""
+    forward); with sequence parallelism each is an all-gather + reduce-scatter pair. A hybrid stack's
+    layer (Mamba, attention or MLP: planner/ssm.py) has one row-parallel output, one collective."""
+    if spec.layer_pattern is not None:
+        return PARALLEL_TP_CALLS_PER_PASS
     return PARALLEL_TP_CALLS_PER_PASS if spec.parallel_block else SEQUENTIAL_TP_CALLS_PER_PASS
 
 

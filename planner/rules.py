@@ -25,7 +25,7 @@ import numpy as np
 from planner import context_parallel, stage_split
 from planner.errors import PlanError
 from planner.layout import _BOOLEAN, _CATEGORICAL, CKPT, OFFLOAD, PREC, SHARD, Layout
-from planner import moe_parallel, zeropp_rules
+from planner import moe_parallel, ssm_time, zeropp_rules
 from planner.stacks import unsupported
 
 GIB = 2**30
@@ -97,7 +97,7 @@ RULES: tuple[Rule, ...] = (
          lambda k: f"{k.tp} exceeds gpus_per_node ({k.system.gpus_per_node}); tensor parallelism stays "
                    "inside a node"),
     Rule("tp_heads", "tp does not divide n_heads", "tp", ("tp", "spec"),
-         lambda k: k.spec.n_heads % k.tp != 0,
+         lambda k: ssm_time.has_attention(k.spec) & (k.spec.n_heads % k.tp != 0),
          lambda k: f"{k.tp} does not divide the {k.spec.n_heads} attention heads (n_heads) of {k.spec.name}"),
     Rule("pp_layers", "pp exceeds n_layers", "pp", ("pp", "spec"),
          lambda k: k.pp > k.spec.n_layers,
@@ -112,7 +112,7 @@ RULES: tuple[Rule, ...] = (
          lambda k: context_parallel.heads_unsplittable(k.spec, k, k.system.gpus_per_node),
          lambda k: context_parallel.heads_message(k.spec, k, k.system.gpus_per_node), relaxed={"tp": 1}),
     Rule("tp_kv_heads", "tp does not divide n_kv_heads", "tp", ("tp", "spec"),
-         lambda k: k.spec.kv_heads % k.tp != 0,
+         lambda k: ssm_time.has_attention(k.spec) & (k.spec.kv_heads % k.tp != 0),
          lambda k: f"{k.tp} does not divide the {k.spec.kv_heads} key/value heads (n_kv_heads) of {k.spec.name}: "
                    "Megatron-Core needs num_query_groups to be a multiple of tp and torchtitan splits wk/wv by "
                    f"whole heads (allowed: tp dividing {k.spec.kv_heads})"),
@@ -175,6 +175,7 @@ RULES: tuple[Rule, ...] = (
                    "tokens (pin --global-batch to plan a larger batch)"),
     *(Rule(**r) for r in zeropp_rules.RULES),
     *(Rule(**r) for r in moe_parallel.RULES),
+    *(Rule(**r) for r in ssm_time.RULES),
     Rule("stack_supports", "the stack cannot run this plan (see catalog/stacks)", "stack",
          ("stack", "sharding", "tp", "pp", "cp", "cp_impl", "precision", "offload", "compile", "async_tp", "activation_offload",
           "profiles"),

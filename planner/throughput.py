@@ -32,7 +32,7 @@ import numpy as np
 
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
                      dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, mla, moe, moe_time,
-                     parallel_block, pipeline_comm, pipeline_stages, stage_split)
+                     parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
 from planner.activation_offload import activation_offload_s
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -115,6 +115,9 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     shape_lin, shape_attn, _ = gemm_shape.plan_factors(spec, layout, system.gpu)  # tile/wave quantization
     for (per_token, size), q in zip(flops.block_gemms(spec, tokens, layout.tp), shape_lin):
         gemm = gemm + per_token / (gemm_peak * flops.efficiency(pts, size) * q)
+    # Mamba layers of a hybrid stack (planner/ssm_time.py; 0 for a transformer)
+    gemm = gemm + ssm_time.gemm_s_per_token(spec, layout, system.gpu, gemm_peak, peak16, pts,
+                                            compute_dtype_bytes(layout))
     # Attention core: queries of this GPU against the whole sequence (ring attention with cp).
     attn_ft, attn_size = flops.attention_core_gemm(spec, tokens, layout.seq_len, layout.tp)
     eager = layout.attention == ATTN["eager"]
@@ -140,7 +143,7 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     sp = layout.sequence_parallel > 0
     rep = parallel_block.replicated_sbh(spec)
     act = (rep * ~sp + (24.0 + rep * sp) / tp) * (spec.hidden / 2)
-    elem = act * act_bytes / hbm
+    elem = ssm_time.elementwise_s_per_token(spec, layout, act * act_bytes / hbm, act_bytes, hbm)
     elem = elem * np.where(layout.compile == 1, prof["compile_elementwise_factor"], 1.0)
     return gemm, attn, elem
 
@@ -173,7 +176,7 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
     # eager attention's element-wise kernels over the score matrix (their own passes)
     elem_t = elem_t + (layout.attention == ATTN["eager"]) * eager_traffic.seconds_per_token(
         spec.n_heads, layout.seq_len, layout.tp, compute_dtype_bytes(layout), layout.precision == PREC["fp16"],
-        prof["eager_softmax_fp32"], block + 0.5 * linear_share, _hbm_Bps(system, settings))
+        prof["eager_softmax_fp32"], block + 0.5 * linear_share, _hbm_Bps(system, settings)) * ssm.attention_share(spec)
     # fp8 quantisation of the block linears' operands, forward + backward (the recipe's kernels)
     hbm = _hbm_Bps(system, settings)
     elem_t = elem_t + prof["fp8_cast_passes"] * fp8.cast_s_per_token(spec, layout, prof, hbm, block + linear_share)

@@ -253,6 +253,9 @@ def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     if spec.kv_lora_rank is not None:
         raise PlanError("model", f"{spec.name} uses multi-head latent attention (kv_lora_rank): the bundled trainer "
                         "builds standard attention only (the planner models it)")
+    if spec.layer_pattern is not None:
+        raise PlanError("model", f"{spec.name} has Mamba / hybrid layers (layer_pattern): the bundled trainer builds "
+                        "transformer blocks only (the planner models it)")
     # the planner's rules: tp divides the heads, pp at most the layers, pp x vpp divides them
     rules.check({"tp": p.tp, "pp": p.pp, "vpp": p.vpp}, spec=spec)
     t = p.tp

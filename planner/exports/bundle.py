@@ -127,6 +127,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     model = chosen.model  # (torchrun/slurm resolve model_ref: _bundled_trainer_runs)
     if (why := moe_settings.refusal(fmt, chosen.plan, model)) is not None:
         raise why
+    _refuse_hybrid(chosen)
     options = options or ExportOptions()
     target = options.target or target_for(chosen.system)
     steps = options.steps or (steps_for_tokens(chosen.plan, chosen.tokens) if chosen.tokens else None)
@@ -193,6 +194,19 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         recipe=recipe, deepspeed_config=ds() if ran_deepspeed else None, notes=notes)
     return ExportResult(format=fmt, plan=plan, source=chosen.source, steps=steps, time_limit=limit,
                         notes=notes, files=[ExportFile(name="job.sbatch", content=script)])
+
+
+def _refuse_hybrid(chosen: Chosen) -> None:
+    """No export writes Mamba / hybrid layer settings (Megatron-Core's --hybrid-override-pattern, ...) yet."""
+    model = chosen.model
+    if model is None and chosen.model_ref:
+        try:
+            model = resolve_model(chosen.model_ref)
+        except PlanError:
+            return
+    if model is not None and getattr(model, "layer_pattern", None):
+        raise PlanError("model", f"{model.name}: Mamba / hybrid layer stacks are not exported yet (the planner models "
+                        "them; no export writes their layer pattern)")
 
 
 def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:

@@ -80,7 +80,7 @@ def test_sparse_step_and_dense_prefix(step, dense, freq, first):
     ({**MIXTRAL, "num_local_experts": None}, "key 'num_local_experts': missing"),
     ({**OLMOE, "attention_bias": True}, "key 'attention_bias': true with bias-free experts (olmoe)"),
     ({**MIXTRAL, "model_type": "phimoe", "lm_head_bias": True}, "key 'lm_head_bias'"),
-    ({**MIXTRAL, "model_type": "jamba"}, "mixture-of-experts model_type 'jamba' is not modelled"),
+    ({**MIXTRAL, "model_type": "jetmoe"}, "mixture-of-experts model_type 'jetmoe' is not modelled"),  # jamba: hf_ssm.py
     ({**MIXTRAL, "kv_lora_rank": 512}, "multi-head latent attention (mixtral"),
 ])
 def test_unexpressible_moe_configs_are_refused_naming_the_key(cfg, words):

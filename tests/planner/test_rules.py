@@ -20,7 +20,8 @@ N = 3000
 # (model, GPU, gpus, gpus per node): with and without bf16/fp8, GPU counts with odd factors
 CONTEXTS = [("7b", "a100-80gb", 48, 8), ("gpt2", "v100-32gb", 24, 4), ("70b", "h100-80gb", 64, 8),
             ("llama3-8b", "h100-80gb", 32, 16),  # 8 kv heads, 16 GPUs per node: tp 16 splits no kv head
-            ("7b", "h100-80gb", 48, 8, {"moe_experts": 8, "moe_top_k": 2})]  # a mixture of experts (ep, etp)
+            ("7b", "h100-80gb", 48, 8, {"moe_experts": 8, "moe_top_k": 2}),  # a mixture of experts (ep, etp)
+            ("mamba2-2.7b", "a100-80gb", 48, 8), ("mamba-2.8b", "h100-80gb", 32, 8)]  # Mamba-2 / Mamba-1 (ssm rules)
 
 
 WIDE = dict(stack=range(len(STACKS)), tp=[1, 2, 3, 4, 8, 16], pp=[1, 2, 4, 5, 8, 64, 128], vpp=[1, 2, 3],
