@@ -172,8 +172,8 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
     try:
         hw = run_hardware.resolve(gtype, machine, set(catalog.gpus))
     except run_hardware.UnknownGpu as e:
-        raise PlanError("gpu_type", f"row {row['id']}: unknown GPU {e} (known families: V100, A100/A800, "
-                        "H100/H800, H200, B200, GB200, MI250X, MI300X, MI325X)") from None
+        raise PlanError("gpu_type", f"row {row['id']}: {e} is not a GPU the planner models "
+                        f"(allowed: {run_hardware.ALLOWED})") from None
     notes.extend(hw.notes)
     gpu_id, cluster_id = hw.gpu_id, hw.cluster_id
     cluster = catalog.clusters[cluster_id]

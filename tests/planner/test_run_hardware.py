@@ -14,7 +14,7 @@ IDS = set(load_catalog().gpus)
     ("A100-80GB", "", "a100-80gb", "dgx-a100"),
     ("NVIDIA A100-SXM4-40GB", "", "a100-40gb", "dgx-a100-40gb"),
     ("A100 80 GB PCIe", "", "a100-pcie-80gb", "dgx-a100"),
-    ("A100", "Selene: 8x200Gbps HDR IB per node", "a100-80gb", "dgx-a100"),
+    ("A100", "Selene: 8x200Gbps HDR IB per node", "a100-80gb", "selene"),  # dgx-a100 figures: see test_machines
     ("A100-80GB", "Omni-Path (Jean Zay)", "a100-80gb", "jean-zay-a100"),
     ("A100", "Omni-Path (Jean Zay)", "a100-80gb", "jean-zay-a100"),
     ("V100-32GB", "", "v100-32gb", "dgx-v100"),

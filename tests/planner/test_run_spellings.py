@@ -269,7 +269,7 @@ def test_offload_spellings(sharding, offload, expected):
     ("A100 (80GB)", "a100-80gb", "dgx-a100"), ("NVIDIA A100-SXM4-80GB", "a100-80gb", "dgx-a100"),
     ("H100 SXM5", "h100-80gb", "dgx-h100"), ("H100-SXM", "h100-80gb", "dgx-h100"), ("H100 80GB HBM3", "h100-80gb", "dgx-h100"),
     ("H800", "h100-80gb", "dgx-h100"), ("H200 SXM", "h200-141gb", "dgx-h200"), ("H200 141GB", "h200-141gb", "dgx-h200"),
-    ("GH200", "h200-141gb", "dgx-h200"), ("MI250X GCD", "mi250x", "adastra-mi250x"), ("MI300X", "mi300x", "mi300x-8"),
+    ("GH200", "gh200-96gb", "jupiter-booster"), ("MI250X GCD", "mi250x", "adastra-mi250x"), ("MI300X", "mi300x", "mi300x-8"),
     ("V100-SXM3-32GB", "v100-32gb", "dgx-v100"), ("Tesla V100 32GB", "v100-32gb", "dgx-v100"),
     ("V100-SXM2-16GB", "v100-16gb", "dgx-v100"),
 ])
@@ -334,6 +334,6 @@ def test_outcome_spellings(tmp_path, outcome, expected):
     assert run.outcome == expected and run.scored == (expected == "ok")
 
 
-def test_gh200_is_read_as_h200_and_noted(tmp_path):
+def test_gh200_is_its_own_part_and_its_unstated_memory_noted(tmp_path):
     run = load(tmp_path, gpu_type="GH200 Grace Hopper", gpus_per_node="4")
-    assert "H200" in run.system.gpu.name and any("GH200" in n for n in run.assumptions)
+    assert run.system.gpu.id == "gh200-96gb" and any("GH200 memory not stated" in n for n in run.assumptions)

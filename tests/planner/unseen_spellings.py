@@ -76,7 +76,7 @@ GPU = [
     _gpu("H100 SXM5 80GB", "h100-80gb"), _gpu("8x H100 80GB", "h100-80gb"), _gpu("HGX H100", "h100-80gb"),
     _gpu("NVIDIA H100 Tensor Core GPU", "h100-80gb"), _gpu("h100", "h100-80gb"), _gpu("H100 PCIe", "h100-pcie-80gb"),
     _gpu("H100-96GB", "h100-96gb"), _gpu("H800", "h100-80gb", note="H800"), _gpu("NVIDIA H800 80GB", "h100-80gb"),
-    _gpu("GH200", "h200-141gb", note="GH200"), _gpu("H200 141GB", "h200-141gb"), _gpu("H200 SXM 141GB HBM3e", "h200-141gb"),
+    _gpu("GH200", "gh200-96gb", note="GH200 memory not stated"), _gpu("H200 141GB", "h200-141gb"), _gpu("H200 SXM 141GB HBM3e", "h200-141gb"),
     _gpu("NVIDIA H200", "h200-141gb"), _gpu("B200", "b200"), _gpu("NVIDIA B200 180GB", "b200"),
     _gpu("GB200 NVL72", "gb200"), _gpu("A800 80GB", "a100-80gb", note="A800"),
     _gpu("A100-SXM4-80GB", "a100-80gb"), _gpu("NVIDIA A100-SXM4-80GB", "a100-80gb"), _gpu("A100 80GB", "a100-80gb"),
@@ -88,7 +88,7 @@ GPU = [
     _gpu("V100 32GB", "v100-32gb"), _gpu("V100-PCIE-16GB", "v100-pcie-16gb"), _gpu("V100 (DGX-1)", "v100-32gb"),
     _gpu("MI250X (GCD)", "mi250x"), _gpu("AMD MI250X", "mi250x"), _gpu("AMD Instinct MI250X", "mi250x"),
     _gpu("AMD Instinct MI300X", "mi300x"), _gpu("MI300X 192GB", "mi300x"), _gpu("MI325X", "mi325x"),
-    _gpu("L40S", Refused("gpu_type")), _gpu("TPU v4", Refused("gpu_type")), _gpu("TPU v5p", Refused("gpu_type")),
+    _gpu("L40S", "l40s"), _gpu("TPU v4", Refused("gpu_type")), _gpu("TPU v5p", Refused("gpu_type")),
     _gpu("Gaudi2", Refused("gpu_type")), _gpu("RTX 4090", Refused("gpu_type")), _gpu("A10G", Refused("gpu_type")),
     _gpu("", Refused("gpu_type")),
 ]
