@@ -1,13 +1,13 @@
 """Step-time terms of a mixture-of-experts model beyond its active view (pure, vectorised over plans);
 planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these.
 
-- Grouped expert GEMMs: a token's top-k routed experts run as small GEMMs, one per local expert, of
-  M = the tokens routed to that expert (tokens x top-k x ep x etp / (tp x experts) per micro batch),
-  N/K = the expert's width split by etp. Their efficiency comes from the GPU's GEMM-size curve (the
-  group's FLOPs, one grouped kernel) times the tile and wave quantization of planner/gemm_shape.py
-  at the per-expert M (the local experts' tiles run in the same waves), bounded by the HBM time of
-  the local experts' weights and tokens (few rows per expert: memory-bound); the view charged the same
-  FLOPs as one wide dense GEMM of M = tokens: the difference is added, with the router's GEMM.
+- Grouped expert GEMMs (planner/moe_gemm.py, checked against DeepGEMM's grouped-GEMM figures): a
+  token's top-k routed experts run as one grouped GEMM per projection over the local experts, of
+  M = the tokens routed to each (tokens x top-k x ep x etp / (tp x experts) per micro batch, times the
+  busiest rank's load), N/K = the expert's width split by etp; forward, input- and weight-gradient
+  passes each timed (tensor cores or operand reads, plus the epilogue's writes: the weight gradient
+  accumulates into the fp32 main gradient); the view charged the same FLOPs as one wide dense GEMM of
+  M = tokens: the difference is added, with the router's GEMM.
 - Router load imbalance: the busiest expert rank gets more than its share of tokens; its expert
   GEMMs and all-to-all volume are scaled by LOAD_IMBALANCE, Switch Transformer's capacity factor
   1.25 (Fedus et al. 2022, JMLR 23, sec. 2.2 and Table 1: the capacity that leaves few tokens
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, flops, gemm_shape, moe, moe_parallel
+from planner import comm, flops, gemm_shape, moe, moe_gemm, moe_parallel
 from planner.context_parallel import all_to_all_s
 from planner.layout import Layout
 from planner.memory import compute_dtype_bytes
@@ -48,34 +48,16 @@ def tokens_per_expert(spec, layout: Layout) -> np.ndarray:
     return tokens * spec.moe_top_k * _f(layout.ep) * layout.etp / (_f(layout.tp) * spec.moe_experts)
 
 
-def _grouped_efficiency(m, n, k, local, shape, eb) -> np.ndarray:
-    """Forward, input-gradient and weight-gradient GEMMs of `local` experts at once (gemm_shape's rules)."""
-    fwd = gemm_shape.gemm_efficiency(m, n, k, shape, batch=local, elem_bytes=eb)
-    dgrad = gemm_shape.gemm_efficiency(m, k, n, shape, batch=local, elem_bytes=eb)
-    wgrad = gemm_shape.gemm_efficiency(n, k, m, shape, batch=local, elem_bytes=eb)
-    return gemm_shape.harmonic([fwd, dgrad, wgrad])
-
-
-def expert_gemm_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak, hbm_Bps) -> np.ndarray:
-    """Forward seconds per token (of the stage's micro batch) of one MoE layer's grouped expert GEMMs
-    on one GPU, at the busiest rank's load; no faster than reading the local experts' weights and the
-    routed tokens from HBM (the roofline, Williams et al. 2009: a few rows per expert leave the GEMM
-    memory-bound)."""
-    h, w, mats = spec.hidden, moe.expert_ffn(spec), moe.mlp_matrices(spec)
-    etp = _f(layout.etp)
-    m = tokens_per_expert(spec, layout)
-    local = spec.moe_experts / _f(layout.ep)
-    shape = gemm_shape.GemmShapeData.of(gpu)
+def expert_passes_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak, hbm_Bps, load=LOAD_IMBALANCE) -> dict:
+    """Seconds per token (of the stage's micro batch) of one MoE layer's grouped expert GEMMs on one GPU
+    at the busiest rank's load (`load` x the balanced M), by pass: fwd, dgrad, wgrad."""
     eb = compute_dtype_bytes(layout)
+    m = load * tokens_per_expert(spec, layout)
+    local = spec.moe_experts / _f(layout.ep)
+    passes = moe_gemm.expert_passes_s(m, moe.mlp_matrices(spec), spec.hidden, moe.expert_ffn(spec) / _f(layout.etp),
+                                      local, gemm_shape.GemmShapeData.of(gpu), pts, gemm_peak, hbm_Bps, eb)
     tokens = _f(layout.micro_batch) * layout.seq_len / layout.cp
-    t = 0.0
-    for n, k in ((w * (mats - 1) / etp, np.full(np.shape(etp), float(h))), (np.full(np.shape(etp), float(h)), w / etp)):
-        per_token = 2.0 * n * k * spec.moe_top_k * etp / _f(layout.tp)  # per token of the micro batch
-        group_gflop = m * local * 2.0 * n * k / 1e9
-        eff = flops.efficiency(pts, group_gflop) * _grouped_efficiency(m, n, k, local, shape, eb)
-        streamed = local * (n * k + m * (n + k)) * eb / hbm_Bps / tokens  # weights, inputs, outputs
-        t = t + np.maximum(per_token / (gemm_peak * eff), streamed)
-    return LOAD_IMBALANCE * t
+    return {k: v / tokens for k, v in passes.items()}
 
 
 def view_expert_gemm_s_per_token(spec, view, layout: Layout, gpu, pts, gemm_peak) -> np.ndarray:
@@ -108,11 +90,11 @@ def a2a_calls_per_layer(layout: Layout) -> np.ndarray:
     return 4.0 + 2.0 * block
 
 
-def a2a_s_per_layer(spec, layout: Layout, links: comm.Links) -> np.ndarray:
+def a2a_s_per_layer(spec, layout: Layout, links: comm.Links, load=LOAD_IMBALANCE) -> np.ndarray:
     ep = _f(layout.ep)
     m = comm.members_per_node(ep, layout.etp, links.gpus_per_node)
     calls = a2a_calls_per_layer(layout)
-    return all_to_all_s(links, LOAD_IMBALANCE * calls * a2a_bytes_per_call(spec, layout), ep, m, calls)
+    return all_to_all_s(links, load * calls * a2a_bytes_per_call(spec, layout), ep, m, calls)
 
 
 def _grad_collective_s(links, group, stride, params, gbytes, layout) -> np.ndarray:
@@ -136,20 +118,23 @@ def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.n
 
 
 def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes,
-          hbm_Bps):
+          hbm_Bps, load=LOAD_IMBALANCE):
     """Per-micro-batch compute seconds (raw, before the stack's GEMM factor) and per-step exposed
-    communication seconds of the MoE layers of the busiest stage, by part."""
+    communication seconds of the MoE layers of the busiest stage, by part; `load`: the busiest expert
+    rank's tokens over the mean (LOAD_IMBALANCE by default)."""
     zero = np.zeros(np.shape(layout.tp))
     if not moe.is_moe(spec):
         return {k: zero for k in ZERO}
     tokens = _f(layout.micro_batch) * layout.seq_len / layout.cp
     block, _, linear_share = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
+    passes_fwd = 3.0 + block + linear_share  # forward, two backward GEMMs, the recomputed forward
     moe_layers = parts["layers"] * moe.n_moe_layers(spec) / spec.n_layers
-    per_token = (expert_gemm_s_per_token(spec, layout, system.gpu, pts, gemm_peak, hbm_Bps)
-                 - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)
-                 + router_s_per_token(spec, layout, pts, peak16))
-    gemm = moe_layers * tokens * per_token * (3.0 + block + linear_share)
-    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links)
+    p = expert_passes_s_per_token(spec, layout, system.gpu, pts, gemm_peak, hbm_Bps, load)
+    experts = (passes_fwd - 2.0) * p["fwd"] + p["dgrad"] + p["wgrad"]
+    per_token = (experts + passes_fwd * (router_s_per_token(spec, layout, pts, peak16)
+                                         - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)))
+    gemm = moe_layers * tokens * per_token
+    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links, load)
     grads = expert_grad_s(spec, view, layout, links, gbytes) * prof["comm_time_factor"]
     return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads}
 
