@@ -8,18 +8,27 @@ planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these
   passes each timed (tensor cores or operand reads, plus the epilogue's writes: the weight gradient
   accumulates into the fp32 main gradient); the view charged the same FLOPs as one wide dense GEMM of
   M = tokens: the difference is added, with the router's GEMM.
-- Router load imbalance: the busiest expert rank gets more than its share of tokens; its expert
-  GEMMs and all-to-all volume are scaled by LOAD_IMBALANCE, Switch Transformer's capacity factor
-  1.25 (Fedus et al. 2022, JMLR 23, sec. 2.2 and Table 1: the capacity that leaves few tokens
-  dropped with the auxiliary load-balancing loss; GShard trains with 2, Lepikhin et al. 2020).
+- Router load (`load_factor`): with a capacity factor c (Settings.moe_capacity_factor; GShard,
+  Lepikhin et al. 2020, and Switch Transformer, Fedus et al. 2022, sec. 2.2: expert capacity =
+  c x tokens x top-k / experts; Megatron-Core --moe-expert-capacity-factor with
+  --moe-pad-expert-input-to-capacity) every expert's buffer is padded to c x the mean: the GEMMs and
+  all-to-alls run c x the balanced rows (tokens beyond capacity dropped). Dropless (None, Megatron-Core's
+  default): the busiest expert rank gets more than its share, LOAD_IMBALANCE x the mean, Switch's
+  capacity factor 1.25 (ibid. Table 1: the capacity that leaves few tokens dropped with the auxiliary
+  load-balancing loss; GShard trains with 2). Megatron's capacity without padding drops but does not
+  pad: its busiest rank runs at most c x the mean, between the two.
 - Expert-parallel all-to-all: dispatch and combine in forward, their two transposes in backward
   (and the forward's two again when a block is recomputed), per MoE layer and micro batch; each GPU
   sends tokens x hidden x top-k x bytes x (ep-1)/ep: the top-k copies of its tokens' hidden states,
   all but the 1/ep bound for its own experts (DeepSpeed-MoE, Rajbhandari et al. 2022, arXiv
   2201.05596; deepspeed/moe/sharded_moe.py MOELayer.forward runs two all-to-alls, dispatch and
   combine, of the routed tokens x model dim), over NVLink while the ep group fits in a node, else the
-  NICs (planner/context_parallel.py `all_to_all_s`). Not overlapped with compute (Megatron-Core's
-  default; its 1F1B all-to-all overlap is opt-in).
+  NICs (planner/context_parallel.py `all_to_all_s`: the node's share over NVLink, the rest over the
+  GPU's own NIC, both at once: NCCL's all-to-all, NVIDIA/nccl-tests#130 and NVIDIA/nccl#866).
+  Checked against DeepEP's and NCCL's figures (tests/planner/test_moe_microbench.py). FP8 dispatch
+  (Settings.moe_fp8_dispatch; DeepEP, DeepSeek-V3 sec. 3.3.2): the forward dispatch and its backward
+  counterpart carry e4m3 values plus one fp32 scale per 128 (1 + 4/128 bytes per element), the combines
+  bf16. Not overlapped with compute (Megatron-Core's default; its 1F1B all-to-all overlap is opt-in).
 - Expert gradients: reduced over the expert-data-parallel group instead of the view's dp x cp group
   (the expert part's collective in place of the view's top-k share of it), not hidden further.
 """
@@ -34,12 +43,20 @@ from planner.layout import Layout
 from planner.memory import compute_dtype_bytes
 
 LOAD_IMBALANCE = 1.25
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0  # e4m3 + an fp32 scale per 128 elements (DeepEP's fp8 dispatch)
 
 ZERO = ("moe_gemm_s", "moe_a2a_s", "moe_expert_grad_s")
 
 
 def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
+
+
+def load_factor(settings) -> float:
+    """The busiest expert rank's routed tokens over the balanced mean: the capacity factor (padded to
+    capacity) or, dropless, LOAD_IMBALANCE."""
+    c = getattr(settings, "moe_capacity_factor", None)
+    return LOAD_IMBALANCE if c is None else float(c)
 
 
 def tokens_per_expert(spec, layout: Layout) -> np.ndarray:
@@ -90,11 +107,15 @@ def a2a_calls_per_layer(layout: Layout) -> np.ndarray:
     return 4.0 + 2.0 * block
 
 
-def a2a_s_per_layer(spec, layout: Layout, links: comm.Links, load=LOAD_IMBALANCE) -> np.ndarray:
+def a2a_s_per_layer(spec, layout: Layout, links: comm.Links, load=LOAD_IMBALANCE, fp8_dispatch=False) -> np.ndarray:
+    """Every all-to-all of one MoE layer and micro batch: half of the calls dispatch (forward dispatch,
+    the combine's backward, the recomputed dispatch), half combine."""
     ep = _f(layout.ep)
     m = comm.members_per_node(ep, layout.etp, links.gpus_per_node)
     calls = a2a_calls_per_layer(layout)
-    return all_to_all_s(links, load * calls * a2a_bytes_per_call(spec, layout), ep, m, calls)
+    dispatch = FP8_DISPATCH_BYTES / compute_dtype_bytes(layout) if fp8_dispatch else 1.0
+    sent = load * 0.5 * calls * (1.0 + dispatch) * a2a_bytes_per_call(spec, layout)
+    return all_to_all_s(links, sent, ep, m, calls)
 
 
 def _grad_collective_s(links, group, stride, params, gbytes, layout) -> np.ndarray:
@@ -118,7 +139,7 @@ def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.n
 
 
 def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes,
-          hbm_Bps, load=LOAD_IMBALANCE):
+          hbm_Bps, load=LOAD_IMBALANCE, fp8_dispatch=False):
     """Per-micro-batch compute seconds (raw, before the stack's GEMM factor) and per-step exposed
     communication seconds of the MoE layers of the busiest stage, by part; `load`: the busiest expert
     rank's tokens over the mean (LOAD_IMBALANCE by default)."""
@@ -134,9 +155,10 @@ def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, ge
     per_token = (experts + passes_fwd * (router_s_per_token(spec, layout, pts, peak16)
                                          - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)))
     gemm = moe_layers * tokens * per_token
-    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links, load)
+    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links, load, fp8_dispatch)
     grads = expert_grad_s(spec, view, layout, links, gbytes) * prof["comm_time_factor"]
     return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads}
 
 
-__all__ = ["LOAD_IMBALANCE", "a2a_bytes_per_call", "a2a_calls_per_layer", "terms", "tokens_per_expert"]
+__all__ = ["FP8_DISPATCH_BYTES", "LOAD_IMBALANCE", "a2a_bytes_per_call", "a2a_calls_per_layer", "load_factor", "terms",
+           "tokens_per_expert"]

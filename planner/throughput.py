@@ -372,7 +372,7 @@ def _moe_terms(spec, view, layout, system, settings, links, prof, parts) -> dict
     gemm_peak = np.where(layout.precision == PREC["fp8"], peak * prof["gemm_efficiency"], peak)
     return moe_time.terms(spec, view, layout, system, links, prof, parts, gemm_peak,
                           _peak16(system, layout.precision) * k, _efficiency_points(system), dp_comm.grad_bytes(layout),
-                          _hbm_Bps(system, settings))
+                          _hbm_Bps(system, settings), moe_time.load_factor(settings), settings.moe_fp8_dispatch)
 
 
 def at(perf: dict[str, np.ndarray], i: int) -> tuple[StepTimeBreakdown, Performance]:

@@ -65,3 +65,91 @@ def test_few_rows_per_expert_reach_a_lower_share_of_peak():
     """4 x 256 rows at 0.47 of the FP8 peak against 4 x 8192 at 0.66 (DeepGEMM, N 4096 / K 7168)."""
     small, large = _tflops(4, 256, 4096, 7168, 2.0), _tflops(4, 8192, 4096, 7168, 2.0)
     assert small < 0.9 * large
+
+
+# ------------------------------------------------------------------ expert all-to-all
+
+def _links(nvlink_gbps=None):
+    from planner import comm
+    from planner.resolve import resolve_system
+    from planner.scenario import Scenario
+    from planner.settings import Settings
+
+    system = resolve_system(Scenario(gpu="h100-80gb", gpus=256), load_catalog())  # 8 x CX7 400 Gb/s per node
+    if nvlink_gbps:
+        system = system.model_copy(update={"intranode_gbps": nvlink_gbps})
+    return comm.Links.of(system, Settings())
+
+
+H800_NVLINK_GBPS = 1600  # 400 GB/s both directions = 200 GB/s each way
+# DeepEP low-latency kernels (deepseek-ai/DeepEP docs/legacy.md, V1 "Low-latency kernels with pure
+# RDMA"): H800 + CX7 400 Gb/s per GPU, 128 tokens, hidden 7168, top-8, FP8 dispatch, BF16 combine.
+# Each (token, expert) pair is its own message, as Megatron's all-to-all dispatcher sends them:
+# (EP, dispatch us, combine us)
+DEEPEP_LOW_LATENCY = [(16, 118, 195), (32, 155, 273), (64, 173, 314), (128, 192, 369), (256, 194, 360)]
+
+
+@pytest.mark.parametrize("ep,dispatch_us,combine_us", DEEPEP_LOW_LATENCY)
+def test_all_to_all_time_within_ten_percent_of_deepep_low_latency(ep, dispatch_us, combine_us):
+    from planner.context_parallel import all_to_all_s
+    from planner.moe_time import FP8_DISPATCH_BYTES
+
+    links = _links(H800_NVLINK_GBPS)
+    copies = 128 * 8 * 7168  # elements a GPU sends, top-8 copies of its tokens
+    for nbytes, measured in ((FP8_DISPATCH_BYTES, dispatch_us), (2.0, combine_us)):
+        sent = copies * nbytes * (ep - 1) / ep
+        assert float(all_to_all_s(links, sent, ep, 8, 1)) * 1e6 == pytest.approx(measured, rel=0.10)
+
+
+def test_nic_rate_of_an_all_to_all_matches_deepep_and_nccl():
+    """What one GPU pushes through its NIC in an all-to-all across nodes: the model's 0.85 x 50 GB/s
+    = 42.5 GB/s. Measured: DeepEP normal kernels' RDMA "bottleneck bandwidth" counts the copies to
+    every node a token goes to, its own included (docs/legacy.md; V2 README: "logical bandwidth ...
+    contains local rank traffic"): V1 EP 32 (4 nodes, each token to 4) 58 x 3/4 = 43.5 GB/s on the
+    wire, EP 64 (4 of 8 nodes) 51 x 3.5/4 = 44.6; V2 EP 8x2 90 / 2 = 45, EP 8x4 61 x 3/4 = 45.8.
+    NCCL: "CX-7 NICs at NDR rate (400Gbps) should achieve up to 48-49GB/s per NIC" and an all-to-all
+    "cannot aggregate the bandwidth of multiple NICs" (NVIDIA/nccl-tests#267)."""
+    from planner.context_parallel import all_to_all_s
+
+    links = _links(H800_NVLINK_GBPS)
+    sent = 1e9
+    for ep in (16, 32, 64):
+        nic_bytes = sent * (ep - 8) / (ep - 1)
+        rate = nic_bytes / float(all_to_all_s(links, sent, ep, 8, 0))
+        for wire in (43.5e9, 44.6e9, 45.0e9, 45.8e9):
+            assert rate == pytest.approx(wire, rel=0.10)
+        assert rate < 48e9
+
+
+def test_nvlink_rate_of_an_all_to_all_inside_a_node():
+    """H100: NVLink's 450 GB/s line rate less NCCL's ~20% protocol overhead, "an effective NVLink
+    bandwidth of 370GB/s, which you can observe as BusBw when running non-allreduce operations"
+    (NVIDIA/nccl-tests#212); the model 0.80 x 450 = 360. H800: DeepEP's intranode normal kernels
+    reach 153 / 158 GB/s (dispatch / combine, EP 8, own rank's tokens included: 7/8 of it, 134-138
+    GB/s, on NVLink) of "~160 GB/s NVLink maximum bandwidth" (docs/legacy.md): the model's 160 is
+    NCCL's rate, DeepEP's copy kernels reach 84-86% of it."""
+    from planner.context_parallel import all_to_all_s
+
+    for gbps, nccl in ((None, 370e9), (H800_NVLINK_GBPS, 370e9 * 200 / 450)):
+        links = _links(gbps)
+        rate = 1e9 / float(all_to_all_s(links, 1e9, 8, 8, 0))
+        assert rate == pytest.approx(nccl, rel=0.05)
+    h800 = 1e9 / float(all_to_all_s(_links(H800_NVLINK_GBPS), 1e9, 8, 8, 0))
+    for logical in (153e9, 158e9):
+        assert 0.80 < logical * 7 / 8 / h800 < 0.90
+
+
+def test_fp8_dispatch_halves_the_dispatch_bytes_only():
+    """DeepSeek-V3 (arXiv 2412.19437, sec. 3.3.2): activations quantized to FP8 before the dispatch
+    (and the activation gradients before the backward dispatch), the combines kept in BF16."""
+    from planner import moe_time
+    from planner.layout import Layout
+    from planner.scenario import ExecutionPlan
+    from tests.planner.moe_models import MIXTRAL_8X7B
+
+    lay = Layout.from_plan(ExecutionPlan(tp=1, dp=64, ep=64 // 8, activation_checkpointing="none",
+                                         micro_batch=1, grad_accum=1, seq_len=4096))
+    links = _links()
+    bf16 = float(moe_time.a2a_s_per_layer(MIXTRAL_8X7B, lay, links, 1.0, False)[0])
+    fp8 = float(moe_time.a2a_s_per_layer(MIXTRAL_8X7B, lay, links, 1.0, True)[0])
+    assert fp8 / bf16 == pytest.approx((1 + (1 + 4 / 128) / 2) / 2, rel=0.02)
