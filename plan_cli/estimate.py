@@ -35,6 +35,7 @@ def estimate(
     runtime_overhead_gib: Annotated[Optional[float], Opt(help="CUDA context/workspaces per GPU (default 1.5)")] = None,
     moe_capacity_factor: Annotated[Optional[float], Opt(help="MoE: pad each expert's tokens to this x the mean (default: dropless, busiest rank 1.25 x)")] = None,
     moe_fp8_dispatch: Annotated[bool, Opt(help="MoE: dispatch tokens to the experts in FP8 (DeepEP), combine in BF16")] = False,
+    moe_node_limit: Annotated[Optional[int], Opt(min=1, help="MoE: node-limited routing, each token to at most N nodes, sent once per node (DeepSeek-V3 / DeepEP)")] = None,
     scenarios: Annotated[Optional[Path], Opt(help="CSV or JSONL of scenarios to evaluate in one process", rich_help_panel=OUT)] = None,
     out: Annotated[Optional[Path], Opt(help="Where --scenarios writes its results (.csv or .jsonl)", rich_help_panel=OUT)] = None,
     top: Annotated[Optional[int], Opt(min=1, help="Show the K best (default 10; 1 per scenario with --scenarios)", rich_help_panel=OUT)] = None,
@@ -53,7 +54,8 @@ def estimate(
     from planner.units import parse_gpu_range
 
     cat = load_catalog(catalog)
-    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor, moe_fp8_dispatch)
+    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor, moe_fp8_dispatch,
+                         moe_node_limit)
     if scenarios is not None:
         if out is None:
             raise PlanError("out", "--scenarios needs --out FILE (.csv or .jsonl)")
@@ -130,7 +132,8 @@ def _exit_if_nothing_fits(reports) -> None:
         raise typer.Exit(NOTHING_FITS_EXIT)
 
 
-def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor=None, moe_fp8_dispatch=False):
+def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor=None, moe_fp8_dispatch=False,
+              moe_node_limit=None):
     from planner.settings import Calibration, Settings
 
     update = {}
@@ -150,7 +153,7 @@ def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capac
             raise PlanError("moe_capacity_factor", f"{moe_capacity_factor:g} must be > 0 (x the mean tokens per "
                                                    "expert; Switch Transformer trains with 1.0-2.0)")
         update["moe_capacity_factor"] = moe_capacity_factor
-    return Settings(**update, moe_fp8_dispatch=moe_fp8_dispatch)
+    return Settings(**update, moe_fp8_dispatch=moe_fp8_dispatch, moe_node_limit=moe_node_limit)
 
 
 def _node_size(base: dict, cat) -> int:

@@ -28,7 +28,11 @@ planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these
   Checked against DeepEP's and NCCL's figures (tests/planner/test_moe_microbench.py). FP8 dispatch
   (Settings.moe_fp8_dispatch; DeepEP, DeepSeek-V3 sec. 3.3.2): the forward dispatch and its backward
   counterpart carry e4m3 values plus one fp32 scale per 128 (1 + 4/128 bytes per element), the combines
-  bf16. Not overlapped with compute (Megatron-Core's default; its 1F1B all-to-all overlap is opt-in).
+  bf16. Node-limited routing (Settings.moe_node_limit = M; DeepSeek-V3 sec. 3.2.2: each token to at
+  most M nodes, sent once to each over InfiniBand and forwarded to its experts' GPUs over NVLink;
+  DeepEP's normal kernels, Megatron-Core's flex dispatcher): a GPU's NIC carries its tokens once per
+  remote node chosen (min(M, nodes, top-k) of the ep group's nodes, its own among them at random),
+  its NVLink the tokens forwarded to it. Not overlapped with compute (Megatron-Core's default; its 1F1B all-to-all overlap is opt-in).
 - Expert gradients: reduced over the expert-data-parallel group instead of the view's dp x cp group
   (the expert part's collective in place of the view's top-k share of it), not hidden further.
 """
@@ -45,7 +49,7 @@ from planner.memory import compute_dtype_bytes
 LOAD_IMBALANCE = 1.25
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0  # e4m3 + an fp32 scale per 128 elements (DeepEP's fp8 dispatch)
 
-ZERO = ("moe_gemm_s", "moe_a2a_s", "moe_expert_grad_s")
+ZERO = ("moe_gemm_s", "moe_a2a_s", "moe_expert_grad_s", "moe_expert_gemm_s")
 
 
 def _f(x) -> np.ndarray:
@@ -107,15 +111,31 @@ def a2a_calls_per_layer(layout: Layout) -> np.ndarray:
     return 4.0 + 2.0 * block
 
 
-def a2a_s_per_layer(spec, layout: Layout, links: comm.Links, load=LOAD_IMBALANCE, fp8_dispatch=False) -> np.ndarray:
+def node_limited_s(spec, links: comm.Links, sent, ep, m, calls, node_limit) -> np.ndarray:
+    """The all-to-alls of node-limited routing with hierarchical dispatch; `sent`: the top-k copies'
+    bytes a flat all-to-all would send (a2a_bytes_per_call's convention, every call)."""
+    nodes = np.maximum(ep / m, 1.0)
+    per_copy = sent / (spec.moe_top_k * (ep - 1.0) / np.maximum(ep, 1.0) + 1e-30)  # one copy of the tokens
+    chosen = np.minimum(np.minimum(float(node_limit), nodes), spec.moe_top_k)
+    nic = per_copy * chosen * (nodes - 1.0) / nodes
+    nvlink = per_copy * spec.moe_top_k * (m - 1.0) / m  # forwarded to this GPU's experts inside the node
+    inter_bw = min(links.intra_Bps, links.inter_node_Bps / links.gpus_per_node)
+    t = np.maximum(nic / inter_bw, nvlink / links.intra_Bps) + calls * comm.INTERNODE_LATENCY_S
+    return np.where(ep > m, t, all_to_all_s(links, sent, ep, m, calls))
+
+
+def a2a_s_per_layer(spec, layout: Layout, links: comm.Links, load=LOAD_IMBALANCE, fp8_dispatch=False,
+                    node_limit=None) -> np.ndarray:
     """Every all-to-all of one MoE layer and micro batch: half of the calls dispatch (forward dispatch,
     the combine's backward, the recomputed dispatch), half combine."""
     ep = _f(layout.ep)
-    m = comm.members_per_node(ep, layout.etp, links.gpus_per_node)
+    m = np.minimum(comm.members_per_node(ep, layout.etp, links.gpus_per_node), ep)
     calls = a2a_calls_per_layer(layout)
     dispatch = FP8_DISPATCH_BYTES / compute_dtype_bytes(layout) if fp8_dispatch else 1.0
     sent = load * 0.5 * calls * (1.0 + dispatch) * a2a_bytes_per_call(spec, layout)
-    return all_to_all_s(links, sent, ep, m, calls)
+    if node_limit is None:
+        return all_to_all_s(links, sent, ep, m, calls)
+    return (ep > 1) * node_limited_s(spec, links, sent, ep, m, calls, node_limit)
 
 
 def _grad_collective_s(links, group, stride, params, gbytes, layout) -> np.ndarray:
@@ -139,7 +159,7 @@ def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.n
 
 
 def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes,
-          hbm_Bps, load=LOAD_IMBALANCE, fp8_dispatch=False):
+          hbm_Bps, load=LOAD_IMBALANCE, fp8_dispatch=False, node_limit=None):
     """Per-micro-batch compute seconds (raw, before the stack's GEMM factor) and per-step exposed
     communication seconds of the MoE layers of the busiest stage, by part; `load`: the busiest expert
     rank's tokens over the mean (LOAD_IMBALANCE by default)."""
@@ -155,9 +175,11 @@ def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, ge
     per_token = (experts + passes_fwd * (router_s_per_token(spec, layout, pts, peak16)
                                          - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)))
     gemm = moe_layers * tokens * per_token
-    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links, load, fp8_dispatch)
+    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links, load, fp8_dispatch, node_limit)
     grads = expert_grad_s(spec, view, layout, links, gbytes) * prof["comm_time_factor"]
-    return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads}
+    # moe_gemm_s: what the view did not charge; moe_expert_gemm_s: the routed experts' GEMMs in all (reported)
+    return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads,
+            "moe_expert_gemm_s": moe_layers * tokens * experts}
 
 
 __all__ = ["FP8_DISPATCH_BYTES", "LOAD_IMBALANCE", "a2a_bytes_per_call", "a2a_calls_per_layer", "load_factor", "terms",

@@ -40,6 +40,9 @@ class Settings(Frozen):
     # fp8 dispatch sends the tokens' hidden states to the experts in FP8 (DeepEP), combines in BF16.
     moe_capacity_factor: float | None = Field(default=None, gt=0)
     moe_fp8_dispatch: bool = False
+    # node-limited routing with hierarchical dispatch (DeepSeek-V3; DeepEP's normal kernels): each token
+    # goes to at most this many nodes, once per node over the NICs, forwarded inside it over NVLink
+    moe_node_limit: int | None = Field(default=None, ge=1)
     # What to train and what it costs (for days / GPU-hours / cost columns).
     tokens: float | None = Field(default=None, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)

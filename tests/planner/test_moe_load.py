@@ -56,3 +56,16 @@ def test_cli_bad_capacity_factor_exits_2():
     args = ["estimate", "--gpu", "h100-80gb", "--gpus", "64", "--model", "mixtral-8x7b", "--moe-capacity-factor", "0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "moe_capacity_factor" in result.output and "must be > 0" in result.output
+
+
+def test_node_limit_cuts_the_all_to_all_only_across_nodes():
+    def a2a(limit, **knobs):
+        lay = Layout.from_plan(ExecutionPlan(**{**dict(tp=1, dp=64, ep=8, etp=1, seq_len=4096, sharding="zero1",
+                                                     micro_batch=1, grad_accum=4), **knobs}))
+        s = Settings(stacks=CATALOG.stacks, moe_node_limit=limit)
+        return float(np.asarray(throughput.performance(MIXTRAL_8X7B, lay, SYSTEM, s)["moe_a2a_s"]).reshape(-1)[0])
+
+    assert a2a(1) == pytest.approx(a2a(None))  # ep 8 inside a node: nothing crosses a NIC
+    # tp 2 x ep 8 x etp 2: the ep group spans 2 nodes; a token's 2 experts on 1 node: 0.5 NIC copies, not 2 x 4/7
+    spans = dict(tp=2, dp=32, ep=8, etp=2, sequence_parallel=True)
+    assert a2a(1, **spans) < 0.6 * a2a(None, **spans)

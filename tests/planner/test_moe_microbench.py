@@ -153,3 +153,51 @@ def test_fp8_dispatch_halves_the_dispatch_bytes_only():
     bf16 = float(moe_time.a2a_s_per_layer(MIXTRAL_8X7B, lay, links, 1.0, False)[0])
     fp8 = float(moe_time.a2a_s_per_layer(MIXTRAL_8X7B, lay, links, 1.0, True)[0])
     assert fp8 / bf16 == pytest.approx((1 + (1 + 4 / 128) / 2) / 2, rel=0.02)
+
+
+# DeepEP normal kernels (node-limited routing, sent once per node over RDMA, forwarded over NVLink):
+# H800 + CX7, 4096 tokens per GPU, hidden 7168, top-8 of 256 experts, each token to at most 4 nodes
+# (tests/test_internode.py: num_topk_groups = min(nodes, 4)), FP8 dispatch / BF16 combine. Their RDMA
+# "bottleneck bandwidth" is num_rdma_token_sent x hidden x bytes / time, num_rdma_token_sent counting
+# a token's copy to every node it goes to, its own node's included (test_internode.py):
+# (EP, dispatch GB/s, combine GB/s), docs/legacy.md. Left out: V1's EP 16 (43 / 43 GB/s, half V2's
+# rate on the same 2 nodes) and V2's README figures (EP 8x2 90 / 81 GB/s, 8x4 61 / 61 GB/s at 8192
+# tokens), whose byte count the V2 tests define differently (the model's NVLink forwarding of top-k
+# copies makes EP 8x2 NVLink-bound at twice their time).
+DEEPEP_NORMAL = [(32, 4096, 58, 57), (64, 4096, 51, 50)]
+
+
+def _expected_nodes(nodes, limit=4):
+    return min(nodes, limit)
+
+
+@pytest.mark.parametrize("ep,tokens,dispatch_gbps,combine_gbps", DEEPEP_NORMAL)
+def test_node_limited_dispatch_within_ten_percent_of_deepep_normal_kernels(ep, tokens, dispatch_gbps, combine_gbps):
+    from planner import moe_time
+    from planner.model import LLAMA_BLOCK, ModelSpec
+
+    spec = ModelSpec(n_layers=4, hidden=7168, n_heads=56, vocab=1000, ffn_hidden=2048, **LLAMA_BLOCK,
+                     moe_experts=256, moe_top_k=8, moe_ffn_hidden=2048)
+    links = _links(H800_NVLINK_GBPS)
+    nodes = ep // 8
+    for nbytes, logical_gbps in ((moe_time.FP8_DISPATCH_BYTES, dispatch_gbps), (2.0, combine_gbps)):
+        flat = tokens * 8 * 7168 * nbytes * (ep - 1) / ep  # what a flat all-to-all would send
+        model_s = float(moe_time.node_limited_s(spec, links, flat, float(ep), 8.0, 1, 4))
+        measured_s = tokens * _expected_nodes(nodes) * 7168 * nbytes / (logical_gbps * 1e9)
+        assert model_s == pytest.approx(measured_s, rel=0.10)
+
+
+def test_node_limited_routing_cuts_the_nic_bytes_of_a_wide_ep():
+    """DeepSeek-V3's 4-node limit at ep 64 sends a token over the NICs 3.5 times instead of 7 (its 8
+    experts spread over 7 other nodes): about half the all-to-all time of Megatron's flat dispatcher."""
+    from planner import moe_time
+    from planner.model import LLAMA_BLOCK, ModelSpec
+
+    spec = ModelSpec(n_layers=4, hidden=7168, n_heads=56, vocab=1000, ffn_hidden=2048, **LLAMA_BLOCK,
+                     moe_experts=256, moe_top_k=8, moe_ffn_hidden=2048)
+    links = _links()
+    flat = 4096 * 8 * 7168 * 2.0 * 63 / 64
+    from planner.context_parallel import all_to_all_s
+
+    ratio = float(moe_time.node_limited_s(spec, links, flat, 64.0, 8.0, 1, 4)) / float(all_to_all_s(links, flat, 64, 8, 1))
+    assert 0.45 < ratio < 0.6
