@@ -19,7 +19,7 @@ from planner import memory, throughput
 from planner.context_parallel import all_to_all_s
 from planner.layout import Layout
 from planner.model import LLAMA_BLOCK, ModelSpec
-from planner.moe_time import FP8_DISPATCH_BYTES
+from planner.moe_time import FP8_DISPATCH_BYTES, node_limited_s
 from planner.resolve import resolve_system
 from planner.scenario import ExecutionPlan, Scenario
 from planner.settings import Settings
@@ -55,13 +55,23 @@ def _a2a_rows() -> list[str]:
         d, c = (float(all_to_all_s(links, 128 * 8 * 7168 * b * (ep - 1) / ep, ep, 8, 1)) * 1e6
                 for b in (FP8_DISPATCH_BYTES, 2.0))
         out.append(f"  {ep:>5}{d_us:>10.0f}{d:>8.0f}{c_us:>10.0f}{c:>8.0f}")
+    spec = DEEPSEEK_V3_LIKE
+    out += ["node-limited dispatch, 4 nodes per token (DeepEP V1 normal kernels, H800 + CX7): ms measured vs model",
+            f"  {'EP':>5}{'tokens':>8}{'dispatch':>10}{'model':>8}{'combine':>10}{'model':>8}"]
+    for ep, tokens, d_gbps, c_gbps in bench.DEEPEP_NORMAL:
+        row = []
+        for b, gbps in ((FP8_DISPATCH_BYTES, d_gbps), (2.0, c_gbps)):
+            measured = tokens * min(ep // 8, 4) * 7168 * b / (gbps * 1e9) * 1e3
+            model = float(node_limited_s(spec, links, tokens * 8 * 7168 * b * (ep - 1) / ep, float(ep), 8.0, 1, 4)) * 1e3
+            row += [measured, model]
+        out.append(f"  {ep:>5}{tokens:>8}{row[0]:>10.2f}{row[1]:>8.2f}{row[2]:>10.2f}{row[3]:>8.2f}")
     return out
 
 
-def _shares(name, spec, gpus, plan: ExecutionPlan) -> list[str]:
+def _shares(name, spec, gpus, plan: ExecutionPlan, **moe_settings) -> list[str]:
     cat = load_catalog()
     system = resolve_system(Scenario(gpu="h100-80gb", gpus=gpus), cat)
-    settings = Settings(stacks=cat.stacks)
+    settings = Settings(stacks=cat.stacks, **moe_settings)
     lay = Layout.from_plan(plan)
     perf = {k: np.asarray(v).reshape(-1)[0] for k, v in throughput.performance(spec, lay, system, settings).items()}
     mem = memory.memory_arrays(spec, lay, system, settings)
@@ -69,7 +79,8 @@ def _shares(name, spec, gpus, plan: ExecutionPlan) -> list[str]:
     gib = float(np.asarray(mem["total_bytes"]).reshape(-1)[0]) / 2**30
     parts = {"routed expert GEMMs": perf["moe_expert_gemm_s"], "expert all-to-all": perf["moe_a2a_s"],
              "attention core (raw)": perf["raw_attention_s"], "expert gradient reduction": perf["moe_expert_grad_s"]}
-    out = [f"{name}: {gpus} x H100, tp {plan.tp} pp {plan.pp} dp {plan.dp} ep {plan.ep} etp {plan.etp}, micro batch "
+    how = ", ".join(f"{k.removeprefix('moe_')} {v}" for k, v in moe_settings.items()) or "flat NCCL all-to-all"
+    out = [f"{name} ({how}): {gpus} x H100, tp {plan.tp} pp {plan.pp} dp {plan.dp} ep {plan.ep} etp {plan.etp}, micro batch "
            f"{plan.micro_batch} x {plan.seq_len}, grad accum {plan.grad_accum}: step {step:.2f} s, MFU "
            f"{float(perf['mfu']):.1%}, {gib:.0f} GiB per GPU"]
     out += [f"  {k:<28}{float(v):>8.3f} s  {float(v) / step:>6.1%} of the step" for k, v in parts.items()]
@@ -81,9 +92,10 @@ def report() -> str:
     lines += _shares("Mixtral-8x7B", MIXTRAL_8X7B, 64, ExecutionPlan(
         tp=1, dp=64, ep=8, sharding="zero1", activation_checkpointing="full", micro_batch=1, grad_accum=16,
         seq_len=4096))
-    lines += [""] + _shares("DeepSeek-V3-like", DEEPSEEK_V3_LIKE, 512, ExecutionPlan(
-        tp=1, pp=8, dp=64, ep=64, sharding="zero1", activation_checkpointing="full", micro_batch=1, grad_accum=64,
-        seq_len=4096))
+    v3 = ExecutionPlan(tp=1, pp=8, dp=64, ep=64, sharding="zero1", activation_checkpointing="full", micro_batch=1,
+                       grad_accum=64, seq_len=4096)
+    lines += [""] + _shares("DeepSeek-V3-like", DEEPSEEK_V3_LIKE, 512, v3)
+    lines += [""] + _shares("DeepSeek-V3-like", DEEPSEEK_V3_LIKE, 512, v3, moe_node_limit=4, moe_fp8_dispatch=True)
     return "\n".join(lines)
 
 
