@@ -69,3 +69,16 @@ def test_node_limit_cuts_the_all_to_all_only_across_nodes():
     # tp 2 x ep 8 x etp 2: the ep group spans 2 nodes; a token's 2 experts on 1 node: 0.5 NIC copies, not 2 x 4/7
     spans = dict(tp=2, dp=32, ep=8, etp=2, sequence_parallel=True)
     assert a2a(1, **spans) < 0.6 * a2a(None, **spans)
+
+
+def test_moe_check_prints_the_comparisons_and_shares():
+    """validation/moe_check.py: every cited micro-benchmark row with the model beside it, and the
+    time shares of the two plans (the DeepSeek-V3-like one flat and node-limited)."""
+    from validation import moe_check
+
+    text = moe_check.report()
+    assert text.count("of the step") == 3 * 4
+    assert "DeepGEMM" in text and "DeepEP" in text and "node_limit 4" in text
+    a2a = [float(line.split()[2]) for line in text.splitlines() if line.strip().startswith("expert all-to-all")]
+    flat, limited = a2a[1], a2a[2]
+    assert limited < 0.5 * flat
