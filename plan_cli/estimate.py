@@ -33,6 +33,9 @@ def estimate(
     catalog: opts.CatalogDirs = None,
     fragmentation_margin: Annotated[Optional[float], Opt(help="Fraction of HBM kept free for the allocator (default 0.10)")] = None,
     runtime_overhead_gib: Annotated[Optional[float], Opt(help="CUDA context/workspaces per GPU (default 1.5)")] = None,
+    moe_capacity_factor: Annotated[Optional[float], Opt(help="MoE: pad each expert's tokens to this x the mean (default: dropless, busiest rank 1.25 x)")] = None,
+    moe_fp8_dispatch: Annotated[bool, Opt(help="MoE: dispatch tokens to the experts in FP8 (DeepEP), combine in BF16")] = False,
+    moe_node_limit: Annotated[Optional[int], Opt(min=1, help="MoE: node-limited routing, each token to at most N nodes, sent once per node (DeepSeek-V3 / DeepEP)")] = None,
     scenarios: Annotated[Optional[Path], Opt(help="CSV or JSONL of scenarios to evaluate in one process", rich_help_panel=OUT)] = None,
     out: Annotated[Optional[Path], Opt(help="Where --scenarios writes its results (.csv or .jsonl)", rich_help_panel=OUT)] = None,
     top: Annotated[Optional[int], Opt(min=1, help="Show the K best (default 10; 1 per scenario with --scenarios)", rich_help_panel=OUT)] = None,
@@ -51,7 +54,8 @@ def estimate(
     from planner.units import parse_gpu_range
 
     cat = load_catalog(catalog)
-    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib)
+    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor, moe_fp8_dispatch,
+                         moe_node_limit)
     if scenarios is not None:
         if out is None:
             raise PlanError("out", "--scenarios needs --out FILE (.csv or .jsonl)")
@@ -128,7 +132,8 @@ def _exit_if_nothing_fits(reports) -> None:
         raise typer.Exit(NOTHING_FITS_EXIT)
 
 
-def _settings(calibration, fragmentation_margin, runtime_overhead_gib):
+def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor=None, moe_fp8_dispatch=False,
+              moe_node_limit=None):
     from planner.settings import Calibration, Settings
 
     update = {}
@@ -143,7 +148,12 @@ def _settings(calibration, fragmentation_margin, runtime_overhead_gib):
         update["fragmentation_margin"] = fragmentation_margin
     if runtime_overhead_gib is not None:
         update["runtime_overhead_gib"] = runtime_overhead_gib
-    return Settings(**update)
+    if moe_capacity_factor is not None:
+        if moe_capacity_factor <= 0:
+            raise PlanError("moe_capacity_factor", f"{moe_capacity_factor:g} must be > 0 (x the mean tokens per "
+                                                   "expert; Switch Transformer trains with 1.0-2.0)")
+        update["moe_capacity_factor"] = moe_capacity_factor
+    return Settings(**update, moe_fp8_dispatch=moe_fp8_dispatch, moe_node_limit=moe_node_limit)
 
 
 def _node_size(base: dict, cat) -> int:

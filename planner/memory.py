@@ -390,7 +390,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
     }
     if moe_spec is not spec:
-        out = moe_memory.with_experts(moe_spec, spec, layout, system, out)
+        out = moe_memory.with_experts(moe_spec, spec, layout, system, out, settings)
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof)
     out["capacity_bytes"] = np.full(shape, capacity)

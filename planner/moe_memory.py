@@ -15,6 +15,9 @@ active view (planner/moe.py `dense_view`) holds under planner/memory.py.
   probabilities) and the router's fp32 logits and probabilities (softmax and load-balancing loss);
   the experts' intermediate activations are the view's MLP ones (a token's top-k x expert width).
 - Buffers: one layer's all-to-all send and receive buffers of the dispatched tokens.
+- The busiest expert rank holds its load (planner/moe_time.py load_factor: the capacity factor when
+  padded to capacity, else the dropless imbalance) x the balanced routed copies: activations and
+  buffers above scale by it.
 """
 
 from __future__ import annotations
@@ -68,17 +71,18 @@ def routed_slots_per_gpu(spec, layout: Layout) -> np.ndarray:
     return tokens * spec.moe_top_k * layout.etp / layout.tp
 
 
-def layer_activation_bytes(spec, layout: Layout) -> np.ndarray:
-    """Bytes one MoE layer saves for backward per micro batch beyond the view's block."""
+def layer_activation_bytes(spec, layout: Layout, load: float = 1.0) -> np.ndarray:
+    """Bytes one MoE layer saves for backward per micro batch beyond the view's block (`load` x the
+    balanced routed copies on the busiest rank)."""
     a = compute_dtype_bytes(layout)
-    slots = routed_slots_per_gpu(spec, layout)
+    slots = load * routed_slots_per_gpu(spec, layout)
     tokens = np.asarray(layout.micro_batch * layout.seq_len, dtype=np.float64) / layout.cp
     sp_div = np.where(layout.sequence_parallel == 1, layout.tp, 1)
     router = 2 * 4.0 * tokens / sp_div * spec.moe_experts  # fp32 logits and probabilities
     return 2 * slots * spec.hidden * a + router  # dispatched copies, expert outputs
 
 
-def activation_bytes(spec, view, layout: Layout) -> np.ndarray:
+def activation_bytes(spec, view, layout: Layout, load: float = 1.0) -> np.ndarray:
     """The MoE layers' extra activations held on the busiest GPU: every MoE layer of the stage for
     each micro batch in flight, less what checkpointing drops, plus the one layer it rebuilds."""
     ck = layout.activation_checkpointing
@@ -86,23 +90,26 @@ def activation_bytes(spec, view, layout: Layout) -> np.ndarray:
                      default=1.0)
     in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
     rebuilt = np.where((ck == CKPT["full"]) | (ck == CKPT["blocks"]), 1.0, 0.0)
-    per_layer = layer_activation_bytes(spec, layout)
+    per_layer = layer_activation_bytes(spec, layout, load)
     return per_layer * (kept * in_flight * stage_moe_layers(spec, view, layout) + rebuilt)
 
 
-def dispatch_buffer_bytes(spec, layout: Layout) -> np.ndarray:
+def dispatch_buffer_bytes(spec, layout: Layout, load: float = 1.0) -> np.ndarray:
     """All-to-all send and receive buffers of one layer's dispatched tokens."""
-    return 2.0 * routed_slots_per_gpu(spec, layout) * spec.hidden * compute_dtype_bytes(layout)
+    return 2.0 * load * routed_slots_per_gpu(spec, layout) * spec.hidden * compute_dtype_bytes(layout)
 
 
-def with_experts(spec, view, layout: Layout, system, out: dict) -> dict:
+def with_experts(spec, view, layout: Layout, system, out: dict, settings=None) -> dict:
     """memory.memory_arrays' terms of the view, with the experts' states, activations and buffers."""
+    from planner.moe_time import load_factor
+
+    load = load_factor(settings)
     out = dict(out)
     for key, term in (("weights_bytes", weights_bytes), ("grads_bytes", grads_bytes),
                       ("optimizer_bytes", optimizer_bytes)):
         out[key] = out[key] + _states_delta(term, spec, view, layout, system)
-    out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout)
-    out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout)
+    out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout, load)
+    out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout, load)
     return out
 
 

@@ -1,25 +1,38 @@
 """Step-time terms of a mixture-of-experts model beyond its active view (pure, vectorised over plans);
 planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these.
 
-- Grouped expert GEMMs: a token's top-k routed experts run as small GEMMs, one per local expert, of
-  M = the tokens routed to that expert (tokens x top-k x ep x etp / (tp x experts) per micro batch),
-  N/K = the expert's width split by etp. Their efficiency comes from the GPU's GEMM-size curve (the
-  group's FLOPs, one grouped kernel) times the tile and wave quantization of planner/gemm_shape.py
-  at the per-expert M (the local experts' tiles run in the same waves), bounded by the HBM time of
-  the local experts' weights and tokens (few rows per expert: memory-bound); the view charged the same
-  FLOPs as one wide dense GEMM of M = tokens: the difference is added, with the router's GEMM.
-- Router load imbalance: the busiest expert rank gets more than its share of tokens; its expert
-  GEMMs and all-to-all volume are scaled by LOAD_IMBALANCE, Switch Transformer's capacity factor
-  1.25 (Fedus et al. 2022, JMLR 23, sec. 2.2 and Table 1: the capacity that leaves few tokens
-  dropped with the auxiliary load-balancing loss; GShard trains with 2, Lepikhin et al. 2020).
+- Grouped expert GEMMs (planner/moe_gemm.py, checked against DeepGEMM's grouped-GEMM figures): a
+  token's top-k routed experts run as one grouped GEMM per projection over the local experts, of
+  M = the tokens routed to each (tokens x top-k x ep x etp / (tp x experts) per micro batch, times the
+  busiest rank's load), N/K = the expert's width split by etp; forward, input- and weight-gradient
+  passes each timed (tensor cores or operand reads, plus the epilogue's writes: the weight gradient
+  accumulates into the fp32 main gradient); the view charged the same FLOPs as one wide dense GEMM of
+  M = tokens: the difference is added, with the router's GEMM.
+- Router load (`load_factor`): with a capacity factor c (Settings.moe_capacity_factor; GShard,
+  Lepikhin et al. 2020, and Switch Transformer, Fedus et al. 2022, sec. 2.2: expert capacity =
+  c x tokens x top-k / experts; Megatron-Core --moe-expert-capacity-factor with
+  --moe-pad-expert-input-to-capacity) every expert's buffer is padded to c x the mean: the GEMMs and
+  all-to-alls run c x the balanced rows (tokens beyond capacity dropped). Dropless (None, Megatron-Core's
+  default): the busiest expert rank gets more than its share, LOAD_IMBALANCE x the mean, Switch's
+  capacity factor 1.25 (ibid. Table 1: the capacity that leaves few tokens dropped with the auxiliary
+  load-balancing loss; GShard trains with 2). Megatron's capacity without padding drops but does not
+  pad: its busiest rank runs at most c x the mean, between the two.
 - Expert-parallel all-to-all: dispatch and combine in forward, their two transposes in backward
   (and the forward's two again when a block is recomputed), per MoE layer and micro batch; each GPU
   sends tokens x hidden x top-k x bytes x (ep-1)/ep: the top-k copies of its tokens' hidden states,
   all but the 1/ep bound for its own experts (DeepSpeed-MoE, Rajbhandari et al. 2022, arXiv
   2201.05596; deepspeed/moe/sharded_moe.py MOELayer.forward runs two all-to-alls, dispatch and
   combine, of the routed tokens x model dim), over NVLink while the ep group fits in a node, else the
-  NICs (planner/context_parallel.py `all_to_all_s`). Not overlapped with compute (Megatron-Core's
-  default; its 1F1B all-to-all overlap is opt-in).
+  NICs (planner/context_parallel.py `all_to_all_s`: the node's share over NVLink, the rest over the
+  GPU's own NIC, both at once: NCCL's all-to-all, NVIDIA/nccl-tests#130 and NVIDIA/nccl#866).
+  Checked against DeepEP's and NCCL's figures (tests/planner/test_moe_microbench.py). FP8 dispatch
+  (Settings.moe_fp8_dispatch; DeepEP, DeepSeek-V3 sec. 3.3.2): the forward dispatch and its backward
+  counterpart carry e4m3 values plus one fp32 scale per 128 (1 + 4/128 bytes per element), the combines
+  bf16. Node-limited routing (Settings.moe_node_limit = M; DeepSeek-V3 sec. 3.2.2: each token to at
+  most M nodes, sent once to each over InfiniBand and forwarded to its experts' GPUs over NVLink;
+  DeepEP's normal kernels, Megatron-Core's flex dispatcher): a GPU's NIC carries its tokens once per
+  remote node chosen (min(M, nodes, top-k) of the ep group's nodes, its own among them at random),
+  its NVLink the tokens forwarded to it. Not overlapped with compute (Megatron-Core's default; its 1F1B all-to-all overlap is opt-in).
 - Expert gradients: reduced over the expert-data-parallel group instead of the view's dp x cp group
   (the expert part's collective in place of the view's top-k share of it), not hidden further.
 """
@@ -28,18 +41,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, flops, gemm_shape, moe, moe_parallel, ssm
+from planner import comm, flops, gemm_shape, moe, moe_gemm, moe_parallel, ssm
 from planner.context_parallel import all_to_all_s
 from planner.layout import Layout
 from planner.memory import compute_dtype_bytes
 
 LOAD_IMBALANCE = 1.25
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0  # e4m3 + an fp32 scale per 128 elements (DeepEP's fp8 dispatch)
 
-ZERO = ("moe_gemm_s", "moe_a2a_s", "moe_expert_grad_s")
+ZERO = ("moe_gemm_s", "moe_a2a_s", "moe_expert_grad_s", "moe_expert_gemm_s")
 
 
 def _f(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
+
+
+def load_factor(settings) -> float:
+    """The busiest expert rank's routed tokens over the balanced mean: the capacity factor (padded to
+    capacity) or, dropless, LOAD_IMBALANCE."""
+    c = getattr(settings, "moe_capacity_factor", None)
+    return LOAD_IMBALANCE if c is None else float(c)
 
 
 def tokens_per_expert(spec, layout: Layout) -> np.ndarray:
@@ -48,34 +69,16 @@ def tokens_per_expert(spec, layout: Layout) -> np.ndarray:
     return tokens * spec.moe_top_k * _f(layout.ep) * layout.etp / (_f(layout.tp) * spec.moe_experts)
 
 
-def _grouped_efficiency(m, n, k, local, shape, eb) -> np.ndarray:
-    """Forward, input-gradient and weight-gradient GEMMs of `local` experts at once (gemm_shape's rules)."""
-    fwd = gemm_shape.gemm_efficiency(m, n, k, shape, batch=local, elem_bytes=eb)
-    dgrad = gemm_shape.gemm_efficiency(m, k, n, shape, batch=local, elem_bytes=eb)
-    wgrad = gemm_shape.gemm_efficiency(n, k, m, shape, batch=local, elem_bytes=eb)
-    return gemm_shape.harmonic([fwd, dgrad, wgrad])
-
-
-def expert_gemm_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak, hbm_Bps) -> np.ndarray:
-    """Forward seconds per token (of the stage's micro batch) of one MoE layer's grouped expert GEMMs
-    on one GPU, at the busiest rank's load; no faster than reading the local experts' weights and the
-    routed tokens from HBM (the roofline, Williams et al. 2009: a few rows per expert leave the GEMM
-    memory-bound)."""
-    h, w, mats = spec.hidden, moe.expert_ffn(spec), moe.mlp_matrices(spec)
-    etp = _f(layout.etp)
-    m = tokens_per_expert(spec, layout)
-    local = spec.moe_experts / _f(layout.ep)
-    shape = gemm_shape.GemmShapeData.of(gpu)
+def expert_passes_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak, hbm_Bps, load=LOAD_IMBALANCE) -> dict:
+    """Seconds per token (of the stage's micro batch) of one MoE layer's grouped expert GEMMs on one GPU
+    at the busiest rank's load (`load` x the balanced M), by pass: fwd, dgrad, wgrad."""
     eb = compute_dtype_bytes(layout)
+    m = load * tokens_per_expert(spec, layout)
+    local = spec.moe_experts / _f(layout.ep)
+    passes = moe_gemm.expert_passes_s(m, moe.mlp_matrices(spec), spec.hidden, moe.expert_ffn(spec) / _f(layout.etp),
+                                      local, gemm_shape.GemmShapeData.of(gpu), pts, gemm_peak, hbm_Bps, eb)
     tokens = _f(layout.micro_batch) * layout.seq_len / layout.cp
-    t = 0.0
-    for n, k in ((w * (mats - 1) / etp, np.full(np.shape(etp), float(h))), (np.full(np.shape(etp), float(h)), w / etp)):
-        per_token = 2.0 * n * k * spec.moe_top_k * etp / _f(layout.tp)  # per token of the micro batch
-        group_gflop = m * local * 2.0 * n * k / 1e9
-        eff = flops.efficiency(pts, group_gflop) * _grouped_efficiency(m, n, k, local, shape, eb)
-        streamed = local * (n * k + m * (n + k)) * eb / hbm_Bps / tokens  # weights, inputs, outputs
-        t = t + np.maximum(per_token / (gemm_peak * eff), streamed)
-    return LOAD_IMBALANCE * t
+    return {k: v / tokens for k, v in passes.items()}
 
 
 def view_expert_gemm_s_per_token(spec, view, layout: Layout, gpu, pts, gemm_peak) -> np.ndarray:
@@ -108,11 +111,31 @@ def a2a_calls_per_layer(layout: Layout) -> np.ndarray:
     return 4.0 + 2.0 * block
 
 
-def a2a_s_per_layer(spec, layout: Layout, links: comm.Links) -> np.ndarray:
+def node_limited_s(spec, links: comm.Links, sent, ep, m, calls, node_limit) -> np.ndarray:
+    """The all-to-alls of node-limited routing with hierarchical dispatch; `sent`: the top-k copies'
+    bytes a flat all-to-all would send (a2a_bytes_per_call's convention, every call)."""
+    nodes = np.maximum(ep / m, 1.0)
+    per_copy = sent / (spec.moe_top_k * (ep - 1.0) / np.maximum(ep, 1.0) + 1e-30)  # one copy of the tokens
+    chosen = np.minimum(np.minimum(float(node_limit), nodes), spec.moe_top_k)
+    nic = per_copy * chosen * (nodes - 1.0) / nodes
+    nvlink = per_copy * spec.moe_top_k * (m - 1.0) / m  # forwarded to this GPU's experts inside the node
+    inter_bw = min(links.intra_Bps, links.inter_node_Bps / links.gpus_per_node)
+    t = np.maximum(nic / inter_bw, nvlink / links.intra_Bps) + calls * comm.INTERNODE_LATENCY_S
+    return np.where(ep > m, t, all_to_all_s(links, sent, ep, m, calls))
+
+
+def a2a_s_per_layer(spec, layout: Layout, links: comm.Links, load=LOAD_IMBALANCE, fp8_dispatch=False,
+                    node_limit=None) -> np.ndarray:
+    """Every all-to-all of one MoE layer and micro batch: half of the calls dispatch (forward dispatch,
+    the combine's backward, the recomputed dispatch), half combine."""
     ep = _f(layout.ep)
-    m = comm.members_per_node(ep, layout.etp, links.gpus_per_node)
+    m = np.minimum(comm.members_per_node(ep, layout.etp, links.gpus_per_node), ep)
     calls = a2a_calls_per_layer(layout)
-    return all_to_all_s(links, LOAD_IMBALANCE * calls * a2a_bytes_per_call(spec, layout), ep, m, calls)
+    dispatch = FP8_DISPATCH_BYTES / compute_dtype_bytes(layout) if fp8_dispatch else 1.0
+    sent = load * 0.5 * calls * (1.0 + dispatch) * a2a_bytes_per_call(spec, layout)
+    if node_limit is None:
+        return all_to_all_s(links, sent, ep, m, calls)
+    return (ep > 1) * node_limited_s(spec, links, sent, ep, m, calls, node_limit)
 
 
 def _grad_collective_s(links, group, stride, params, gbytes, layout) -> np.ndarray:
@@ -136,22 +159,28 @@ def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.n
 
 
 def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes,
-          hbm_Bps):
+          hbm_Bps, load=LOAD_IMBALANCE, fp8_dispatch=False, node_limit=None):
     """Per-micro-batch compute seconds (raw, before the stack's GEMM factor) and per-step exposed
-    communication seconds of the MoE layers of the busiest stage, by part."""
+    communication seconds of the MoE layers of the busiest stage, by part; `load`: the busiest expert
+    rank's tokens over the mean (LOAD_IMBALANCE by default)."""
     zero = np.zeros(np.shape(layout.tp))
     if not moe.is_moe(spec):
         return {k: zero for k in ZERO}
     tokens = _f(layout.micro_batch) * layout.seq_len / layout.cp
     block, _, linear_share = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
+    passes_fwd = 3.0 + block + linear_share  # forward, two backward GEMMs, the recomputed forward
     moe_layers = parts["layers"] * moe.n_moe_layers(spec) / spec.n_layers
-    per_token = (expert_gemm_s_per_token(spec, layout, system.gpu, pts, gemm_peak, hbm_Bps)
-                 - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)
-                 + router_s_per_token(spec, layout, pts, peak16))
-    gemm = moe_layers * tokens * per_token * (3.0 + block + linear_share)
-    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links)
+    p = expert_passes_s_per_token(spec, layout, system.gpu, pts, gemm_peak, hbm_Bps, load)
+    experts = (passes_fwd - 2.0) * p["fwd"] + p["dgrad"] + p["wgrad"]
+    per_token = (experts + passes_fwd * (router_s_per_token(spec, layout, pts, peak16)
+                                         - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)))
+    gemm = moe_layers * tokens * per_token
+    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links, load, fp8_dispatch, node_limit)
     grads = expert_grad_s(spec, view, layout, links, gbytes) * prof["comm_time_factor"]
-    return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads}
+    # moe_gemm_s: what the view did not charge; moe_expert_gemm_s: the routed experts' GEMMs in all (reported)
+    return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads,
+            "moe_expert_gemm_s": moe_layers * tokens * experts}
 
 
-__all__ = ["LOAD_IMBALANCE", "a2a_bytes_per_call", "a2a_calls_per_layer", "terms", "tokens_per_expert"]
+__all__ = ["FP8_DISPATCH_BYTES", "LOAD_IMBALANCE", "a2a_bytes_per_call", "a2a_calls_per_layer", "load_factor", "terms",
+           "tokens_per_expert"]

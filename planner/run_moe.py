@@ -231,8 +231,8 @@ def expert_layout_of(row, spec, system, tp: int, pp: int, cp: int, dp: int, stac
     if capacity is not None:
         from planner.moe_time import LOAD_IMBALANCE
 
-        notes.append(f"capacity factor {capacity:g} read; the busiest expert's load is the planner's {LOAD_IMBALANCE:g} "
-                     "x the mean for every plan (planner/moe_time.py), not a knob")
+        notes.append(f"capacity factor {capacity:g} read; rows run at the settings' expert load (plan estimate "
+                     f"--moe-capacity-factor; dropless: the busiest rank {LOAD_IMBALANCE:g} x the mean), not the row's")
     if ep > 1 and stack in _EP_STACK:
         notes.append(f"stack {stack} has no expert parallelism: {_EP_STACK[stack]} runs ep {ep}")
         stack = _EP_STACK[stack]

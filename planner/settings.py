@@ -35,6 +35,14 @@ class Settings(Frozen):
     stacks: dict[str, StackProfile] | None = None
     # fp8 recipes by id (None: the catalog's, catalog/fp8_recipes/*.toml).
     fp8_recipes: dict[str, FP8Recipe] | None = None
+    # Mixture-of-experts routing (planner/moe_time.py load_factor): a capacity factor pads every
+    # expert's tokens to capacity_factor x the mean (None: dropless, the busiest rank's imbalance);
+    # fp8 dispatch sends the tokens' hidden states to the experts in FP8 (DeepEP), combines in BF16.
+    moe_capacity_factor: float | None = Field(default=None, gt=0)
+    moe_fp8_dispatch: bool = False
+    # node-limited routing with hierarchical dispatch (DeepSeek-V3; DeepEP's normal kernels): each token
+    # goes to at most this many nodes, once per node over the NICs, forwarded inside it over NVLink
+    moe_node_limit: int | None = Field(default=None, ge=1)
     # What to train and what it costs (for days / GPU-hours / cost columns).
     tokens: float | None = Field(default=None, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)

@@ -371,7 +371,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     nan = np.full(np.shape(step), np.nan)
     if moe_spec is not spec:  # the MoE terms (absent for a dense model: None in the breakdown)
         out.update({"moe_compute_s": ga * mt["moe_gemm_s"] * prof["gemm_time_factor"], "moe_a2a_s": mt["moe_a2a_s"],
-                    "moe_expert_grad_s": mt["moe_expert_grad_s"]})
+                    "moe_expert_grad_s": mt["moe_expert_grad_s"],
+                    "moe_expert_gemm_s": ga * mt["moe_expert_gemm_s"] * prof["gemm_time_factor"]})  # all of it
     if settings.tokens is not None:
         days = settings.tokens / tps / 86400.0
         out["days"] = days
@@ -388,7 +389,8 @@ def _moe_terms(spec, view, layout, system, settings, links, prof, parts) -> dict
     gemm_peak = np.where(layout.precision == PREC["fp8"], peak * prof["gemm_efficiency"], peak)
     return moe_time.terms(spec, view, layout, system, links, prof, parts, gemm_peak,
                           _peak16(system, layout.precision) * k, _efficiency_points(system), dp_comm.grad_bytes(layout),
-                          _hbm_Bps(system, settings))
+                          _hbm_Bps(system, settings), moe_time.load_factor(settings), settings.moe_fp8_dispatch,
+                          settings.moe_node_limit)
 
 
 def at(perf: dict[str, np.ndarray], i: int) -> tuple[StepTimeBreakdown, Performance]:
