@@ -128,6 +128,9 @@ class Cluster(_Entry):
     nvlink_domain_gpus: int | None = Field(
         default=None, gt=0, description="GPUs sharing the fast GPU fabric (default: gpus_per_node)")
     cpu_cores_per_node: int | None = Field(default=None, gt=0)
+    # One memory for CPU and GPU (an APU node: El Capitan's MI300A): host_ram_gib IS the GPUs' HBM, so
+    # offloading states or activations to "host" frees nothing (the planner refuses it there).
+    unified_memory: bool = False
     nodes: int | None = Field(default=None, gt=0, description="nodes available, if known")
     price_per_gpu_hour: float | None = Field(default=None, ge=0)
     source: str

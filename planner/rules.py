@@ -148,6 +148,11 @@ RULES: tuple[Rule, ...] = (
          ("offload", "sharding"),
          lambda k: (k.offload == OFFLOAD["optimizer"]) & (k.sharding >= SHARD["fsdp_full_shard"]),
          lambda k: "FSDP offloads parameters, gradients and optimizer together: use optimizer+params"),
+    Rule("unified_memory_offload", "offload frees nothing where host RAM is the GPU's memory", "offload",
+         ("offload", "activation_offload", "system"),
+         lambda k: ((k.offload != OFFLOAD["none"]) | (k.activation_offload == 1)) & k.system.unified_memory,
+         lambda k: "host RAM and GPU memory are the same HBM on this node (unified memory, an APU): offloading "
+                   "moves bytes within it and frees nothing (allowed: offload none, activation_offload false)"),
     Rule("deepspeed_pp_zero1", "DeepSpeed pipeline parallelism supports ZeRO-1 only", "sharding",
          ("pp", "sharding"), lambda k: (k.pp > 1) & ((k.sharding == SHARD["zero2"]) | (k.sharding == SHARD["zero3"]))),
     Rule("activation_offload_ckpt", "activation offload needs full or blocks checkpointing", "activation_offload",

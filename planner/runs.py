@@ -191,6 +191,7 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   intranode_gbps=hw.intranode_gbps or cluster.intranode_gbps or gpu.intranode_gbps,
                   internode_gbps=net or cluster.internode_gbps,
                   internode_efficiency=None if net else cluster.internode_collective_efficiency,
+                  unified_memory=cluster.unified_memory,
                   launch_blocking=launch_sync.launch_blocking_of(row, notes),
                   deepspeed_version=deepspeed_era.version_of(row, notes),
                   ddp_after_backward=megatron_ddp.after_backward_of(row, notes))

@@ -31,6 +31,8 @@ class System(Frozen):
     deepspeed_version: str | None = None
     # Megatron-LM's local DDP: the gradient all-reduce follows backward (planner/megatron_ddp.py)
     ddp_after_backward: bool = False
+    # Host RAM and GPU memory are one pool (an APU node, hardware.models.Cluster.unified_memory)
+    unified_memory: bool = False
 
     @property
     def nodes(self) -> int:

@@ -109,3 +109,25 @@ def test_summit_six_gpu_nodes_search_tp_2_3_6_never_4_or_8():
     assert r.results and r.rejected["tp does not divide n_heads"] > 0
     for e in r.results:
         assert e.fits and e.plan.tp in (1, 2) and 192 % (e.plan.tp * e.plan.pp) == 0
+
+
+def test_unified_memory_node_refuses_offload_with_the_reason():
+    """El Capitan's MI300A: host RAM is the APUs' own HBM (catalog/clusters/el-capitan.toml unified_memory),
+    so an offload plan frees nothing; the same plan on a discrete-GPU node is allowed by this rule."""
+    from planner import rules
+    from planner.resolve import resolve_model, resolve_system
+    from planner.scenario import Scenario
+
+    scenario = Scenario(model="7b", gpu="mi300a", gpus=16, cluster="el-capitan")
+    spec, system = resolve_model(scenario), resolve_system(scenario)
+    assert system.unified_memory
+    knobs = {"tp": 1, "pp": 1, "cp": 1, "sharding": "zero3", "offload": "optimizer", "activation_offload": 0}
+    broken = [rule.name for rule, _ in rules.violations(knobs, spec=spec, system=system)]
+    assert "unified_memory_offload" in broken
+    why = dict((r.name, text) for r, text in rules.violations(knobs, spec=spec, system=system))["unified_memory_offload"]
+    assert "allowed: offload none" in why and "\n" not in why
+    other = resolve_system(Scenario(model="7b", gpu="mi300x", gpus=16))
+    assert not other.unified_memory
+    assert "unified_memory_offload" not in [r.name for r, _ in rules.violations(knobs, spec=spec, system=other)]
+    assert not [r.name for r, _ in rules.violations({**knobs, "offload": "none"}, spec=spec, system=system)
+                if r.name == "unified_memory_offload"]
