@@ -57,7 +57,7 @@ def test_odd_rows_are_not_predicted_and_the_rest_scored(odd_csv):
 def test_text_output_names_each_row_and_reason(odd_csv):
     r = runner.invoke(app, ["validate", str(odd_csv)])
     assert r.exit_code == 0, r.output
-    assert "not predicted: odd_tpu: gpu_type: unknown GPU TPU v4" in r.output
+    assert "not predicted: odd_tpu: gpu_type: TPU v4 (no model of this accelerator) is not a GPU the planner models" in r.output
     assert "not predicted: odd_negative: micro_batch: '-2' must be > 0" in r.output
     assert f"{len(ODD)} runs, 3 predicted (10 not predicted)" in r.output
 
