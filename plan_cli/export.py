@@ -47,6 +47,8 @@ def export(
     partition: Annotated[Optional[str], Opt(rich_help_panel=FMT)] = None,
     account: Annotated[Optional[str], Opt(rich_help_panel=FMT)] = None,
     cpus_per_task: Annotated[Optional[int], Opt(min=1, help="SLURM cores per node task (default: the cluster's)", rich_help_panel=FMT)] = None,
+    moe_a2a_overlap: Annotated[bool, Opt(help="MoE: plan and write the 1F1B all-to-all overlap (megatron: --overlap-moe-expert-parallel-comm --delay-wgrad-compute)", rich_help_panel=FMT)] = False,
+    moe_shared_expert_overlap: Annotated[bool, Opt(help="MoE: plan and write the shared-expert overlap (megatron: --moe-shared-expert-overlap)", rich_help_panel=FMT)] = False,
     out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout); companions go beside it")] = None,
     json_out: Annotated[bool, Opt("--json", help="Print the export (plan, files, notes) as JSON")] = False,
 ) -> None:
@@ -73,7 +75,7 @@ def export(
     else:
         if knobs["model"] is None and knobs["n_layers"] is None:
             knobs["model"] = "7b"
-        chosen = _from_scenario(knobs, objective, catalog, format)
+        chosen = _from_scenario(knobs, objective, catalog, format, moe_a2a_overlap, moe_shared_expert_overlap)
     result = render_export(format, chosen, options)
     written = _write(result, out)
     if json_out:
@@ -89,16 +91,19 @@ def export(
             err_console.print(f"  {note}", highlight=False)
 
 
-def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str):
+def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, a2a_overlap=False, shared_overlap=False):
     from hardware.catalog import load_catalog
+    from plan_cli.estimate import _settings
     from planner import api
     from planner.exports.bundle import choose_from_estimate
 
     cat = load_catalog(catalog_dirs)
     scenario = Scenario(**fields)
-    report = api.estimate(scenario, catalog=cat, objective=objective, top=500)
+    settings = _settings(None, None, None, moe_a2a_overlap=a2a_overlap, moe_shared_expert_overlap=shared_overlap)
+    report = api.estimate(scenario, catalog=cat, settings=settings, objective=objective, top=500)
     cluster = cat.clusters.get(report.system.cluster_id or "")
-    return choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
+    chosen = choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
+    return chosen.model_copy(update={"moe_a2a_overlap": a2a_overlap, "moe_shared_expert_overlap": shared_overlap})
 
 
 def _write(result, out: Path | None) -> list[str]:

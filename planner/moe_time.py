@@ -32,7 +32,8 @@ planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these
   most M nodes, sent once to each over InfiniBand and forwarded to its experts' GPUs over NVLink;
   DeepEP's normal kernels, Megatron-Core's flex dispatcher): a GPU's NIC carries its tokens once per
   remote node chosen (min(M, nodes, top-k) of the ep group's nodes, its own among them at random),
-  its NVLink the tokens forwarded to it. Not overlapped with compute (Megatron-Core's default; its 1F1B all-to-all overlap is opt-in).
+  its NVLink the tokens forwarded to it. Not overlapped with compute by default (Megatron-Core's default);
+  Settings.moe_a2a_overlap / moe_shared_expert_overlap hide it behind compute (planner/moe_overlap.py).
 - Expert gradients: reduced over the expert-data-parallel group instead of the view's dp x cp group
   (the expert part's collective in place of the view's top-k share of it), not hidden further.
 """
@@ -49,7 +50,8 @@ from planner.memory import compute_dtype_bytes
 LOAD_IMBALANCE = 1.25
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0  # e4m3 + an fp32 scale per 128 elements (DeepEP's fp8 dispatch)
 
-ZERO = ("moe_gemm_s", "moe_a2a_s", "moe_expert_grad_s", "moe_expert_gemm_s")
+ZERO = ("moe_gemm_s", "moe_a2a_s", "moe_expert_grad_s", "moe_expert_gemm_s", "moe_a2a_layer_s", "moe_layers",
+        "moe_shared_gemm_s")
 
 
 def _f(x) -> np.ndarray:
@@ -175,12 +177,41 @@ def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, ge
     per_token = (experts + passes_fwd * (router_s_per_token(spec, layout, pts, peak16)
                                          - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)))
     gemm = moe_layers * tokens * per_token
-    a2a = layout.grad_accum * moe_layers * a2a_s_per_layer(spec, layout, links, load, fp8_dispatch, node_limit)
+    a2a_layer = a2a_s_per_layer(spec, layout, links, load, fp8_dispatch, node_limit)
+    a2a = layout.grad_accum * moe_layers * a2a_layer
+    shared = spec.moe_shared_experts * shared_ffn_share(spec) * passes_fwd * tokens * view_expert_gemm_s_per_token(
+        spec, view, layout, system.gpu, pts, gemm_peak)
     grads = expert_grad_s(spec, view, layout, links, gbytes) * prof["comm_time_factor"]
     # moe_gemm_s: what the view did not charge; moe_expert_gemm_s: the routed experts' GEMMs in all (reported)
     return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads,
-            "moe_expert_gemm_s": moe_layers * tokens * experts}
+            "moe_expert_gemm_s": moe_layers * tokens * experts,
+            # per micro batch and MoE layer, for planner/moe_overlap.py: its all-to-alls, its shared experts' GEMMs
+            "moe_a2a_layer_s": a2a_layer, "moe_layers": moe_layers, "moe_shared_gemm_s": shared}
 
 
-__all__ = ["FP8_DISPATCH_BYTES", "LOAD_IMBALANCE", "a2a_bytes_per_call", "a2a_calls_per_layer", "load_factor", "terms",
-           "tokens_per_expert"]
+def shared_ffn_share(spec) -> float:
+    """One shared expert's MLP width over the routed experts' (top-k x expert width) of a token."""
+    return moe.shared_ffn(spec) / (spec.moe_top_k * moe.expert_ffn(spec))
+
+
+def overlapped(mt: dict, micro, layout: Layout, layers, gpu, settings, gemm_time_factor) -> dict:
+    """`mt` with its exposed all-to-all after the settings' overlap (planner/moe_overlap.py); unchanged
+    when neither overlap is set. `micro`: the stage's compute seconds per micro batch."""
+    from planner import moe_overlap
+
+    batch = getattr(settings, "moe_a2a_overlap", False)
+    if not (batch or getattr(settings, "moe_shared_expert_overlap", False)):
+        return mt
+    share = moe_overlap.comm_sm_share(gpu)
+    a2a_layer, n = mt["moe_a2a_layer_s"], mt["moe_layers"]
+    if batch:
+        a2a = moe_overlap.batch_overlap_a2a_s(a2a_layer, n, layers, micro, layout.pp, layout.vpp,
+                                              layout.grad_accum, share)
+    else:
+        a2a = moe_overlap.shared_overlap_a2a_s(a2a_layer, n, mt["moe_shared_gemm_s"] * gemm_time_factor,
+                                               layout.grad_accum, share)
+    return {**mt, "moe_a2a_s": np.where(n > 0, a2a, mt["moe_a2a_s"])}
+
+
+__all__ = ["FP8_DISPATCH_BYTES", "LOAD_IMBALANCE", "a2a_bytes_per_call", "a2a_calls_per_layer", "load_factor",
+           "overlapped", "terms", "tokens_per_expert"]

@@ -43,6 +43,11 @@ class Settings(Frozen):
     # node-limited routing with hierarchical dispatch (DeepSeek-V3; DeepEP's normal kernels): each token
     # goes to at most this many nodes, once per node over the NICs, forwarded inside it over NVLink
     moe_node_limit: int | None = Field(default=None, ge=1)
+    # the expert all-to-all hidden behind compute (planner/moe_overlap.py): batch-level 1F1B overlap
+    # (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe), or behind the shared
+    # experts' GEMMs (--moe-shared-expert-overlap); off: fully exposed
+    moe_a2a_overlap: bool = False
+    moe_shared_expert_overlap: bool = False
     # What to train and what it costs (for days / GPU-hours / cost columns).
     tokens: float | None = Field(default=None, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)

@@ -298,6 +298,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     micro = sum(scaled.values())
     mt = _moe_terms(moe_spec, spec, layout, system, settings, links, prof, parts)
     micro = micro + mt["moe_gemm_s"] * prof["gemm_time_factor"]
+    mt = moe_time.overlapped(mt, micro, layout, parts["layers"], system.gpu, settings, prof["gemm_time_factor"])
     fwd_micro = micro * parts["fwd_share"]
     bwd_micro = micro - fwd_micro
     ga = layout.grad_accum

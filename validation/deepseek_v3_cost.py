@@ -12,8 +12,13 @@ Prints (1) the MFU the reported GPU hours imply with the planner's FLOP count (m
 with the MTP module; against the 16-bit dense peak as MFU is quoted, and the fp8 one), and (2) what
 the planner predicts for that layout on an H800 built for this script from the H100 SXM entry (same
 compute and HBM; NVLink 400 GB/s bidirectional per the H800 spec, IB 400 Gb/s per GPU) with the fp8
-row-wise recipe (the catalog's closest to DeepSeek's tile-wise scaling) and the Megatron profile.
-Nothing here feeds the fitted profiles.
+row-wise recipe (the catalog's closest to DeepSeek's tile-wise scaling) and the Megatron profile, twice:
+with the planner's defaults (bf16 all-to-all, every token free to reach all 8 nodes, all-to-all fully
+exposed) and with the paper's own settings: node-limited routing to 4 nodes (sec. 2.1.2 / 3.2.2, "each
+token will be sent to at most 4 nodes"), fp8 dispatch (sec. 3.3.2, "we quantize the activation before MoE
+up-projections into FP8 and then apply dispatch components"; combine in BF16) and the all-to-all
+overlapped with another micro batch's compute (sec. 3.2.1, DualPipe; Settings.moe_a2a_overlap, 20 of 132
+SMs to communication). Nothing here is fitted to the reported cost, nor feeds the fitted profiles.
 
     python validation/deepseek_v3_cost.py
 """
@@ -27,7 +32,9 @@ from pathlib import Path
 from planner import api, flops, mtp
 from planner.presets import resolve_model
 from planner.scenario import Scenario
+from planner.settings import Settings
 
+PAPER_SETTINGS = {"moe_node_limit": 4, "moe_fp8_dispatch": True, "moe_a2a_overlap": True}
 PRETRAIN_GPU_HOURS = 2_664_000
 TOTAL_GPU_HOURS = 2_788_000
 TOKENS = 14.8e12
@@ -62,21 +69,24 @@ def main() -> None:
         for what, f in (("model", model_f), ("model+MTP", model_f + mtp_f)):
             print(f"  {label:25s} {tps:7.0f} tokens/s/GPU -> {what:9s} {tps * f / 1e12:5.0f} TFLOPs/GPU, "
                   f"MFU {tps * f / peak16:5.1%} of bf16 peak ({tps * f / peak8:5.1%} of fp8 peak)")
-    with tempfile.TemporaryDirectory() as tmp:
-        _h800_catalog(Path(tmp))
-        scenario = Scenario(model="deepseek-v3", gpus=2048, cluster="h800-ib", tp=1, pp=16, ep=64, sharding="zero1",
-                            precision="fp8", fp8_recipe="rowwise", stack="megatron", seq_len=SEQ_LEN,
-                            global_batch=15360, tokens=TOKENS)
-        report = api.estimate(scenario, catalog_dirs=[tmp], top=3)
-    print(f"planner, {report.system.gpus} x {report.system.gpu.name}: {report.fitting} fitting plans")
-    for est in report.results:
-        p, perf, t = est.plan, est.performance, est.time
-        print(f"  tp{p.tp} pp{p.pp} ep{p.ep} dp{p.dp} mb{p.micro_batch} ga{p.grad_accum} ckpt {p.activation_checkpointing}: "
-              f"{perf.tokens_per_s_per_gpu:6.0f} tokens/s/GPU, MFU {perf.mfu:5.1%}, "
-              f"{perf.gpu_hours / 1e3:6.0f}K GPU h for 14.8T (reported 2664K); step {t.step_time_s:.1f} s = "
-              f"compute {t.compute_s:.1f} + comm {t.comm_exposed_s:.1f} (all-to-all {t.moe_a2a_s or 0:.1f}) "
-              f"+ bubble {t.bubble_s:.1f}")
-
+    scenario = Scenario(model="deepseek-v3", gpus=2048, cluster="h800-ib", tp=1, pp=16, ep=64, sharding="zero1",
+                        precision="fp8", fp8_recipe="rowwise", stack="megatron", seq_len=SEQ_LEN,
+                        global_batch=15360, tokens=TOKENS)
+    exposed = {**PAPER_SETTINGS, "moe_a2a_overlap": False}
+    for label, settings in (("planner defaults", Settings()), ("node limit 4 + fp8 dispatch, all-to-all exposed",
+                                                                Settings(**exposed)),
+                            ("the paper's settings " + str(PAPER_SETTINGS), Settings(**PAPER_SETTINGS))):
+        with tempfile.TemporaryDirectory() as tmp:
+            _h800_catalog(Path(tmp))
+            report = api.estimate(scenario, catalog_dirs=[tmp], settings=settings, top=3)
+        print(f"planner, {label}, {report.system.gpus} x {report.system.gpu.name}: {report.fitting} fitting plans")
+        for est in report.results:
+            p, perf, t = est.plan, est.performance, est.time
+            print(f"  tp{p.tp} pp{p.pp} ep{p.ep} dp{p.dp} mb{p.micro_batch} ga{p.grad_accum} ckpt "
+                  f"{p.activation_checkpointing}: {perf.tokens_per_s_per_gpu:6.0f} tokens/s/GPU, MFU {perf.mfu:5.1%}, "
+                  f"{perf.gpu_hours / 1e3:6.0f}K GPU h for 14.8T (reported 2664K: x{perf.gpu_hours / PRETRAIN_GPU_HOURS:.2f}); "
+                  f"step {t.step_time_s:.1f} s = compute {t.compute_s:.1f} + comm {t.comm_exposed_s:.1f} "
+                  f"(all-to-all {t.moe_a2a_s or 0:.1f}) + bubble {t.bubble_s:.1f}")
 
 if __name__ == "__main__":
     main()

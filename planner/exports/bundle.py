@@ -43,6 +43,9 @@ class Chosen(Frozen):
     # the exact DeepSpeed JSON / FSDP settings a tuner trial ran: exported byte for byte
     deepspeed_json: str | None = None
     fsdp_json: str | None = None
+    # the MoE all-to-all overlap the prediction assumed (Settings.moe_a2a_overlap / moe_shared_expert_overlap)
+    moe_a2a_overlap: bool = False
+    moe_shared_expert_overlap: bool = False
 
 
 class ExportOptions(Frozen):
@@ -211,7 +214,8 @@ def _refuse_hybrid(chosen: Chosen) -> None:
 
 def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
-    args = megatron_all_args(plan, model, chosen.system.gpus_per_node)
+    args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe_a2a_overlap=chosen.moe_a2a_overlap,
+                             moe_shared_expert_overlap=chosen.moe_shared_expert_overlap)
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]

@@ -17,6 +17,19 @@ The planner models dropless routing with the busiest expert at 1.25 x the mean l
 dispatcher (planner/moe_time.py): alltoall is written, no capacity factor (Megatron-Core's dropless
 default); the header names the flags that would cap the load at the planner's 1.25.
 
+All-to-all overlap (planner/moe_overlap.py; the export's `a2a_overlap` / `shared_overlap`, from
+Settings.moe_a2a_overlap / moe_shared_expert_overlap): --overlap-moe-expert-parallel-comm ("Overlap the EP A2A
+communication by batch-level overlapping in 1f1b stage") with --delay-wgrad-compute ("Delay the wgrad compute
+for batch-level overlapping"), and --moe-shared-expert-overlap ("Enable overlapping between shared expert
+computations and dispatcher communications ... Only effective when moe-shared-expert-intermediate-size is
+set"), all three in `_add_moe_args` of the same file. Megatron-Core megatron/core/transformer/
+transformer_config.py TransformerConfig.__post_init__ asserts for the batch-level overlap: expert parallelism
+("only supported with expert model parallelism"), the alltoall/flex dispatcher, no full recomputation ("disable
+full recomputation when enabling overlap_moe_expert_parallel_comm"), a bf16/fp16 model, virtual pipeline
+stages when pp > 1 ("virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size
+> 1"), and not with moe_shared_expert_overlap; delay_wgrad_compute needs the overlap. Such plans are refused
+in one line naming the field.
+
 The other formats: a DeepSpeed config has no expert-parallel key (DeepSpeed-MoE takes ep_size in
 deepspeed.moe.layer.MoE(...), in the model code), neither have FSDP settings nor accelerate's YAML, and
 the bundled trainer builds dense GPTs only. An MoE model at ep 1 (every expert on every GPU) is what
@@ -64,6 +77,35 @@ def megatron_plan_refusal(plan: ExecutionPlan) -> PlanError | None:
     return None
 
 
+def overlap_refusal(plan: ExecutionPlan, a2a_overlap: bool, shared_overlap: bool) -> PlanError | None:
+    """Why Megatron-Core refuses the all-to-all overlap for `plan` (TransformerConfig.__post_init__)."""
+    if not a2a_overlap:
+        return None
+    why = "--overlap-moe-expert-parallel-comm"
+    if shared_overlap:
+        return PlanError("moe_shared_expert_overlap", f"{why} refuses --moe-shared-expert-overlap ('disable "
+                         "moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm'); pick one")
+    if plan.ep <= 1:
+        return PlanError("ep", f"{why} is 'only supported with expert model parallelism' (allowed: ep > 1)")
+    if plan.activation_checkpointing == "full":
+        return PlanError("activation_checkpointing", f"{why}: 'disable full recomputation when enabling "
+                         "overlap_moe_expert_parallel_comm' (allowed: none, selective)")
+    if plan.pp > 1 and plan.vpp <= 1:
+        return PlanError("vpp", f"{why} at pp {plan.pp}: 'virtual_pipeline_model_parallel_size must be specified when "
+                         "pipeline_model_parallel_size > 1' (allowed: vpp > 1)")
+    if plan.precision == "fp32":
+        return PlanError("precision", f"{why} 'is only supported with bf16 or fp16 model' (allowed: bf16, fp16, fp8)")
+    return None
+
+
+def overlap_args(model: ModelSpec, a2a_overlap: bool, shared_overlap: bool) -> list[str]:
+    if a2a_overlap:
+        return ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+    if shared_overlap and model.moe_shared_experts:
+        return ["--moe-shared-expert-overlap"]
+    return []
+
+
 def megatron_model_refusal(plan: ExecutionPlan, model: ModelSpec) -> PlanError | None:
     if not moe.is_moe(model):
         if plan.ep > 1 or plan.etp > 1:
@@ -89,10 +131,13 @@ def layer_freq(model: ModelSpec) -> str | None:
     return "[" + ",".join(str(m) for m in mask) + "]"
 
 
-def megatron_args(plan: ExecutionPlan, model: ModelSpec) -> list[str]:
+def megatron_args(plan: ExecutionPlan, model: ModelSpec, a2a_overlap: bool = False,
+                  shared_overlap: bool = False) -> list[str]:
     """The MoE flags (none for a dense model)."""
     if not moe.is_moe(model):
         return []
+    if (why := overlap_refusal(plan, a2a_overlap, shared_overlap)) is not None:
+        raise why
     args = ["--num-experts", str(model.moe_experts), "--moe-router-topk", str(model.moe_top_k),
             "--moe-ffn-hidden-size", str(moe.expert_ffn(model)),
             "--expert-model-parallel-size", str(plan.ep), "--expert-tensor-parallel-size", str(plan.etp),
@@ -102,4 +147,4 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec) -> list[str]:
     if model.moe_shared_experts:
         args += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_experts * moe.shared_ffn(model))]
     freq = layer_freq(model)
-    return args + (["--moe-layer-freq", freq] if freq else [])
+    return args + (["--moe-layer-freq", freq] if freq else []) + overlap_args(model, a2a_overlap, shared_overlap)
