@@ -60,3 +60,17 @@ def host_bytes_per_node(spec: ModelSpec, layout: Layout, system: System, setting
     checkpoints = offloaded_checkpoint_bytes(spec, layout) * in_flight
     steady = (host_offload_bytes_per_rank(spec, layout, system) + checkpoints) * ranks
     return np.maximum(init, steady) + settings.host_overhead_gib_per_rank * GIB * ranks
+
+
+def with_host(out: dict, moe_spec: ModelSpec, spec: ModelSpec, layout: Layout, system: System,
+              settings: Settings) -> dict:
+    """`out` (planner/memory.py's breakdown) with host RAM per node and its capacity added; `moe_spec` the
+    whole model where `spec` is an MoE model's dense view (planner/moe_memory.py adds the experts' part)."""
+    from planner import moe_memory
+
+    out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
+    if moe_spec is not spec:
+        out["host_bytes_per_node"] = out["host_bytes_per_node"] + moe_memory.host_bytes_per_node(
+            moe_spec, spec, layout, system)
+    out["host_capacity_bytes_per_node"] = np.full(np.shape(out["capacity_bytes"]), system.host_ram_gib * GIB)
+    return out

@@ -394,11 +394,6 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof)
     out["capacity_bytes"] = np.full(shape, capacity)
-    from planner.host_memory import host_bytes_per_node  # it builds on this module
+    from planner.host_memory import with_host  # it builds on this module
 
-    out["host_bytes_per_node"] = host_bytes_per_node(spec, layout, system, settings)
-    if moe_spec is not spec:
-        out["host_bytes_per_node"] = out["host_bytes_per_node"] + moe_memory.host_bytes_per_node(
-            moe_spec, spec, layout, system)
-    out["host_capacity_bytes_per_node"] = np.full(shape, system.host_ram_gib * GIB)
-    return out
+    return with_host(out, moe_spec, spec, layout, system, settings)

@@ -32,9 +32,8 @@ import numpy as np
 
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
                      dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, mla, moe, moe_time,
-                     parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
+                     offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
 from planner.activation_offload import activation_offload_s
-from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
@@ -254,26 +253,6 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     return tp_s, cp_s, pp_s, exch
 
 
-def _offload(spec, layout, links: comm.Links, system: System, micro, bwd_micro, prof):
-    """ZeRO-Offload: grads to host (overlapped with backward), CPU Adam, params back; ZeRO-
-    Infinity/FSDP param offload also fetches the parameter shard twice per micro batch."""
-    ga = layout.grad_accum
-    shard = _optimizer_shard(spec, layout)
-    gb = dp_comm.grad_bytes(layout)
-    pb = compute_dtype_bytes(layout)
-    per_micro_grads = layout.shards_grads
-    d2h = shard * gb / links.host_Bps * (1.0 + per_micro_grads * (ga - 1.0))
-    d2h_exposed = np.maximum(d2h - prof["overlap_host"] * ga * bwd_micro, 0.0)
-    cpu_adam = cpu_adam_s(shard, OPTIMIZER_BYTES_PER_PARAM[OPTIM["adamw"]], system,
-                          prof["cpu_optimizer_threads_per_rank"])
-    h2d = shard * pb / links.host_Bps
-    opt = d2h_exposed + cpu_adam + h2d
-    fetch = 2.0 * shard * pb / links.host_Bps
-    params = ga * np.maximum(fetch - prof["overlap_zero3"] * micro, 0.0)
-    off = layout.offload
-    return (off != OFFLOAD["none"]) * (opt + (off == OFFLOAD["optimizer+params"]) * params)
-
-
 _NUMERIC = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "grad_accum", "seq_len", "reduce_bucket_elems",
             "allgather_bucket_elems", "stage3_prefetch_elems", "stage3_max_live_params")
 
@@ -320,7 +299,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         bubble_frac = np.where(busy > 0, bubble_s / np.where(busy > 0, busy, 1.0), 0.0)
         sc21 = pipeline_stages.bubble_fraction(layout.pp, ga, layout.vpp)
         stage_factor = np.where(sc21 > 0, bubble_frac / np.where(sc21 > 0, sc21, 1.0), 1.0)
-    offload_s = _offload(spec, layout, links, system, micro, bwd_micro, prof)
+    offload_s = offload_time.offload_s(layout, links, system, _optimizer_shard(spec, layout),
+                                       OPTIMIZER_BYTES_PER_PARAM[OPTIM["adamw"]], micro, bwd_micro, prof)
     offload_s = offload_s + activation_offload_s(spec, layout, links)
     step = compute_s + comm_s + bubble_s + offload_s
 
