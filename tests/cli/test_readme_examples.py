@@ -103,7 +103,8 @@ def _examples() -> list[tuple[str, int, list[str]]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, index, block", _examples(), ids=[e[0] for e in _examples()])
-def test_readme_block_runs(name, index, block, tmp_path):
+def test_readme_block_runs(name, index, block, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # `~` in the parse below, as in the run (restored after)
     env = os.environ | {"HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     shutil.copy(FIXTURE_CONFIG, tmp_path / "config.json")  # "a local Hugging Face config.json"
@@ -122,7 +123,6 @@ def test_readme_block_runs(name, index, block, tmp_path):
             elif line.startswith("printf "):
                 subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True)
             continue
-        os.environ["HOME"] = str(tmp_path)  # `~` in the parse below, as in the run
         parse_only(argv)
         if any(marker in line for marker in PARSE_ONLY):
             continue
