@@ -59,10 +59,14 @@ def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
 
     key = words(name).replace("nvidia", "")
     tokens = [t for t in key.split() if len(t) > 2 and t != "tesla"]
+    # a form factor the driver's name would state ("NVIDIA H100 NVL", "NVIDIA H100 PCIe"): a catalog part
+    # carrying one the name lacks is not it, however close its memory (H100 NVL 94 GB vs a 96 GB SXM part)
+    marks = ("nvl", "pcie")
     for token in tokens:  # the model, e.g. h100
         hits = [g for g in catalog.gpus.values() if token in words(g.name)]
         if hits:
             return min(hits, key=lambda g: (-sum(t in words(g.name) for t in tokens),
+                                            sum(m in words(g.name) and m not in key for m in marks),
                                             abs(g.hbm_gib - memory_gib))).id
     return None
 

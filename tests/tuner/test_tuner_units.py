@@ -196,7 +196,8 @@ def test_gpu_name_from_nvidia_smi_maps_to_the_catalog():
     assert guess_gpu_id(cat, "NVIDIA H100 PCIe", 79.2) == "h100-pcie-80gb"
     assert guess_gpu_id(cat, "NVIDIA A100-PCIE-40GB", 39.4) == "a100-pcie-40gb"
     assert guess_gpu_id(cat, "Tesla V100-PCIE-16GB", 15.8) == "v100-pcie-16gb"
-    assert guess_gpu_id(cat, "NVIDIA H100", 94.5) == "h100-96gb"
+    assert guess_gpu_id(cat, "NVIDIA H100", 94.5) == "h100-96gb"  # not the 94 GB H100 NVL: the name says no NVL
+    assert guess_gpu_id(cat, "NVIDIA H100 NVL", 93.6) == "h100-nvl"
     assert guess_gpu_id(cat, "NVIDIA B200", 178.4) == "b200"
     assert guess_gpu_id(cat, "Some Unknown Card", 16) is None
 
