@@ -15,16 +15,18 @@ from dataclasses import dataclass, field
 
 # family pattern (on the upper-cased text, NVIDIA/AMD/Tesla removed) -> family; first match wins
 _FAMILIES = [
-    (r"GB200", "gb200"), (r"GH200", "gh200"), (r"B200", "b200"), (r"H200", "h200"), (r"H100|H800|GH100", "h100"),
-    (r"A100|A800", "a100"), (r"V100", "v100"), (r"L40S", "l40s"), (r"MI325", "mi325x"), (r"MI300A", "mi300a"),
-    (r"MI300", "mi300x"), (r"MI250", "mi250x"),
+    # a Grace superchip's part before the bare GPU its name contains (GB300 holds B300)
+    (r"GB300", "gb300"), (r"GB200", "gb200"), (r"GH200", "gh200"), (r"B300", "b300"), (r"B200", "b200"),
+    (r"H200", "h200"), (r"H100|H800|GH100", "h100"), (r"A100|A800", "a100"), (r"V100", "v100"), (r"L40S", "l40s"),
+    (r"MI355", "mi355x"), (r"MI350", "mi350x"), (r"MI325", "mi325x"), (r"MI300A", "mi300a"), (r"MI300", "mi300x"),
+    (r"MI250", "mi250x"),
 ]
 # accelerators the planner has no model of: refused by name, before a family pattern can match a part
 # named beside them ("Gaudi2 vs H100")
 _UNMODELLED = (r"GAUDI|\bTPU|CEREBRAS|\bWSE-?\d|PONTE\s*VECCHIO|\bPVC\b|\bMAX\s*1[15]\d0\b|GPU\s+MAX|TRAINIUM|"
                r"INFERENTIA")
 ALLOWED = ("V100 (16/32 GB, SXM/PCIe), A100/A800 (40/64/80 GB, SXM/PCIe), H100/H800 (80/94/96 GB, SXM/PCIe/NVL), "
-           "GH200 (96/144 GB), H200, B200, GB200, L40S, MI250X, MI300X, MI300A, MI325X")
+           "GH200 (96/144 GB), H200, B200, B300, GB200, GB300, L40S, MI250X, MI300X, MI300A, MI325X, MI350X, MI355X")
 # export-control variants: the same silicon with NVLink cut to 400 GB/s in total, i.e. 1600 Gbps per
 # direction (NVIDIA A800 and H800 product briefs) -> (part it reads as, NVLink Gbps per direction)
 _VARIANTS = {"H800": ("H100", 1600.0), "A800": ("A100", 1600.0)}
@@ -34,7 +36,8 @@ _DEFAULT_CLUSTER = {
     "a100-64": "leonardo-booster", "h100": "dgx-h100", "h100-96": "grand-teton-h100-96gb", "h100-nvl": "dgx-h100",
     "gh200-96": "jupiter-booster", "gh200-144": "jupiter-booster", "h200": "dgx-h200", "b200": "dgx-b200",
     "gb200": "gb200-nvl72", "l40s": "dgx-a100", "mi250x": "adastra-mi250x", "mi300x": "mi300x-8",
-    "mi300a": "el-capitan", "mi325x": "mi325x-8",
+    "mi300a": "el-capitan", "mi325x": "mi325x-8", "b300": "dgx-b300", "gb300": "gb300-nvl72", "mi355x": "mi355x-8",
+    "mi350x": "mi350x-8",
 }
 # parts without a reference node of their own: whose node stands in, said in the row's notes
 _STAND_IN = {"h100-nvl": "PCIe gen5 host link", "l40s": "PCIe gen4 host link"}
@@ -58,7 +61,7 @@ _MACHINES = [
     _Machine(r"GRAND\s*TETON", {"h100": "grand-teton-h100-96gb", "h100-96": "grand-teton-h100-96gb"}),
     _Machine(r"\bLUMI\b", {"mi250x": "lumi-g"}),
     _Machine(r"\bFRONTIER\b", {"mi250x": "frontier"}),
-    _Machine(r"NVL72", {"gb200": "gb200-nvl72", "b200": "gb200-nvl72"}),
+    _Machine(r"NVL72", {"gb200": "gb200-nvl72", "b200": "gb200-nvl72", "gb300": "gb300-nvl72", "b300": "gb300-nvl72"}),
     _Machine(r"\bPERLMUTTER\b", {"a100-40": "perlmutter", "a100-80": "perlmutter"}, {"a100": _A100_40}),
     _Machine(r"\bPOLARIS\b", {"a100-40": "polaris", "a100-80": "polaris"}, {"a100": _A100_40}),
     _Machine(r"\bJUWELS\b", {"a100-40": "juwels-booster", "a100-80": "juwels-booster"}, {"a100": _A100_40}),

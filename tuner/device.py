@@ -9,6 +9,7 @@ or this host's RAM / N, and whose network is the measured all-reduce bus bandwid
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,10 +63,13 @@ def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
     # a form factor the driver's name would state ("NVIDIA H100 NVL", "NVIDIA H100 PCIe"): a catalog part
     # carrying one the name lacks is not it, however close its memory (H100 NVL 94 GB vs a 96 GB SXM part)
     marks = ("nvl", "pcie")
+    def has(token: str, gpu_name: str) -> bool:  # a whole word: B300 is not GB300, B200 not GB200
+        return re.search(rf"(?<![a-z0-9]){re.escape(token)}(?![a-z0-9])", words(gpu_name)) is not None
+
     for token in tokens:  # the model, e.g. h100
-        hits = [g for g in catalog.gpus.values() if token in words(g.name)]
+        hits = [g for g in catalog.gpus.values() if has(token, g.name)]
         if hits:
-            return min(hits, key=lambda g: (-sum(t in words(g.name) for t in tokens),
+            return min(hits, key=lambda g: (-sum(has(t, g.name) for t in tokens),
                                             sum(m in words(g.name) and m not in key for m in marks),
                                             abs(g.hbm_gib - memory_gib))).id
     return None

@@ -15,13 +15,14 @@ GPU_IDS = {
     "v100-16gb", "v100-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "a100-40gb", "a100-80gb",
     "a100-pcie-40gb", "a100-pcie-80gb", "h100-80gb", "h100-pcie-80gb", "h100-96gb", "h200-141gb",
     "b200", "gb200", "mi250x", "mi300x", "mi325x", "gh200-96gb", "gh200-144gb", "a100-64gb", "h100-nvl", "l40s",
-    "mi300a",
+    "mi300a", "b300", "gb300", "mi355x", "mi350x",
 }
 CLUSTER_IDS = {
     "dgx-v100", "dgx2-v100", "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h200",
     "dgx-b200", "gb200-nvl72", "grand-teton-h100-96gb", "jean-zay-v100-16gb", "jean-zay-v100-32gb",
     "jean-zay-a100", "adastra-mi250x", "lumi-g", "frontier", "mi300x-8", "mi325x-8", "perlmutter", "polaris",
     "juwels-booster", "leonardo-booster", "summit", "alps", "jupiter-booster", "eos", "selene", "el-capitan",
+    "dgx-b300", "gb300-nvl72", "mi355x-8", "mi350x-8",
 }
 NO_FP8 = {"v100-16gb", "v100-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "a100-40gb", "a100-80gb",
           "a100-pcie-40gb", "a100-pcie-80gb", "mi250x", "a100-64gb"}
@@ -99,10 +100,11 @@ def test_new_parts_match_their_sources() -> None:
 
 def test_nvlink_domain_defaults_to_one_node_and_spans_the_nvl72_rack() -> None:
     cat = load_catalog()
-    rack = cat.cluster("gb200-nvl72")
-    assert (rack.gpus_per_node, rack.nvlink_domain_gpus, rack.nvlink_domain) == (4, 72, 72)
+    for rid in ("gb200-nvl72", "gb300-nvl72"):
+        rack = cat.cluster(rid)
+        assert (rack.gpus_per_node, rack.nvlink_domain_gpus, rack.nvlink_domain) == (4, 72, 72)
     for cluster in cat.clusters.values():
-        if cluster.id != "gb200-nvl72":
+        if cluster.id not in ("gb200-nvl72", "gb300-nvl72"):
             assert cluster.nvlink_domain_gpus is None and cluster.nvlink_domain == cluster.gpus_per_node
     assert cat.cluster("jean-zay-v100-16gb").gpus_per_node == 4 and cat.cluster("dgx2-v100").gpus_per_node == 16
 

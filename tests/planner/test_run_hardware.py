@@ -32,6 +32,22 @@ IDS = set(load_catalog().gpus)
     ("MI250X", "LUMI", "mi250x", "lumi-g"),
     ("MI250X", "OLCF Frontier", "mi250x", "frontier"),
     ("MI300X", "", "mi300x", "mi300x-8"),
+    # the newest parts as NeMo/Megatron-Bridge and MLPerf tables write them
+    ("B300", "", "b300", "dgx-b300"),
+    ("HGX B300", "", "b300", "dgx-b300"),
+    ("DGX B300", "", "b300", "dgx-b300"),
+    ("NVIDIA B300 SXM6 AC", "", "b300", "dgx-b300"),
+    ("GB300", "", "gb300", "gb300-nvl72"),
+    ("GB300 NVL72", "", "gb300", "gb300-nvl72"),
+    ("NVIDIA GB300", "GB300 NVL72 rack", "gb300", "gb300-nvl72"),
+    ("B300", "GB300 NVL72", "b300", "gb300-nvl72"),  # the machine the text names (as B200 in an NVL72)
+    ("GB200", "", "gb200", "gb200-nvl72"),  # and the Blackwell generation before is still itself
+    ("B200", "DGX B200", "b200", "dgx-b200"),
+    ("MI355X", "", "mi355x", "mi355x-8"),
+    ("MI355X 288GB", "", "mi355x", "mi355x-8"),
+    ("AMD Instinct MI355X 288GB HBM3e", "", "mi355x", "mi355x-8"),
+    ("MI350X", "", "mi350x", "mi350x-8"),
+    ("AMD Instinct MI350X 288GB HBM3e", "", "mi350x", "mi350x-8"),
 ])
 def test_gpu_and_cluster_from_free_text(text, machine, gpu, cluster):
     hw = resolve(text, machine, IDS)

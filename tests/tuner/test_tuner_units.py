@@ -199,6 +199,19 @@ def test_gpu_name_from_nvidia_smi_maps_to_the_catalog():
     assert guess_gpu_id(cat, "NVIDIA H100", 94.5) == "h100-96gb"  # not the 94 GB H100 NVL: the name says no NVL
     assert guess_gpu_id(cat, "NVIDIA H100 NVL", 93.6) == "h100-nvl"
     assert guess_gpu_id(cat, "NVIDIA B200", 178.4) == "b200"
+    # Blackwell Ultra: the driver's names (HGX B300 "NVIDIA B300 SXM6 AC", 275040 MiB; NVL72 "NVIDIA GB300"),
+    # a whole word each: B300 is not GB300 and B200 not GB200, whatever the memory says
+    assert guess_gpu_id(cat, "NVIDIA B300 SXM6 AC", 268.6) == "b300"
+    assert guess_gpu_id(cat, "NVIDIA B300", 268.6) == "b300"
+    assert guess_gpu_id(cat, "NVIDIA GB300", 268.6) == "gb300"
+    assert guess_gpu_id(cat, "NVIDIA GB200", 184.0) == "gb200"
+    assert guess_gpu_id(cat, "NVIDIA B200", 186.0) == "b200"  # at GB200's memory still the B200
+    assert guess_gpu_id(cat, "NVIDIA GB200", 178.4) == "gb200"  # at B200's memory still the GB200
+    # AMD (rocm-smi / torch device names): the model word decides, not the vendor words every part shares
+    assert guess_gpu_id(cat, "AMD Instinct MI355X", 288.0) == "mi355x"
+    assert guess_gpu_id(cat, "AMD Instinct MI350X", 288.0) == "mi350x"
+    assert guess_gpu_id(cat, "AMD Instinct MI300X", 191.7) == "mi300x"
+    assert guess_gpu_id(cat, "AMD Instinct MI325X", 256.0) == "mi325x"
     assert guess_gpu_id(cat, "Some Unknown Card", 16) is None
 
 
