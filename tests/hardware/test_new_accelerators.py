@@ -33,7 +33,8 @@ def test_peaks_are_the_vendors_sparse_figures_halved() -> None:
     assert (b300.fp8_tflops * 8 * 2, b300.bf16_tflops * 8 * 2, b300.tf32_tflops * 8 * 2) == (72_000, 36_000, 18_000)
     assert b300.fp32_tflops * 8 == 600
     # GB300 NVL72 rack, with sparsity: 720 PF FP8, 360 PF BF16, 180 PF TF32; FP32 6 PF dense
-    assert (gb300.fp8_tflops * 72 * 2, gb300.bf16_tflops * 72 * 2, gb300.tf32_tflops * 72 * 2) == (720_000, 360_000, 180_000)
+    rack_sparse = (gb300.fp8_tflops * 72 * 2, gb300.bf16_tflops * 72 * 2, gb300.tf32_tflops * 72 * 2)
+    assert rack_sparse == (720_000, 360_000, 180_000)
     assert gb300.fp32_tflops * 72 == pytest.approx(6000, rel=1e-3)
     # Blackwell Ultra keeps Blackwell's BF16/FP8 tensor-core peaks (its gains are FP4 and attention)
     assert (b300.bf16_tflops, b300.fp8_tflops) == (CAT.gpu("b200").bf16_tflops, CAT.gpu("b200").fp8_tflops)
@@ -82,7 +83,8 @@ def test_gemm_curve_is_the_measured_siblings_moved_by_the_peak_ratio(gid: str) -
         scale * parent.bf16_tflops * _eff(parent, 100), rel=0.01)
 
 
-@pytest.mark.parametrize("gid,parent", [("b300", "b200"), ("gb300", "b200"), ("mi355x", "mi325x"), ("mi350x", "mi325x")])
+@pytest.mark.parametrize("gid,parent", [("b300", "b200"), ("gb300", "b200"), ("mi355x", "mi325x"),
+                                        ("mi350x", "mi325x")])
 def test_attention_curves_are_the_measured_siblings_share_for_share(gid: str, parent: str) -> None:
     assert curves(CAT.gpu(gid)) == curves(CAT.gpu(parent))
 
