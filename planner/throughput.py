@@ -31,8 +31,9 @@ from dataclasses import replace
 import numpy as np
 
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
-                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, memory_savings, mla, moe,
-                     moe_time, offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
+                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, mla, moe, moe_time,
+                     offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
+from planner import memory_savings
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
 from planner.memory import compute_dtype_bytes

@@ -63,8 +63,8 @@ def test_fp8_activation_cache_stores_the_attention_output_in_e5m6_and_swiglu_inp
 def test_bf16_moments_cut_adamw_states_to_8_of_12_bytes():
     """Sec. 3.3.2: BF16 first and second moments, FP32 master weights: 4 + 2 x 2 B of 4 + 2 x 4 B per parameter."""
     lay = _layout("bf16")
-    on, off = (memory.memory_arrays(MIXTRAL_8X7B, lay, SYSTEM, Settings(stacks=CATALOG.stacks, optimizer_moments_bf16=b))
-               for b in (True, False))
+    on, off = (memory.memory_arrays(MIXTRAL_8X7B, lay, SYSTEM,
+                                    Settings(stacks=CATALOG.stacks, optimizer_moments_bf16=b)) for b in (True, False))
     assert float(on["optimizer_bytes"][0]) / float(off["optimizer_bytes"][0]) == pytest.approx(8 / 12, rel=1e-9)
     assert float(on["grads_bytes"][0]) == float(off["grads_bytes"][0])  # gradients stay as they were
 
