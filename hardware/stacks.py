@@ -121,6 +121,12 @@ class StackProfile(BaseModel):
         default=0.0, ge=0, le=4,
         description="stage outputs (s*b*h) the pipeline engine keeps per micro batch in flight until its backward "
                     "(DeepSpeed's PipelineEngine: 1; Megatron-LM frees them after the send: 0)")
+    moe_expert_outputs_kept: float = Field(
+        default=1.0, ge=0, le=1,
+        description="MoE: the routed experts' outputs kept for the routing probabilities' gradient (1: the probs "
+                    "scale the expert output, e.g. Hugging Face's routing_weights * expert(x); 0: Megatron-Core "
+                    "applies them inside the activation, GroupedMLP/TEGroupedMLP activation_func_with_probs -> "
+                    "weighted_bias_swiglu_impl, which saves only its input and the probs)")
     # --- how it was fitted ---------------------------------------------------------------
     fit_method: str = "prior (not fitted)"
     fit_sources: list[str] = Field(default_factory=list)

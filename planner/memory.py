@@ -267,7 +267,7 @@ def _eager_core_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) -> np.n
 
 
 def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
-                     pipeline_outputs_kept=0.0, softmax_fp32=0.0) -> np.ndarray:
+                     pipeline_outputs_kept=0.0, softmax_fp32=0.0, block_saved_less=0.0) -> np.ndarray:
     """Activation bytes on the busiest GPU.
 
     - full recompute keeps each block's input (sbh, /t with sequence parallelism) and
@@ -288,7 +288,7 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
     a = compute_dtype_bytes(layout)
     sb = (s * b).astype(np.float64)
     sp_div = np.where(layout.sequence_parallel == 1, t, 1)
-    per_layer = layer_activation_bytes(spec, layout, softmax_fp32)
+    per_layer = layer_activation_bytes(spec, layout, softmax_fp32) - block_saved_less
     eager = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), 0.0)
     eager = eager * ssm.attention_share(spec)  # a hybrid stack: its attention layers' share (planner/ssm.py)
     layer_input = sb * h * a / sp_div
@@ -358,14 +358,13 @@ def comm_buffer_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
 def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
     """Every memory term for every plan in `layout` (bytes), plus totals and capacities. A mixture-of-
     experts model: the terms of its active view plus its experts' (planner/moe_memory.py)."""
-    from planner import moe, moe_memory
+    from planner import memory_savings as ms, moe, moe_memory, zeropp  # ms: DeepSeek-V3's options
 
     moe_spec, spec = spec, moe.dense_view(spec)
     shape = np.shape(layout.tp)
     capacity = system.gpu.hbm_gib * GIB
     from planner.fp8 import weight_cache_bytes as fp8_weight_cache_bytes
     from planner.context_parallel import buffer_bytes as cp_buffer_bytes  # it builds on this module
-    from planner import zeropp
     from planner.memory_required import required_bytes
     from planner.settings import stack_profiles
     from planner.stacks import per_candidate
@@ -383,7 +382,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "grads_bytes": grads_bytes(spec, layout, system),
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
-                                              prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"]),
+                                              prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"],
+                                              ms.block_bytes_saved(spec, layout, settings)),
         "comm_buffers_bytes": comm_buffer_bytes(spec, layout) + cp_buffer_bytes(spec, layout, system.gpus_per_node)
         + zeropp.buffer_bytes(layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
@@ -391,9 +391,9 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     }
     if moe_spec is not spec:
         out = moe_memory.with_experts(moe_spec, spec, layout, system, out, settings)
+    out["optimizer_bytes"] = out["optimizer_bytes"] * ms.optimizer_factor(spec, layout, settings)
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof)
     out["capacity_bytes"] = np.full(shape, capacity)
     from planner.host_memory import with_host  # it builds on this module
-
     return with_host(out, moe_spec, spec, layout, system, settings)

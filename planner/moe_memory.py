@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner import moe, moe_parallel
-from planner.layout import CKPT, OFFLOAD, SHARD, Layout
+from planner.layout import CKPT, OFFLOAD, PREC, SHARD, Layout
 from planner.memory import (compute_dtype_bytes, grads_bytes, optimizer_bytes, optimizer_state_bytes_per_param,
                             shard_degree, stage_layers, weights_bytes)
 
@@ -71,18 +71,33 @@ def routed_slots_per_gpu(spec, layout: Layout) -> np.ndarray:
     return tokens * spec.moe_top_k * layout.etp / layout.tp
 
 
-def layer_activation_bytes(spec, layout: Layout, load: float = 1.0) -> np.ndarray:
+def dispatched_copy_bytes(layout: Layout, settings=None) -> np.ndarray:
+    """Bytes per element of the routed copies kept for the experts' up-projection weight gradient: FP8 (and
+    one fp32 scale per 1x128 tile) where an fp8 plan receives them in FP8 (Settings.moe_fp8_dispatch;
+    DeepSeek-V3 sec. 3.3.2: "we quantize the activation before MoE up-projections into FP8 and then apply
+    dispatch components, which is compatible with FP8 Fprop in MoE up-projections"; sec. 3.3: "the FP8
+    Wgrad GEMM allows activations to be stored in FP8") or caches its linear inputs in FP8; else the
+    compute dtype."""
+    from planner.memory_savings import FP8_BYTES, TILE_SCALE_BYTES, fp8_cached
+
+    fp8_in = getattr(settings, "moe_fp8_dispatch", False) & (layout.precision == PREC["fp8"])
+    fp8 = np.asarray(fp8_in) | fp8_cached(layout, settings)
+    return np.where(fp8, FP8_BYTES + TILE_SCALE_BYTES, compute_dtype_bytes(layout))
+
+
+def layer_activation_bytes(spec, layout: Layout, load: float = 1.0, settings=None, outputs_kept=1.0) -> np.ndarray:
     """Bytes one MoE layer saves for backward per micro batch beyond the view's block (`load` x the
-    balanced routed copies on the busiest rank)."""
+    balanced routed copies on the busiest rank); `outputs_kept`: the stack's moe_expert_outputs_kept."""
     a = compute_dtype_bytes(layout)
     slots = load * routed_slots_per_gpu(spec, layout)
     tokens = np.asarray(layout.micro_batch * layout.seq_len, dtype=np.float64) / layout.cp
     sp_div = np.where(layout.sequence_parallel == 1, layout.tp, 1)
     router = 2 * 4.0 * tokens / sp_div * spec.moe_experts  # fp32 logits and probabilities
-    return 2 * slots * spec.hidden * a + router  # dispatched copies, expert outputs
+    copies = slots * spec.hidden * dispatched_copy_bytes(layout, settings)
+    return copies + outputs_kept * slots * spec.hidden * a + router  # dispatched copies, expert outputs
 
 
-def activation_bytes(spec, view, layout: Layout, load: float = 1.0) -> np.ndarray:
+def activation_bytes(spec, view, layout: Layout, load: float = 1.0, settings=None, outputs_kept=1.0) -> np.ndarray:
     """The MoE layers' extra activations held on the busiest GPU: every MoE layer of the stage for
     each micro batch in flight, less what checkpointing drops, plus the one layer it rebuilds."""
     ck = layout.activation_checkpointing
@@ -90,7 +105,7 @@ def activation_bytes(spec, view, layout: Layout, load: float = 1.0) -> np.ndarra
                      default=1.0)
     in_flight = np.where(layout.pp > 1, np.minimum(layout.pp, layout.grad_accum), 1)
     rebuilt = np.where((ck == CKPT["full"]) | (ck == CKPT["blocks"]), 1.0, 0.0)
-    per_layer = layer_activation_bytes(spec, layout, load)
+    per_layer = layer_activation_bytes(spec, layout, load, settings, outputs_kept)
     return per_layer * (kept * in_flight * stage_moe_layers(spec, view, layout) + rebuilt)
 
 
@@ -108,7 +123,13 @@ def with_experts(spec, view, layout: Layout, system, out: dict, settings=None) -
     for key, term in (("weights_bytes", weights_bytes), ("grads_bytes", grads_bytes),
                       ("optimizer_bytes", optimizer_bytes)):
         out[key] = out[key] + _states_delta(term, spec, view, layout, system)
-    out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout, load)
+    kept = 1.0
+    if settings is not None:
+        from planner.settings import stack_profiles
+        from planner.stacks import per_candidate
+
+        kept = per_candidate(stack_profiles(settings), layout)["moe_expert_outputs_kept"]
+    out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout, load, settings, kept)
     out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout, load)
     return out
 

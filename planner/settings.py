@@ -48,6 +48,12 @@ class Settings(Frozen):
     # experts' GEMMs (--moe-shared-expert-overlap); off: fully exposed
     moe_a2a_overlap: bool = False
     moe_shared_expert_overlap: bool = False
+    # DeepSeek-V3's memory savings (planner/memory_savings.py, arXiv 2412.19437 sec. 3.2.3 and 3.3.2):
+    # recompute the RMSNorms and MLA up-projections in backward; cache linear inputs in FP8 (fp8 plans);
+    # AdamW moments in BF16 (masters and gradients stay FP32)
+    recompute_norms_mla_up: bool = False
+    fp8_activation_cache: bool = False
+    optimizer_moments_bf16: bool = False
     # What to train and what it costs (for days / GPU-hours / cost columns).
     tokens: float | None = Field(default=None, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)

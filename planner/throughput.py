@@ -33,6 +33,7 @@ import numpy as np
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
                      dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, mla, moe, moe_time,
                      offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
+from planner import memory_savings
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
 from planner.memory import compute_dtype_bytes
@@ -169,7 +170,7 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
     block, attn_share, linear_share = flops.recompute_share(layout.activation_checkpointing,
                                                             layout.checkpoint_fraction)
     # forward + backward (2x forward), plus what checkpointing recomputes
-    gemm_t = gemm * (3.0 + block + linear_share)
+    gemm_t = gemm * (3.0 + block + linear_share + memory_savings.recompute_gemm_share(spec, layout, settings))
     attn_t = attn * (3.0 + block + attn_share)
     elem_t = elem * (ELEMENTWISE_PASSES + block + 0.5 * linear_share)
     # eager attention's element-wise kernels over the score matrix (their own passes)
