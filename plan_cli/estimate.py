@@ -11,6 +11,7 @@ from plan_cli import options as opts
 from plan_cli.common import NOTHING_FITS_EXIT, console, handle_errors, print_json
 from planner.errors import PlanError
 from planner.fields import cli_fields
+from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
 
 Opt = typer.Option
@@ -35,7 +36,7 @@ def estimate(
     runtime_overhead_gib: Annotated[Optional[float], Opt(help="CUDA context/workspaces per GPU (default 1.5)")] = None,
     moe_capacity_factor: Annotated[Optional[float], Opt(help="MoE: pad each expert's tokens to this x the mean (default: dropless, busiest rank 1.25 x)")] = None,
     moe_fp8_dispatch: Annotated[bool, Opt(help="MoE: dispatch tokens to the experts in FP8 (DeepEP), combine in BF16")] = False,
-    moe_node_limit: Annotated[Optional[int], Opt(min=1, help="MoE: node-limited routing, each token to at most N nodes, sent once per node (DeepSeek-V3 / DeepEP)")] = None,
+    moe_node_limit: Annotated[Optional[int], Opt(help="MoE: node-limited routing, each token to at most N nodes, sent once per node (DeepSeek-V3 / DeepEP)")] = None,
     moe_a2a_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind another micro batch's compute (1F1B batch-level overlap, Megatron-Core --overlap-moe-expert-parallel-comm)")] = False,
     moe_shared_expert_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind the shared experts' GEMMs (Megatron-Core --moe-shared-expert-overlap)")] = False,
     scenarios: Annotated[Optional[Path], Opt(help="CSV or JSONL of scenarios to evaluate in one process", rich_help_panel=OUT)] = None,
@@ -56,8 +57,10 @@ def estimate(
     from planner.units import parse_gpu_range
 
     cat = load_catalog(catalog)
-    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor, moe_fp8_dispatch,
-                         moe_node_limit, moe_a2a_overlap, moe_shared_expert_overlap)
+    moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
+                     moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
+                     moe_shared_expert_overlap=moe_shared_expert_overlap)
+    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe)
     if scenarios is not None:
         if out is None:
             raise PlanError("out", "--scenarios needs --out FILE (.csv or .jsonl)")
@@ -134,8 +137,7 @@ def _exit_if_nothing_fits(reports) -> None:
         raise typer.Exit(NOTHING_FITS_EXIT)
 
 
-def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capacity_factor=None, moe_fp8_dispatch=False,
-              moe_node_limit=None, moe_a2a_overlap=False, moe_shared_expert_overlap=False):
+def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe: MoeOptions | None = None):
     from planner.settings import Calibration, Settings
 
     update = {}
@@ -150,16 +152,7 @@ def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe_capac
         update["fragmentation_margin"] = fragmentation_margin
     if runtime_overhead_gib is not None:
         update["runtime_overhead_gib"] = runtime_overhead_gib
-    if moe_capacity_factor is not None:
-        if moe_capacity_factor <= 0:
-            raise PlanError("moe_capacity_factor", f"{moe_capacity_factor:g} must be > 0 (x the mean tokens per "
-                                                   "expert; Switch Transformer trains with 1.0-2.0)")
-        update["moe_capacity_factor"] = moe_capacity_factor
-    if moe_a2a_overlap and moe_shared_expert_overlap:
-        raise PlanError("moe_shared_expert_overlap", "cannot be set with --moe-a2a-overlap (Megatron-Core: 'disable "
-                        "moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm'); pick one")
-    return Settings(**update, moe_fp8_dispatch=moe_fp8_dispatch, moe_node_limit=moe_node_limit,
-                    moe_a2a_overlap=moe_a2a_overlap, moe_shared_expert_overlap=moe_shared_expert_overlap)
+    return (moe or MoeOptions()).checked().settings(Settings(**update))
 
 
 def _node_size(base: dict, cat) -> int:

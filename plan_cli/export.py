@@ -17,6 +17,7 @@ import typer
 from plan_cli import options as opts
 from plan_cli.common import err_console, handle_errors, print_json
 from planner.fields import cli_fields
+from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
 
 Opt = typer.Option
@@ -47,6 +48,9 @@ def export(
     partition: Annotated[Optional[str], Opt(rich_help_panel=FMT)] = None,
     account: Annotated[Optional[str], Opt(rich_help_panel=FMT)] = None,
     cpus_per_task: Annotated[Optional[int], Opt(min=1, help="SLURM cores per node task (default: the cluster's)", rich_help_panel=FMT)] = None,
+    moe_capacity_factor: Annotated[Optional[float], Opt(help="MoE: plan and write a capacity factor, each expert padded to this x the mean (megatron: --moe-expert-capacity-factor --moe-pad-expert-input-to-capacity)", rich_help_panel=FMT)] = None,
+    moe_fp8_dispatch: Annotated[bool, Opt(help="MoE: plan with FP8 dispatch (DeepEP); no export writes it (Megatron-LM has no flag): refused", rich_help_panel=FMT)] = False,
+    moe_node_limit: Annotated[Optional[int], Opt(help="MoE: plan and write node-limited routing, each token to at most N nodes (megatron: --moe-router-num-groups --moe-router-group-topk, DeepEP flex dispatcher)", rich_help_panel=FMT)] = None,
     moe_a2a_overlap: Annotated[bool, Opt(help="MoE: plan and write the 1F1B all-to-all overlap (megatron: --overlap-moe-expert-parallel-comm --delay-wgrad-compute)", rich_help_panel=FMT)] = False,
     moe_shared_expert_overlap: Annotated[bool, Opt(help="MoE: plan and write the shared-expert overlap (megatron: --moe-shared-expert-overlap)", rich_help_panel=FMT)] = False,
     out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout); companions go beside it")] = None,
@@ -68,14 +72,17 @@ def export(
         cpus_per_task=cpus_per_task,
         deepspeed_file=str(out) if format == "deepspeed" and out else str(companion_dir / "ds_config.json"),
         fsdp_file=str(out) if format == "fsdp" and out else str(companion_dir / "fsdp_config.json"))
+    moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
+                     moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
+                     moe_shared_expert_overlap=moe_shared_expert_overlap).checked()
     if from_study is not None:
         from tuner.report import chosen_from_study  # the winner, on the system it ran on
 
-        chosen = chosen_from_study(from_study, storage)
+        chosen = chosen_from_study(from_study, storage).model_copy(update={"moe": moe})
     else:
         if knobs["model"] is None and knobs["n_layers"] is None:
             knobs["model"] = "7b"
-        chosen = _from_scenario(knobs, objective, catalog, format, moe_a2a_overlap, moe_shared_expert_overlap)
+        chosen = _from_scenario(knobs, objective, catalog, format, moe)
     result = render_export(format, chosen, options)
     written = _write(result, out)
     if json_out:
@@ -91,7 +98,7 @@ def export(
             err_console.print(f"  {note}", highlight=False)
 
 
-def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, a2a_overlap=False, shared_overlap=False):
+def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, moe: MoeOptions):
     from hardware.catalog import load_catalog
     from plan_cli.estimate import _settings
     from planner import api
@@ -99,11 +106,10 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, a2a_ove
 
     cat = load_catalog(catalog_dirs)
     scenario = Scenario(**fields)
-    settings = _settings(None, None, None, moe_a2a_overlap=a2a_overlap, moe_shared_expert_overlap=shared_overlap)
-    report = api.estimate(scenario, catalog=cat, settings=settings, objective=objective, top=500)
+    report = api.estimate(scenario, catalog=cat, settings=_settings(None, None, None, moe), objective=objective, top=500)
     cluster = cat.clusters.get(report.system.cluster_id or "")
     chosen = choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
-    return chosen.model_copy(update={"moe_a2a_overlap": a2a_overlap, "moe_shared_expert_overlap": shared_overlap})
+    return chosen.model_copy(update={"moe": moe})
 
 
 def _write(result, out: Path | None) -> list[str]:

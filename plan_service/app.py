@@ -84,14 +84,18 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         """Rank the plans of a scenario (blank knobs = the planner chooses), best first.
 
         `model` is a preset id or a size, or give the architecture columns, or the config.json
-        body as `hf_config` (no paths); sizes are bounded (422 past a bound)."""
+        body as `hf_config` (no paths); sizes are bounded (422 past a bound). The `moe_*` fields are
+        `plan estimate`'s MoE flags, refused (422 naming the field) where the CLI refuses them."""
         from planner import api
 
-        scenario = Scenario(**req.model_dump(exclude={"hf_config"}, exclude_unset=True))
+        from planner.moe_options import FIELDS, MoeOptions
+
+        scenario = Scenario(**req.model_dump(exclude={"hf_config", *FIELDS}, exclude_unset=True))
+        settings = MoeOptions(**req.model_dump(include=set(FIELDS))).checked().settings()
         check_scenario(scenario)
         cat = _catalog(config)
         spec = service_model(scenario, req.hf_config, cat, config.catalog_dirs)
-        return api.estimate(scenario, catalog=cat, objective=objective, top=top,
+        return api.estimate(scenario, catalog=cat, settings=settings, objective=objective, top=top,
                             include_rejected=True, spec=spec)
 
     @app.get("/catalog", response_model=CatalogSummary)

@@ -16,6 +16,7 @@ from planner import moe, rules, throughput
 from planner.errors import PlanError
 from planner.layout import Layout
 from planner.model import ModelSpec
+from planner.moe_options import MoeOptions
 from planner.resolve import resolve_model, resolve_system, seq_len_of
 from planner.scenario import (
     STACKS,
@@ -44,6 +45,8 @@ class EstimateReport(Frozen):
     global_batch_rule: str = Field(default="", description="how the global batch was chosen")
     flops_convention: str | None = Field(default=None, description="how model FLOPs (MFU) count a mixture of "
                                          "experts (None: a dense model, ~6N + attention)")
+    moe_settings: MoeOptions | None = Field(default=None, description="the expert routing and all-to-all "
+                                            "settings the plans were estimated with (None: a dense model)")
     results: list[Estimate] = Field(description="best first")
 
     @property
@@ -89,6 +92,8 @@ def estimate(
     if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
         raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
     spec = spec or resolve_model(scenario, extra_dirs=catalog_dirs)  # `spec`: already resolved (HTTP)
+    moe_settings = MoeOptions.of(settings).checked()
+    moe_settings.check_model(spec)
     if catalog is None:
         from hardware.catalog import load_catalog
 
@@ -118,6 +123,7 @@ def estimate(
         evaluated=len(found.layout), fitting=int(idx.size),
         rejected=found.rejected_counts(), global_batch_rule=rule, results=results,
         flops_convention=moe.FLOPS_CONVENTION if moe.is_moe(spec) else None,
+        moe_settings=moe_settings if moe.is_moe(spec) else None,
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.stacks import SourceError, StackProfile
-from planner import fit_weights, launch_sync, site_effects, throughput
+from planner import fit_weights, launch_sync, run_capacity, site_effects, throughput
 from planner.layout import Layout
 from planner.runs import Run
 from planner.settings import Settings
@@ -85,7 +85,8 @@ def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
     settings = Settings(stacks=profiles)
     A, b = [], []
     for r in runs:
-        perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system, settings)
+        perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system,
+                                      run_capacity.settings_for(r, settings))
         get = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in perf.items() if k != "bottleneck"}
         bubble = 1.0 + get["bubble_fraction"]
         measured = r.plan.global_batch * r.plan.seq_len / (r.measured_tokens_per_s_per_gpu * r.plan.gpus)
@@ -187,7 +188,8 @@ def predict_ratio(runs: list[Run], profiles: dict[str, StackProfile]) -> np.ndar
     settings = Settings(stacks=profiles)
     out = []
     for r in runs:
-        perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system, settings)
+        perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system,
+                                      run_capacity.settings_for(r, settings))
         out.append(float(perf["tokens_per_s_per_gpu"][0]) / r.measured_tokens_per_s_per_gpu)
     return np.asarray(out)
 

@@ -227,12 +227,6 @@ def expert_layout_of(row, spec, system, tp: int, pp: int, cp: int, dp: int, stac
         etp = tp if stack == "megatron" and moe.is_moe(spec) and ranks % (ep * tp) == 0 else 1
         if moe.is_moe(spec) and ep_stated:
             notes.append(f"etp not stated: {etp}" + (" (Megatron-Core's default: tp)" if etp > 1 else ""))
-    capacity = facts_of(row).capacity_factor if moe.is_moe(spec) else None
-    if capacity is not None:
-        from planner.moe_time import LOAD_IMBALANCE
-
-        notes.append(f"capacity factor {capacity:g} read; rows run at the settings' expert load (plan estimate "
-                     f"--moe-capacity-factor; dropless: the busiest rank {LOAD_IMBALANCE:g} x the mean), not the row's")
     if ep > 1 and stack in _EP_STACK:
         notes.append(f"stack {stack} has no expert parallelism: {_EP_STACK[stack]} runs ep {ep}")
         stack = _EP_STACK[stack]

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from hardware.models import Catalog
 from planner import (attn_window, context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, parallel_block,
-                     peak_memory, run_columns, run_csv, run_hardware, run_layout, run_model_name, run_moe, run_moe_model,
-                     run_precision, run_split, run_text, run_zeropp)
+                     peak_memory, run_capacity, run_columns, run_csv, run_hardware, run_layout, run_model_name, run_moe,
+                     run_moe_model, run_precision, run_split, run_text, run_zeropp)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -45,6 +45,7 @@ class Run:
     inconsistent: str | None = None  # why the row cannot be scored as stated (kept, reported)
     mem_convention: str = "nvidia-smi"  # how the peak memory was measured (planner/peak_memory.py)
     ep_stated: bool = True  # False: an MoE row without ep: planner/validate.py takes the planner's best ep
+    moe_capacity_factor: float | None = None  # the row's expert load (planner/run_capacity.py); None: the settings'
 
     @property
     def scored(self) -> bool:
@@ -323,6 +324,7 @@ def _run(row, catalog: Catalog) -> Run:
     plan = _recompute_from_counts(row, spec, plan, tps, notes)
     plan = run_columns.capable_stack(plan, catalog.stacks, notes)
     plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
+    capacity = run_capacity.capacity_of(row, spec, plan.stack, notes)
     mem = _num(row, "measured_peak_mem_GB")
     outcome = run_text.outcome_of(row, notes)
     inconsistent = None
@@ -334,7 +336,7 @@ def _run(row, catalog: Catalog) -> Run:
         notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
     return Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
                (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
-               stated, inconsistent, peak_memory.convention_of(row, notes), ep_stated)
+               stated, inconsistent, peak_memory.convention_of(row, notes), ep_stated, capacity)
 
 
 def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[NotPredicted] | None = None) -> list[Run]:

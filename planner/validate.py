@@ -11,7 +11,7 @@ from collections import defaultdict
 import numpy as np
 from pydantic import Field, ValidationError
 
-from planner import memory, peak_memory, rules, run_moe_plan, search, throughput, zeropp
+from planner import memory, peak_memory, rules, run_capacity, run_moe_plan, search, throughput, zeropp
 from planner.layout import Layout
 from planner.errors import PlanError
 from planner.runs import NotPredicted, Run
@@ -109,6 +109,7 @@ def resolved_plan(run: Run, settings: Settings):
 
 def predict(run: Run, settings: Settings) -> RunPrediction:
     """The planner's prediction of one run, with every knob pinned as published."""
+    settings = run_capacity.settings_for(run, settings)
     plan = resolved_plan(run, settings)
     lay = Layout.from_plan(plan)
     perf = throughput.performance(run.spec, lay, run.system, settings)

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from planner.errors import PlanError
 from planner.exports.accelerate import accelerate_config, to_yaml
-from planner.exports import moe_settings
+from planner.exports import moe_routing, moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.cp_settings import megatron_args
 from planner.exports.deepspeed_json import config_text, deepspeed_config
@@ -20,6 +20,7 @@ from planner.exports.fsdp_settings import FSDP_FILE, fsdp_settings
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
 from planner.exports.torchrun import render, torchrun_command, trainer_args
 from planner.model import ModelSpec
+from planner.moe_options import MoeOptions
 from planner.presets import resolve_model
 from planner.scenario import ExecutionPlan, Frozen
 from planner.system import System
@@ -43,9 +44,8 @@ class Chosen(Frozen):
     # the exact DeepSpeed JSON / FSDP settings a tuner trial ran: exported byte for byte
     deepspeed_json: str | None = None
     fsdp_json: str | None = None
-    # the MoE all-to-all overlap the prediction assumed (Settings.moe_a2a_overlap / moe_shared_expert_overlap)
-    moe_a2a_overlap: bool = False
-    moe_shared_expert_overlap: bool = False
+    # the MoE routing and all-to-all settings the prediction assumed (planner/moe_options.py)
+    moe: MoeOptions = MoeOptions()
 
 
 class ExportOptions(Frozen):
@@ -130,6 +130,8 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     model = chosen.model  # (torchrun/slurm resolve model_ref: _bundled_trainer_runs)
     if (why := moe_settings.refusal(fmt, chosen.plan, model)) is not None:
         raise why
+    if model is not None:
+        chosen.moe.checked().check_model(model)
     _refuse_hybrid(chosen)
     options = options or ExportOptions()
     target = options.target or target_for(chosen.system)
@@ -138,6 +140,8 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     plan, notes = chosen.plan, [f"plan from {chosen.source}"] if chosen.source else []
     if (moe_note := moe_settings.note(fmt, plan, model)) is not None:
         notes.append(moe_note)
+    if fmt in moe_settings.MODEL_CODE_FORMATS:
+        notes += moe_routing.model_code_notes(fmt, plan, model, chosen.moe)
     if chosen.deepspeed_json is not None:
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
     if chosen.fsdp_json is not None:
@@ -214,13 +218,12 @@ def _refuse_hybrid(chosen: Chosen) -> None:
 
 def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
-    args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe_a2a_overlap=chosen.moe_a2a_overlap,
-                             moe_shared_expert_overlap=chosen.moe_shared_expert_overlap)
+    args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe=chosen.moe, notes=notes)
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]
     if model.moe_experts:
-        header.append(moe_settings.CAPACITY_HINT)
+        header.append(moe_routing.header(chosen.moe))
     if plan.grad_accum > 1:
         notes.append(f"{plan.grad_accum} micro-batches per step: --global-batch-size / (--micro-batch-size x dp {plan.dp})")
     return args_script(args, header=header, nproc_per_node=per_node, nodes=_nodes_of(plan, chosen.system))

@@ -30,6 +30,7 @@ from planner.errors import PlanError
 from planner.exports import mla_settings, moe_settings
 from planner.exports.cp_settings import megatron_args as cp_args
 from planner.model import ModelSpec
+from planner.moe_options import MoeOptions
 from planner.scenario import ExecutionPlan
 
 STACKS = ("megatron", "generic")
@@ -159,15 +160,15 @@ def parallel_args(plan: ExecutionPlan, gpus_per_node: int) -> list[str]:
     return args
 
 
-def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8, *, moe_a2a_overlap: bool = False,
-                  moe_shared_expert_overlap: bool = False) -> list[str]:
+def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8, *, moe: MoeOptions | None = None,
+                  notes: list[str] | None = None) -> list[str]:
     """The arguments, one flag and its values after the other. A plan or model Megatron-LM cannot
-    run is a PlanError naming the field; the MoE overlap flags as planned (planner/exports/moe_settings.py)."""
+    run is a PlanError naming the field; the MoE routing and overlap flags as planned (planner/exports/moe_settings.py, moe_routing.py)."""
     for why in (refusal(plan), model_refusal(model), moe_settings.megatron_model_refusal(plan, model)):
         if why is not None:
             raise why
     args = (model_args(model, plan.seq_len) + mla_settings.megatron_args(model) + parallel_args(plan, gpus_per_node)
-            + moe_settings.megatron_args(plan, model, moe_a2a_overlap, moe_shared_expert_overlap))
+            + moe_settings.megatron_args(plan, model, moe, gpus_per_node, notes))
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += _RECOMPUTE[plan.activation_checkpointing] + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
     if plan.attention == "flash":

@@ -15,7 +15,8 @@ parallelism and tensor parallelism, sequence parallelism must be used".
 
 The planner models dropless routing with the busiest expert at 1.25 x the mean load and the all-to-all
 dispatcher (planner/moe_time.py): alltoall is written, no capacity factor (Megatron-Core's dropless
-default); the header names the flags that would cap the load at the planner's 1.25.
+default); the header names the flags that would cap the load at the planner's 1.25. A planned capacity
+factor, node-limited routing (DeepEP's flex dispatcher) or FP8 dispatch: planner/exports/moe_routing.py.
 
 All-to-all overlap (planner/moe_overlap.py; the export's `a2a_overlap` / `shared_overlap`, from
 Settings.moe_a2a_overlap / moe_shared_expert_overlap): --overlap-moe-expert-parallel-comm ("Overlap the EP A2A
@@ -40,12 +41,12 @@ from __future__ import annotations
 
 from planner import moe
 from planner.errors import PlanError
+from planner.exports import moe_routing
 from planner.model import ModelSpec
+from planner.moe_options import MoeOptions
 from planner.scenario import ExecutionPlan
 
 MODEL_CODE_FORMATS = ("deepspeed", "fsdp", "accelerate")
-CAPACITY_HINT = ("dropless routing (Megatron-Core's default); to cap the busiest expert at the planner's 1.25 x "
-                 "mean load: --moe-expert-capacity-factor 1.25 --moe-token-drop-policy probs")
 
 
 def refusal(fmt: str, plan: ExecutionPlan, model: ModelSpec | None = None) -> PlanError | None:
@@ -131,17 +132,20 @@ def layer_freq(model: ModelSpec) -> str | None:
     return "[" + ",".join(str(m) for m in mask) + "]"
 
 
-def megatron_args(plan: ExecutionPlan, model: ModelSpec, a2a_overlap: bool = False,
-                  shared_overlap: bool = False) -> list[str]:
-    """The MoE flags (none for a dense model)."""
+def megatron_args(plan: ExecutionPlan, model: ModelSpec, options: MoeOptions | None = None, gpus_per_node: int = 8,
+                  notes: list[str] | None = None) -> list[str]:
+    """The MoE flags (none for a dense model), with the routing and overlap `options` as planned."""
     if not moe.is_moe(model):
         return []
+    options = options or MoeOptions()
+    a2a_overlap, shared_overlap = options.moe_a2a_overlap, options.moe_shared_expert_overlap
     if (why := overlap_refusal(plan, a2a_overlap, shared_overlap)) is not None:
         raise why
     args = ["--num-experts", str(model.moe_experts), "--moe-router-topk", str(model.moe_top_k),
             "--moe-ffn-hidden-size", str(moe.expert_ffn(model)),
             "--expert-model-parallel-size", str(plan.ep), "--expert-tensor-parallel-size", str(plan.etp),
-            "--moe-token-dispatcher-type", "alltoall"]
+            "--moe-token-dispatcher-type", moe_routing.dispatcher(options)]
+    args += moe_routing.megatron_args(plan, model, options, gpus_per_node, notes)
     if model.moe_experts // plan.ep > 1:
         args.append("--moe-grouped-gemm")
     if model.moe_shared_experts:

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from hardware.catalog import load_catalog
 from planner import moe_overlap, moe_time, throughput
 from planner.errors import PlanError
+from planner.moe_options import MoeOptions
 from planner.layout import Layout
 from planner.presets import resolve_model
 from planner.resolve import resolve_system
@@ -131,20 +132,21 @@ def test_megatron_export_flags():
 
     plan = dict(tp=1, pp=4, vpp=2, dp=16, ep=8, micro_batch=1, grad_accum=16, seq_len=4096, sharding="zero1",
                 stack="megatron", activation_checkpointing="selective")
-    args = megatron_args(ExecutionPlan(**plan), MIXTRAL_8X7B, moe_a2a_overlap=True)
+    args = megatron_args(ExecutionPlan(**plan), MIXTRAL_8X7B, moe=MoeOptions(moe_a2a_overlap=True))
     assert "--overlap-moe-expert-parallel-comm" in args and "--delay-wgrad-compute" in args
     plain = megatron_args(ExecutionPlan(**plan), MIXTRAL_8X7B)
     assert "--overlap-moe-expert-parallel-comm" not in plain and "--delay-wgrad-compute" not in plain
     for bad, field in ((dict(vpp=1), "vpp"), (dict(activation_checkpointing="full"), "activation_checkpointing"),
                        (dict(ep=1), "ep")):
         with pytest.raises(PlanError) as e:
-            megatron_args(ExecutionPlan(**{**plan, **bad}), MIXTRAL_8X7B, moe_a2a_overlap=True)
+            megatron_args(ExecutionPlan(**{**plan, **bad}), MIXTRAL_8X7B, moe=MoeOptions(moe_a2a_overlap=True))
         assert e.value.field == field
     v3 = resolve_model("deepseek-v3")
-    shared = megatron_args(ExecutionPlan(**{**plan, "ep": 64, "pp": 4, "dp": 16}), v3, moe_shared_expert_overlap=True)
+    shared = megatron_args(ExecutionPlan(**{**plan, "ep": 64, "pp": 4, "dp": 16}), v3,
+                           moe=MoeOptions(moe_shared_expert_overlap=True))
     assert "--moe-shared-expert-overlap" in shared and "--overlap-moe-expert-parallel-comm" not in shared
     assert "--moe-shared-expert-overlap" not in megatron_args(ExecutionPlan(**plan), MIXTRAL_8X7B,
-                                                              moe_shared_expert_overlap=True)
+                                                              moe=MoeOptions(moe_shared_expert_overlap=True))
 
 
 def test_cli_export_writes_the_flags():

@@ -192,9 +192,9 @@ def test_dense_dev_rows_carry_no_moe_signal():
                 assert not run_moe.facts_of(row).is_moe, row["id"]
 
 
-def test_a_stated_capacity_factor_is_noted(tmp_path):
+def test_a_stated_capacity_factor_is_applied(tmp_path):
     run = load(tmp_path, **{**MIXTRAL, "notes": "EP 8, capacity factor 1.0"})
-    assert any("capacity factor 1 read" in a for a in run.assumptions)
+    assert run.moe_capacity_factor == 1.0 and any("capacity factor 1 without padding" in a for a in run.assumptions)
 
 
 def test_a_preset_name_with_a_remark_in_brackets_is_the_preset(tmp_path):
