@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner import interleaved_paths
+
 
 def ratio(n_layers: int, pp, heavy, light, per_layer, logits, last_is_busiest) -> np.ndarray:
     """(sum of the other stages' times) / ((pp - 1) x the slowest stage's time), per candidate.
@@ -142,13 +144,20 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     t_first = m * s0
     t_middle = np.where(p > 2, m * sm + head + np.maximum(p - 3, 0.0) * chunk, 0.0)
     t_last = m * sl + head + np.maximum(p - 2, 0.0) * chunk
-    # the round of chunk v-1 paced by the last chunk, the other rounds by the middle ranks' chunks
-    t_tail = np.where((p > 2) & (m >= p), m * (st.tail + (v - 1.0) * chunk) - m / np.maximum(p, 1.0) * chunk
-                      + head + (p - 1.0) * chunk, 0.0)
-    longest = np.maximum(np.maximum(np.maximum(t_first, t_middle), t_last), t_tail)
+    # the round of chunk v-1 paced by the last chunk, the other rounds by rank p-2's chunks (rank 0's at pp 2)
+    vv = np.maximum(v - 1.0, 1.0)
+    a, l = (s0 - head) / vv, (sl - st.tail) / vv  # rank 0's other chunks, rank p-1's other chunks
+    x = np.where(p > 2, chunk, a)
+    t_tail = np.where((p >= 2) & (m >= p), m * (st.tail + (v - 1.0) * x) - m / np.maximum(p, 1.0) * x
+                      + head + (p - 1.0) * x, 0.0)
+    # a heavy first rank: its cycle with rank p-1, its drain (planner/interleaved_paths.py)
+    b = np.where(p > 2, chunk, 0.0)
+    t_rank0 = np.maximum(interleaved_paths.rank0_cycle(head, a, b, l, st.tail, p, v, m),
+                         interleaved_paths.rank0_drain(head, a, b, l, st.tail, p, v, m))
+    longest = np.maximum(np.maximum(np.maximum(t_first, t_middle), t_last), np.maximum(t_tail, t_rank0))
     interleaved = (longest - m * slowest) * v
     bubble = np.where(v > 1, interleaved, others)
     denom = (p - 1.0) * slowest
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(denom > 0, bubble / np.where(denom > 0, denom, 1.0), 1.0)
-    return np.clip(r, 0.0, np.maximum(v, 1.0))
+    return np.maximum(r, 0.0)
