@@ -51,6 +51,38 @@ def _chunk0_ops(n, p, v):
     return np.floor(n / pv) * p + np.minimum(np.mod(n, pv), p)
 
 
+def _back0_ops(n, p, v):
+    """How many of a rank's backward ops 0..n-1 run chunk 0 (backwards go from chunk v-1 down)."""
+    n = np.maximum(n, 0.0)
+    pv = p * v
+    return np.floor(n / pv) * p + np.maximum(np.mod(n, pv) - (v - 1.0) * p, 0.0)
+
+
+def _rank0_from(k, h, a, p, v, m):
+    """Rank 0's busy time from its forward op k to the end of the step (its later forwards, and its
+    backwards from the one paired with forward k on)."""
+    fs = FORWARD_SHARE
+    total = m * v
+    w0 = np.minimum(2.0 * (p - 1.0) + (v - 1.0) * p, total)
+    n_f = np.maximum(total - k, 0.0)
+    f0 = _chunk0_ops(total, p, v) - _chunk0_ops(k, p, v)
+    first_b = np.maximum(k - w0, 0.0)
+    n_b = total - first_b
+    b0 = _back0_ops(total, p, v) - _back0_ops(first_b, p, v)
+    return fs * (f0 * h + (n_f - f0) * a) + (1.0 - fs) * (b0 * h + (n_b - b0) * a)
+
+
+def rank0_round(h, a, b, l, z, p, v, m) -> np.ndarray:
+    """Rank 0's first p (v - 1) + 1 forwards, micro batch 0 down the middle ranks, rank p-1's first
+    round of chunk v-1 (p z) and its next forward (chunk 0 of micro batch p), then rank 0 from the
+    forward that one feeds (chunk 1 of micro batch p) to the end; 0 where m < 2 p or v = 1."""
+    p, v, m = (np.asarray(x, dtype=np.float64) for x in (p, v, m))
+    fs = FORWARD_SHARE
+    fill = fs * (p * h + ((v - 2.0) * p + 1.0) * a + np.maximum(p - 2.0, 0.0) * b)
+    t = fill + p * z + fs * l + _rank0_from((v + 1.0) * p, h, a, p, v, m)
+    return np.where((m >= 2.0 * p) & (v > 1), t, 0.0)
+
+
 def rank0_drain(h, a, b, l, z, p, v, m) -> np.ndarray:
     """Longest over r of rank 0's warm-up forwards, the hop to rank r and back, and rank 0's
     backwards (above); 0 where v = 1 or m < p."""
@@ -60,7 +92,7 @@ def rank0_drain(h, a, b, l, z, p, v, m) -> np.ndarray:
     w0 = np.minimum(2.0 * (p - 1.0) + (v - 1.0) * p, total)
     # rank 0's backwards, and its forwards after W_0 (1F1B pairs with backwards)
     late_n = np.maximum(total - w0 - 1.0, 0.0)
-    late0 = _chunk0_ops(total, p, v) - _chunk0_ops(w0 + 1.0, p, v)
+    late0 = _chunk0_ops(total, p, v) - _chunk0_ops(np.minimum(w0 + 1.0, total), p, v)
     tail = m * (h + (v - 1.0) * a) * (1.0 - fs) + fs * (late0 * h + (late_n - late0) * a)
     best = np.zeros(np.broadcast(h, a, b, l, z, p, v, m).shape)
     top = int(np.max(p)) if np.size(p) else 1
@@ -77,3 +109,6 @@ def rank0_drain(h, a, b, l, z, p, v, m) -> np.ndarray:
                + (1.0 - fs) * (mids + np.where(at_last, z, 0.0)))
         best = np.where(ok, np.maximum(best, fill + hop + tail), best)
     return best
+
+
+RANK0_PATHS = (rank0_cycle, rank0_round, rank0_drain)

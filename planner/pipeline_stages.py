@@ -148,12 +148,11 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     vv = np.maximum(v - 1.0, 1.0)
     a, l = (s0 - head) / vv, (sl - st.tail) / vv  # rank 0's other chunks, rank p-1's other chunks
     x = np.where(p > 2, chunk, a)
-    t_tail = np.where((p >= 2) & (m >= p), m * (st.tail + (v - 1.0) * x) - m / np.maximum(p, 1.0) * x
-                      + head + (p - 1.0) * x, 0.0)
+    ends = np.where(p > 2, head + (p - 1.0) * x, p * head)  # pp 2: rank 0's first chunk, p micro batches
+    t_tail = np.where((p >= 2) & (m >= p), m * (st.tail + (v - 1.0) * x) - m / np.maximum(p, 1.0) * x + ends, 0.0)
     # a heavy first rank: its cycle with rank p-1, its drain (planner/interleaved_paths.py)
     b = np.where(p > 2, chunk, 0.0)
-    t_rank0 = np.maximum(interleaved_paths.rank0_cycle(head, a, b, l, st.tail, p, v, m),
-                         interleaved_paths.rank0_drain(head, a, b, l, st.tail, p, v, m))
+    t_rank0 = np.maximum.reduce([f(head, a, b, l, st.tail, p, v, m) for f in interleaved_paths.RANK0_PATHS])
     longest = np.maximum(np.maximum(np.maximum(t_first, t_middle), t_last), np.maximum(t_tail, t_rank0))
     interleaved = (longest - m * slowest) * v
     bubble = np.where(v > 1, interleaved, others)
