@@ -128,10 +128,15 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
         T >= m (z + (v - 1) b) - (m / p) b + c_0 + (p - 1) b
 
     (c_0: rank 0's first chunk; found on the op-by-op replay, where it is exact with rank 0's
-    chunks no heavier than b, and never above it). With it the planner is within 3% of the replay
-    for p 3-16, v 2-4, m p..4p and a heavy last chunk (tests/planner/test_pipeline_comm_bubble.py).
-    Not modelled: a heavy FIRST chunk (rank 0's, heavier than b: up to ~30% low) and pp 2 with
-    rank 0's chunks unequal; both stay at the per-rank bound above.
+    chunks no heavier than b, and never above it; at pp 2 rank 0 feeds the last chunk, b is rank 0's
+    chunk and the ends are p c_0). A heavy FIRST rank (its chunks heavier than b) adds the paths of
+    planner/interleaved_paths.py: its cycle with rank p-1, its way through rank p-1's first round,
+    and its drain. Every term is the weight of a path of the schedule, so a lower bound of the step;
+    the bubble is not clipped at the plain 1F1B one (a heavy last chunk makes it longer). Against the
+    replay: within 3% and never above for p 2-16, v 2-4, m p..4p, heavy first, middle and last
+    chunks (tests/planner/test_pipeline_comm_bubble.py); up to 5% low with a first rank 1.25-1.5x
+    the middle ones at m <= 3p, and up to 8% low with rank 0's first chunk much lighter than its
+    others while they are heavier than b (not a split the planner makes).
     Returns the bubble T - m max_j T_j over the SC21 bubble (p - 1) max_j T_j / v."""
     p = np.asarray(pp, dtype=np.float64)
     v = np.asarray(vpp, dtype=np.float64)
