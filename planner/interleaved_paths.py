@@ -85,8 +85,8 @@ def rank0_round(h, a, b, l, z, p, v, m) -> np.ndarray:
 
 def rank0_drain(h, a, b, l, z, p, v, m) -> np.ndarray:
     """Longest over r of rank 0's warm-up forwards, the hop to rank r and back, and rank 0's
-    backwards (above); 0 where v = 1 or m < p."""
-    p, v, m = (np.asarray(x, dtype=np.float64) for x in (p, v, m))
+    backwards (above); 0 where v = 1 or m < p. 1-d arrays of one length."""
+    h, a, b, l, z, p, v, m = (np.asarray(x, dtype=np.float64)[:, None] for x in (h, a, b, l, z, p, v, m))
     fs = FORWARD_SHARE
     total = m * v
     w0 = np.minimum(2.0 * (p - 1.0) + (v - 1.0) * p, total)
@@ -94,21 +94,37 @@ def rank0_drain(h, a, b, l, z, p, v, m) -> np.ndarray:
     late_n = np.maximum(total - w0 - 1.0, 0.0)
     late0 = _chunk0_ops(total, p, v) - _chunk0_ops(np.minimum(w0 + 1.0, total), p, v)
     tail = m * (h + (v - 1.0) * a) * (1.0 - fs) + fs * (late0 * h + (late_n - late0) * a)
-    best = np.zeros(np.broadcast(h, a, b, l, z, p, v, m).shape)
-    top = int(np.max(p)) if np.size(p) else 1
-    for r in range(1, top):
-        wr = 2.0 * (p - r - 1.0) + (v - 1.0) * p
-        ok = (r < p) & (wr < total) & (v > 1) & (m >= p)
-        n0 = _chunk0_ops(wr + 1.0, p, v)
-        fill = fs * (n0 * h + (wr + 1.0 - n0) * a)
-        c = np.floor(np.mod(wr, p * v) / p)
-        # forward W_r down ranks 1..r (rank p-1 runs chunk c), backward of chunk v-1 up ranks r..1
-        mids = np.minimum(r, p - 2.0) * b
-        at_last = r == p - 1
-        hop = (fs * (mids + np.where(at_last, np.where(c == v - 1.0, z, l), 0.0))
-               + (1.0 - fs) * (mids + np.where(at_last, z, 0.0)))
-        best = np.where(ok, np.maximum(best, fill + hop + tail), best)
-    return best
+    # the path's length moves by about b - 2 a / 3 a rank (one more hop, two forwards of rank 0
+    # fewer), so the longest is at either end of the ranks r whose warm-up ends before the last
+    # forward: the first two and the last three are tried
+    r_min = np.maximum(np.floor(p - 1.0 - (total - (v - 1.0) * p) / 2.0) + 1.0, 1.0)
+    r = np.concatenate([r_min, r_min + 1.0, p - 3.0, p - 2.0, p - 1.0], axis=1)
+    wr = 2.0 * (p - r - 1.0) + (v - 1.0) * p
+    ok = (r >= 1.0) & (r < p) & (wr < total)
+    n0 = _chunk0_ops(wr + 1.0, p, v)
+    fill = fs * (n0 * h + (wr + 1.0 - n0) * a)
+    c = np.floor(np.mod(wr, p * v) / p)
+    # forward W_r down ranks 1..r (rank p-1 runs chunk c), backward of chunk v-1 up ranks r..1
+    mids = np.minimum(r, p - 2.0) * b
+    at_last = r == p - 1
+    hop = (fs * (mids + np.where(at_last, np.where(c == v - 1.0, z, l), 0.0))
+           + (1.0 - fs) * (mids + np.where(at_last, z, 0.0)))
+    return np.max(np.where(ok & (v > 1) & (m >= p), fill + hop + tail, 0.0), axis=1, initial=0.0)
 
 
 RANK0_PATHS = (rank0_cycle, rank0_round, rank0_drain)
+
+
+def rank0_longest(h, a, b, l, z, p, v, m) -> np.ndarray:
+    """The longest of the paths above, evaluated where they can be the longest: interleaved, m >= p,
+    and rank 0's chunks heavier than a middle rank's (or pp 2, rank 0 the only other rank); 0
+    elsewhere (the per-rank and last-chunk paths of planner/pipeline_stages.ratio_of are longer
+    there: with rank 0 no heavier the replay agrees with them, tests/planner/test_pipeline_comm_bubble.py)."""
+    args = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (h, a, b, l, z, p, v, m)))
+    h, a, b, l, z, p, v, m = args
+    out = np.zeros(h.shape)
+    on = (v > 1) & (m >= p) & ((a > b) | (p == 2))
+    if on.any():
+        sub = [x[on] for x in args]
+        out[on] = np.maximum.reduce([f(*sub) for f in RANK0_PATHS])
+    return out

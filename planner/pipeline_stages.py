@@ -157,7 +157,7 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     t_tail = np.where((p >= 2) & (m >= p), m * (st.tail + (v - 1.0) * x) - m / np.maximum(p, 1.0) * x + ends, 0.0)
     # a heavy first rank: its cycle with rank p-1, its drain (planner/interleaved_paths.py)
     b = np.where(p > 2, chunk, 0.0)
-    t_rank0 = np.maximum.reduce([f(head, a, b, l, st.tail, p, v, m) for f in interleaved_paths.RANK0_PATHS])
+    t_rank0 = interleaved_paths.rank0_longest(head, a, b, l, st.tail, p, v, m)
     longest = np.maximum(np.maximum(np.maximum(t_first, t_middle), t_last), np.maximum(t_tail, t_rank0))
     interleaved = (longest - m * slowest) * v
     bubble = np.where(v > 1, interleaved, others)
