@@ -144,3 +144,28 @@ def test_llama3_405b_split():
     assert stage_split.chunks_bad(126, 16, 8, 0, 0, 0, 0)  # the even split cannot interleave 126 by 16 x 8
     same = stage_split.split(126, 16, 1, 7, 7, 0, 0)
     assert (float(same.first), float(same.middle), float(same.last)) == (7.0, 8.0, 7.0)
+
+
+@pytest.mark.parametrize("m", [16, 32, 64])
+def test_llama3_405b_bubble_is_sc21_arithmetic(m):
+    """Golden: Llama 3 405B's interleaved layout (126 blocks, pp 16, vpp 8, embedding and loss in the
+    split; Llama Team 2024 sec. 3.3.2). The schedule arithmetic of Narayanan et al. SC21 sec. 2.2.2:
+    a rank idles while the first micro batch crosses the first model chunk of every rank before it
+    and while the last backward comes back through them, (p - 1) (t_f + t_b) / v for the last rank
+    of equal chunks. Here the busiest ranks are the middle ones (8 one-block chunks; rank 15 holds 7
+    blocks, its last chunk only the loss), the last of them is rank 14, and rank 0's first chunk
+    holds only the embedding: 13 one-block chunks before it, step = m x 8 + 13 block times (the
+    embedding's and output layer's time left out), the replay agreeing."""
+    step = predicted_step(126, 16, 8, m, embedding_in_split=1, loss_in_split=1)
+    assert step == pytest.approx(m * 8 + 13)
+    assert replay(chunk_times(126, 16, 8, embedding_in_split=1, loss_in_split=1), m) == pytest.approx(m * 8 + 13)
+
+
+def test_hand_computed_heavy_first_rank():
+    """pp 2, vpp 2, 8 micro batches, rank 0 [3, 3] (a heavy first stage: 6 blocks), rank 1 [1, 5] (2
+    blocks and a 4-block output layer); forward : backward 1 : 2. The critical path: rank 0's F0c0,
+    F1c0, F0c1 (3 x 1), then four times rank 1's round of chunk 1 (two F + B of 5) and rank 0's B, F
+    of chunk 1 between the rounds (3), then rank 0's last B of chunk 1 and two of chunk 0 (3 x 2):
+    3 + 4 x 10 + 3 x 3 + 6 = 58 (rank 0 alone is 8 x 6 = 48; the per-rank sum said 51)."""
+    assert replay([[3.0, 3.0], [1.0, 5.0]], 8) == pytest.approx(58.0)
+    assert predicted_step(8, 2, 2, 8, logits=4.0, first_stage_layers=6, last_stage_layers=2) == pytest.approx(58.0)

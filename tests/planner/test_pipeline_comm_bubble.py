@@ -116,44 +116,43 @@ def test_compute_only_ratio_is_kept_for_the_split_alone():
 
 
 def _grid():
-    """p 3..16, v 1..4, m p..4p; the last chunk heavy (the output layer at 0.5-4 blocks, the last rank's
-    other chunks lighter or not) and rank 0's first chunk light (the embedding in the split)."""
+    """p 3..16, v 1..4, m p..4p, the output layer at 0.5-4 blocks: the even split (heavy last chunk), light
+    first and last ranks (one block a chunk against two: heavy middle), the embedding and loss in the
+    split (v 1), and a heavy FIRST rank (two or three blocks a chunk against one; with a light or
+    heavy last rank)."""
     for p in (3, 4, 6, 8, 16):
         for v in (1, 2, 3, 4):
             for m in (p, 2 * p, 3 * p, 4 * p):
                 for logits in (0.5, 2.0, 4.0):
-                    yield p, v, m, logits, {}
-                    yield p, v, m, logits, dict(first_stage_layers=v, last_stage_layers=v)
+                    yield p, v, m, logits, 2 * p * v, {}
+                    yield p, v, m, logits, (p - 2) * 2 * v + 2 * v, dict(first_stage_layers=v, last_stage_layers=v)
                     if v == 1:
-                        yield p, v, m, logits, dict(embedding_in_split=1, loss_in_split=1)
+                        yield p, v, m, logits, 2 * p * v - 2, dict(embedding_in_split=1, loss_in_split=1)
+                    if p <= 8:
+                        for k in (2, 3):
+                            yield p, v, m, logits, k * v + (p - 1) * v, dict(first_stage_layers=k * v)
+                        yield p, v, m, logits, 2 * v + (p - 2) * v + 2 * v, dict(first_stage_layers=2 * v,
+                                                                                last_stage_layers=2 * v)
 
 
 def test_interleaved_uneven_split_agrees_with_the_replay():
     """The planner's step (m x the busiest rank x (1 + bubble)) against Megatron's (interleaved) 1F1B
-    replayed op by op (tests/planner/test_interleaved_split.replay): never above it, within 3% on 471
-    of the 500 plans; the rest (v 3-4, light first/last ranks of one block a chunk against two in the
-    middle, the output layer 4 blocks) up to 13% low: the round-by-round pace with rank 0 lighter
-    than the middle is not modelled exactly (planner/pipeline_stages.ratio_of)."""
+    replayed op by op (tests/planner/test_interleaved_split.replay): interleaved, never above it and
+    within 3% on every plan (heavy last, middle and first chunks; the per-rank sum alone was up to 28%
+    low with a heavy first rank, and 13% low with light ends, v 3-4, where the bubble was clipped at
+    the plain 1F1B one). Plain 1F1B (v 1) keeps Alpa's sum: exact with the last stage the slowest,
+    an upper bound otherwise (1F1B's warm-up forwards hide part of the round trip behind an early
+    heavy stage: up to 7% with heavy middles, 30% with a heavy first stage)."""
     from tests.planner.test_interleaved_split import chunk_times, predicted_step, replay
-    worst = 0.0
-    n = close = 0
-    for p, v, m, logits, split in _grid():
-        L = 2 * p * v - 2 if split.get("embedding_in_split") else 2 * p * v
-        if split.get("first_stage_layers"):
-            L = (p - 2) * 2 * v + 2 * v
-        if split.get("embedding_in_split") and v > 1:
-            continue
+    n = 0
+    for p, v, m, logits, L, split in _grid():
         step = predicted_step(L, p, v, m, logits=logits, **split)
         chunks = chunk_times(L, p, v, logits=logits, **split)
         sim = replay(chunks, m)
         err = step / sim - 1
         if v == 1 and max(map(sum, chunks)) > sum(chunks[-1]):
-            # the middle ranks heaviest: Alpa's sum is an upper bound of plain 1F1B (warm-up forwards
-            # hide part of the light ends' round trip), 6% at m = p = 3
-            assert -1e-9 <= err <= 0.07, (p, v, m, logits, split, step, sim)
+            assert -1e-9 <= err <= (0.3 if sum(chunks[0]) > sum(chunks[1]) else 0.07), (p, m, logits, split, step, sim)
             continue
-        assert -0.14 <= err <= 1e-9, (p, v, m, logits, split, step, sim)
-        worst = min(worst, err)
+        assert -0.03 <= err <= 1e-9, (p, v, m, logits, split, step, sim)
         n += 1
-        close += err >= -0.03
-    assert n == 500 and close >= 471
+    assert n == 1044
