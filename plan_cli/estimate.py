@@ -11,6 +11,7 @@ from plan_cli import options as opts
 from plan_cli.common import NOTHING_FITS_EXIT, console, handle_errors, print_json
 from planner.errors import PlanError
 from planner.fields import cli_fields
+from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
 
@@ -39,6 +40,9 @@ def estimate(
     moe_node_limit: Annotated[Optional[int], Opt(help="MoE: node-limited routing, each token to at most N nodes, sent once per node (DeepSeek-V3 / DeepEP)")] = None,
     moe_a2a_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind another micro batch's compute (1F1B batch-level overlap, Megatron-Core --overlap-moe-expert-parallel-comm)")] = False,
     moe_shared_expert_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind the shared experts' GEMMs (Megatron-Core --moe-shared-expert-overlap)")] = False,
+    recompute_norms_mla_up: Annotated[bool, Opt(help="Recompute the RMSNorms and MLA up-projections in backward, keep their inputs only (DeepSeek-V3 sec. 3.2.3)")] = False,
+    fp8_activation_cache: Annotated[bool, Opt(help="With --precision fp8: keep linear inputs in FP8 (o_proj's in E5M6), SwiGLU inputs in FP8 with its output recomputed (DeepSeek-V3 sec. 3.3.2)")] = False,
+    optimizer_moments_bf16: Annotated[bool, Opt(help="AdamW moments in BF16, masters and gradients in FP32 (DeepSeek-V3 sec. 3.3.2; Megatron --use-precision-aware-optimizer)")] = False,
     scenarios: Annotated[Optional[Path], Opt(help="CSV or JSONL of scenarios to evaluate in one process", rich_help_panel=OUT)] = None,
     out: Annotated[Optional[Path], Opt(help="Where --scenarios writes its results (.csv or .jsonl)", rich_help_panel=OUT)] = None,
     top: Annotated[Optional[int], Opt(min=1, help="Show the K best (default 10; 1 per scenario with --scenarios)", rich_help_panel=OUT)] = None,
@@ -60,7 +64,9 @@ def estimate(
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
                      moe_shared_expert_overlap=moe_shared_expert_overlap)
-    settings = _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe)
+    recipe = MemoryRecipe(recompute_norms_mla_up=recompute_norms_mla_up, fp8_activation_cache=fp8_activation_cache,
+                          optimizer_moments_bf16=optimizer_moments_bf16)
+    settings = recipe.settings(_settings(calibration, fragmentation_margin, runtime_overhead_gib, moe))
     if scenarios is not None:
         if out is None:
             raise PlanError("out", "--scenarios needs --out FILE (.csv or .jsonl)")

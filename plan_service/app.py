@@ -85,13 +85,17 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
         `model` is a preset id or a size, or give the architecture columns, or the config.json
         body as `hf_config` (no paths); sizes are bounded (422 past a bound). The `moe_*` fields are
-        `plan estimate`'s MoE flags, refused (422 naming the field) where the CLI refuses them."""
+        `plan estimate`'s MoE flags, and `recompute_norms_mla_up` / `fp8_activation_cache` /
+        `optimizer_moments_bf16` its memory-saving switches, refused (422 naming the field) where the CLI refuses them."""
         from planner import api
 
+        from planner import memory_recipe
         from planner.moe_options import FIELDS, MoeOptions
 
-        scenario = Scenario(**req.model_dump(exclude={"hf_config", *FIELDS}, exclude_unset=True))
+        recipe_fields = set(memory_recipe.FIELDS)
+        scenario = Scenario(**req.model_dump(exclude={"hf_config", *FIELDS, *recipe_fields}, exclude_unset=True))
         settings = MoeOptions(**req.model_dump(include=set(FIELDS))).checked().settings()
+        settings = memory_recipe.MemoryRecipe(**req.model_dump(include=recipe_fields)).settings(settings)
         check_scenario(scenario)
         cat = _catalog(config)
         spec = service_model(scenario, req.hf_config, cat, config.catalog_dirs)

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hardware.models import GPU, Cluster
+from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
 from planner.units import Seconds
@@ -22,9 +23,9 @@ class CatalogSummary(BaseModel):
     models: list[str]
 
 
-class EstimateRequest(Scenario, MoeOptions):
-    """A Scenario, with the MoE routing settings of `plan estimate` (checked as the CLI checks them); the
-    model may also come as the body of a Hugging Face config.json."""
+class EstimateRequest(Scenario, MoeOptions, MemoryRecipe):
+    """A Scenario, with the MoE routing settings and memory-saving switches of `plan estimate` (checked as
+    the CLI checks them); the model may also come as the body of a Hugging Face config.json."""
 
     hf_config: dict | None = Field(default=None, description="config.json body (instead of model)")
 

@@ -16,6 +16,7 @@ from planner import moe, rules, throughput
 from planner.errors import PlanError
 from planner.layout import Layout
 from planner.model import ModelSpec
+from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
 from planner.resolve import resolve_model, resolve_system, seq_len_of
 from planner.scenario import (
@@ -47,6 +48,8 @@ class EstimateReport(Frozen):
                                          "experts (None: a dense model, ~6N + attention)")
     moe_settings: MoeOptions | None = Field(default=None, description="the expert routing and all-to-all "
                                             "settings the plans were estimated with (None: a dense model)")
+    memory_recipe: MemoryRecipe | None = Field(default=None, description="the memory-saving switches the plans "
+                                               "were estimated with (None: none on)")
     results: list[Estimate] = Field(description="best first")
 
     @property
@@ -94,6 +97,8 @@ def estimate(
     spec = spec or resolve_model(scenario, extra_dirs=catalog_dirs)  # `spec`: already resolved (HTTP)
     moe_settings = MoeOptions.of(settings).checked()
     moe_settings.check_model(spec)
+    recipe = MemoryRecipe.of(settings)
+    recipe.check_scenario(scenario)
     if catalog is None:
         from hardware.catalog import load_catalog
 
@@ -124,6 +129,7 @@ def estimate(
         rejected=found.rejected_counts(), global_batch_rule=rule, results=results,
         flops_convention=moe.FLOPS_CONVENTION if moe.is_moe(spec) else None,
         moe_settings=moe_settings if moe.is_moe(spec) else None,
+        memory_recipe=recipe if recipe.given else None,
     )
 
 
