@@ -25,6 +25,7 @@ without `sm_count` in the catalog gets 1 (no shape effect modelled).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +78,19 @@ def gemm_efficiency(m, n, k, shape: GemmShapeData | None, batch=1, elem_bytes: f
     picks among them) for tile x wave quantization of M x N, times the rounding of K."""
     if shape is None:
         return np.ones(np.broadcast(np.asarray(m), np.asarray(n), np.asarray(k)).shape)
+    args = [np.asarray(a) for a in (m, n, k, batch, elem_bytes)]
+    if all(a.size == 1 for a in args):  # one plan (validate, the profile fit): the same few shapes, over and over
+        one = _one_gemm_efficiency(*(a.reshape(-1)[0].item() for a in args), shape)
+        return np.full(np.broadcast(*args).shape, one)
+    return _gemm_efficiency(m, n, k, shape, batch, elem_bytes)
+
+
+@functools.lru_cache(maxsize=65536)
+def _one_gemm_efficiency(m, n, k, batch, elem_bytes, shape: GemmShapeData) -> float:
+    return float(_gemm_efficiency(m, n, k, shape, batch, elem_bytes))
+
+
+def _gemm_efficiency(m, n, k, shape: GemmShapeData, batch, elem_bytes) -> np.ndarray:
     best = 0.0
     kk = np.asarray(k, dtype=np.float64)
     for tm, tn, rel in shape.tiles:

@@ -26,7 +26,7 @@ from hardware.stacks import SourceError, StackProfile
 from planner import fit_weights, launch_sync, run_capacity, site_effects, throughput
 from planner.layout import Layout
 from planner.runs import Run
-from planner.settings import Settings
+from planner.settings import Settings, with_catalog
 
 # (profile field, raw part key, lower bound, upper bound, prior, ridge scale)
 PARAMS = (
@@ -98,7 +98,7 @@ PredictFn = Callable[[list[Run], dict[str, StackProfile]], np.ndarray]
 
 
 def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
-    settings = Settings(stacks=profiles)
+    settings = with_catalog(Settings(stacks=profiles))
     A, b = [], []
     for r in runs:
         perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system,
@@ -116,13 +116,32 @@ def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
     return Design(np.asarray(A), np.asarray(b))
 
 
+_LOWER, _UPPER, _PRIOR, _SCALE = (np.array([p[i] for p in PARAMS]) for i in (2, 3, 4, 5))
+
+
+def _design_memo() -> DesignFn:
+    """`_design` keeping each run's row by the profile of its stack (a row depends on nothing else:
+    planner/stacks.py per_candidate), for the runs alive while it is used (keyed by object)."""
+    rows: dict[tuple[int, str | None], tuple[np.ndarray, float]] = {}
+
+    def design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
+        of = {s: p.model_dump_json() for s, p in profiles.items()}
+        keys = [(id(r), of.get(r.plan.stack)) for r in runs]
+        todo = [(k, r) for k, r in zip(keys, runs) if k not in rows]
+        if todo:
+            d = _design([r for _, r in todo], profiles)
+            rows.update({k: (a, b) for (k, _), a, b in zip(todo, d.A, d.b)})
+        return Design(np.array([rows[k][0] for k in keys]), np.array([rows[k][1] for k in keys]))
+
+    return design
+
+
 def _solve(A: np.ndarray, b: np.ndarray, w: np.ndarray, prior: np.ndarray, ridge: float,
            scale: np.ndarray | None = None) -> np.ndarray:
     """Bounded ridge least squares: min sum w (A x + b - 1)^2 + ridge sum ((x - prior)/scale)^2 (scale:
     PARAMS's ridge scales unless given)."""
-    lo = np.array([p[2] for p in PARAMS])
-    hi = np.array([p[3] for p in PARAMS])
-    scale = np.array([p[5] for p in PARAMS]) if scale is None else scale
+    lo, hi = _LOWER, _UPPER
+    scale = _SCALE if scale is None else scale
     sw = np.sqrt(w)[:, None]
     M = np.vstack([A * sw, np.sqrt(ridge) * np.diag(1.0 / scale)])
     y = np.concatenate([(1.0 - b) * sw[:, 0], np.sqrt(ridge) * prior / scale])
@@ -177,33 +196,41 @@ def fit_sites(runs: list[Run], priors: dict[str, StackProfile],
     site_of = site_effects.keys(runs)
     sites: dict[str, float] = {}
     code = np.array([stacks.index(r.plan.stack) for r in runs])
+    own = _own_rows(runs, stacks)
     for _ in range(ITERATIONS):
         d = design(runs, profiles)
         for _ in range(site_effects.INNER if any(site_of) else 1):
             m = site_effects.row_factors(site_of, sites)
-            xs = _solve_stacks(d.A * m[:, None], d.b * m, w, runs, stacks)
+            xs = _solve_stacks(d.A * m[:, None], d.b * m, w, own)
             model = np.einsum("ij,ij->i", d.A, np.array(xs)[code]) + d.b
             sites = site_effects.update(model, w, site_of)
         profiles = {s: _with(profiles[s], x) for s, x in zip(stacks, xs)}
     return profiles, sites
 
 
-def _solve_stacks(A: np.ndarray, b: np.ndarray, w: np.ndarray, runs: list[Run], stacks: list[str]) -> list[np.ndarray]:
-    pooled = _solve(A, b, w, np.array([p[4] for p in PARAMS]), RIDGE_POOLED, SCALES_OVER_ORIGINS)
-    xs = []
+def _own_rows(runs: list[Run], stacks: list[str]) -> list[tuple[np.ndarray, float] | None]:
+    """Per stack: its rows (a mask over `runs`) and the pull of its factors towards the pooled fit; None for
+    a stack without data of its own (and `generic`): it gets the pooled fit (its rows count in it)."""
+    own = []
     for s in stacks:
         mine = np.array([r.plan.stack == s for r in runs])
         if s == GENERIC or not mine.any():
-            xs.append(pooled)  # a stack without data of its own: the pooled fit (its rows count in it)
+            own.append(None)
         else:
-            ridge = fit_weights.stack_ridge([r for r, k in zip(runs, mine) if k], RIDGE_STACK)
-            xs.append(_solve(A[mine], b[mine], w[mine], pooled, ridge, SCALES_OVER_ORIGINS))
-    return xs
+            own.append((mine, fit_weights.stack_ridge([r for r, k in zip(runs, mine) if k], RIDGE_STACK)))
+    return own
+
+
+def _solve_stacks(A: np.ndarray, b: np.ndarray, w: np.ndarray,
+                  own: list[tuple[np.ndarray, float] | None]) -> list[np.ndarray]:
+    pooled = _solve(A, b, w, _PRIOR, RIDGE_POOLED, SCALES_OVER_ORIGINS)
+    return [pooled if o is None else _solve(A[o[0]], b[o[0]], w[o[0]], pooled, o[1], SCALES_OVER_ORIGINS)
+            for o in own]
 
 
 def predict_ratio(runs: list[Run], profiles: dict[str, StackProfile]) -> np.ndarray:
     """Predicted / measured tokens/s of each run."""
-    settings = Settings(stacks=profiles)
+    settings = with_catalog(Settings(stacks=profiles))
     out = []
     for r in runs:
         perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system,
@@ -224,6 +251,7 @@ def cross_validate(runs: list[Run], priors: dict[str, StackProfile], group: Grou
     fitted on that log's other tables; a held-out seed origin has none (1)."""
     scored = [r for r in runs if r.scored and r.layout_stated]
     predict = predict or predict_ratio
+    design = design or _design_memo()  # every fold starts at the priors: their rows computed once
     errors: dict[str, float] = {}
     for g in sorted({group(r) for r in scored}):
         train = [r for r in scored if group(r) != g]
@@ -257,6 +285,7 @@ def fit_one(runs: list[Run], prior: StackProfile) -> StackProfile:
     several sources, else leave one run out."""
     runs = [r for r in runs if r.scored and r.layout_stated]
     sid = prior.id
+    design = _design_memo()  # every fold starts at the prior
 
     def fit_on(train: list[Run]) -> StackProfile:
         if not train:
@@ -264,7 +293,7 @@ def fit_one(runs: list[Run], prior: StackProfile) -> StackProfile:
         x0 = np.array([float(getattr(prior, p[0])) for p in PARAMS])
         prof = prior
         for _ in range(ITERATIONS):
-            d = _design(train, {sid: prof})
+            d = design(train, {sid: prof})
             prof = _with(prior, _solve(d.A, d.b, _weights(train), x0, RIDGE_CALIBRATE))
         return prof
 

@@ -66,3 +66,11 @@ def stack_profiles(settings: Settings) -> dict[str, StackProfile]:
     from hardware.catalog import load_catalog
 
     return load_catalog().stacks
+
+
+def with_catalog(settings: Settings) -> Settings:
+    """`settings` with the catalog's stack profiles and fp8 recipes filled in where unset, read once: for a
+    loop over many single plans (validate, the profile fit), as `load_catalog` stats every file per call."""
+    from planner import fp8
+
+    return settings.model_copy(update={"stacks": stack_profiles(settings), "fp8_recipes": fp8.recipes(settings)})

@@ -16,7 +16,7 @@ from planner.layout import Layout
 from planner.errors import PlanError
 from planner.runs import NotPredicted, Run
 from planner.scenario import Frozen, Scenario
-from planner.settings import Settings, stack_profiles
+from planner.settings import Settings, stack_profiles, with_catalog
 
 GIB = 2**30
 MIN_GROUP = 3
@@ -216,7 +216,7 @@ def validate(runs: list[Run], settings: Settings | None = None,
              not_predicted: list[NotPredicted] | None = None) -> ValidationReport:
     """Predict and score every run; a run the planner cannot predict joins `not_predicted` with its
     reason (a PlanError, or a knob value the plan's fields refuse) and the others are scored."""
-    settings = settings or Settings()
+    settings = with_catalog(settings or Settings())
     skipped = list(not_predicted or [])
     preds, kept = [], []
     for r in runs:

@@ -109,3 +109,18 @@ def test_bloom_181b_group_ranks_better_with_the_shape_model():
     runs = [r for r in _bloom_runs() if r.spec.hidden == 14336 and r.spec.n_heads == 64]
     meas = np.array([r.measured_tokens_per_s_per_gpu for r in runs])
     assert _spearman(_predict(runs, True), meas) >= _spearman(_predict(runs, False), meas) + 0.02
+
+
+def test_one_plan_path_is_the_vectorised_one_bit_for_bit():
+    """A single plan's GEMM (validate, the profile fit: one candidate at a time) takes a memoised path;
+    it returns exactly what the vectorised formula gives for that candidate among many."""
+    shape = GemmShapeData.of(load_catalog().gpus["a100-80gb"])
+    assert shape is not None and len(shape.tiles) > 1
+    rng = np.random.default_rng(0)
+    m, n, k = (rng.integers(1, 20000, 300).astype(float) for _ in range(3))
+    batch, eb = rng.integers(1, 8, 300).astype(float), rng.choice([1.0, 2.0, 4.0], 300)
+    many = gemm_efficiency(m, n, k, shape, batch, eb)
+    one = [gemm_efficiency(m[i:i + 1], n[i:i + 1], k[i:i + 1], shape, batch[i], eb[i]) for i in range(300)]
+    assert all(o.shape == (1,) for o in one)
+    assert np.array_equal(np.concatenate(one), many)
+    assert np.ndim(gemm_efficiency(2048, 5376, 14336, shape)) == 0

@@ -74,3 +74,15 @@ def test_fit_recovers_a_per_step_overhead_that_grad_accumulation_amortises():
     assert 1.0 < fitted.step_overhead_s < 1.8
     assert abs(fitted.gemm_time_factor - 1.0) < 0.15
     assert fitted.cv_mape_pct < 6.0
+
+
+def test_design_memo_is_the_design_bit_for_bit():
+    """Cross-validation keeps each run's design row by its stack's profile (every fold starts at the
+    priors): the rows it hands back are exactly `_design`'s, for other profiles too."""
+    runs = [r for r in _bloom_and_megatron() if r.scored and r.layout_stated]
+    priors = load_catalog().stacks
+    memo = profile_fit._design_memo()
+    other = {**priors, "megatron": priors["megatron"].model_copy(update={"gemm_time_factor": 1.3})}
+    for profiles, subset in ((priors, runs[::2]), (priors, runs), (other, runs), (priors, runs[1::3])):
+        got, want = memo(subset, profiles), profile_fit._design(subset, profiles)
+        assert np.array_equal(got.A, want.A) and np.array_equal(got.b, want.b)
