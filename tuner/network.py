@@ -12,6 +12,14 @@ from pathlib import Path
 from tuner.runner import rank_env
 
 
+def failure_line(text: str) -> str:
+    """The line that says why a run failed: the last error/exception line, else the last line that is not a
+    banner (torchelastic ends a rank's failure with a "=====" rule, which says nothing)."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip().strip("=-_ ")]
+    errors = [ln for ln in lines if "Error" in ln or "Exception" in ln or ln.startswith("error:")]
+    return (errors or lines or [""])[-1]
+
+
 def measure_busbw(nproc: int, *, timeout_s: float = 180.0) -> tuple[dict | None, str]:
     """({"intranode": Gbps, "internode": Gbps|None}, note). None when it could not be measured."""
     if nproc < 2:
@@ -26,8 +34,7 @@ def measure_busbw(nproc: int, *, timeout_s: float = 180.0) -> tuple[dict | None,
         except subprocess.TimeoutExpired:
             return None, f"allreduce-bench timed out after {timeout_s:.0f} s"
         if not out.exists():
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-            return None, f"allreduce-bench failed (exit {r.returncode}): {tail[0][:200]}"
+            return None, f"allreduce-bench failed (exit {r.returncode}): {failure_line(r.stderr or r.stdout)[:200]}"
         data = json.loads(out.read_text())
     busbw = data.get("busbw_gbps") or {}
     if not busbw.get("intranode") and not busbw.get("internode"):

@@ -219,3 +219,16 @@ def test_run_backend_follows_the_sharding_unless_the_study_is_deepspeed_only():
     assert [run_backend({"sharding": s}, "any") for s in ("none", "zero1", "zero3", "fsdp_full_shard")] == \
         ["ddp", "deepspeed", "deepspeed", "fsdp"]
     assert run_backend({}, "any") == "ddp" and run_backend({"sharding": "none"}, "deepspeed") == "deepspeed"
+
+
+def test_allreduce_bench_failure_names_the_error_not_the_banner():
+    from tuner.network import failure_line
+
+    elastic = ("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+               "torch.distributed.DistBackendError: [Gloo] connect timed out\n"
+               "============================================================\n"
+               "trainer FAILED\n------------------------------------------------------------\n"
+               "Failures:\n  <NO_OTHER_FAILURES>\n============================================================\n")
+    assert failure_line(elastic) == "torch.distributed.DistBackendError: [Gloo] connect timed out"
+    assert failure_line("starting\nrank 1 exited\n=====\n") == "rank 1 exited"
+    assert failure_line("") == ""
