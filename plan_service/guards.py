@@ -90,10 +90,11 @@ class TuneLimits:
 
 @lru_cache(maxsize=1)
 def local_devices() -> int:
-    """GPUs that nvidia-smi lists, else CPU cores (what `plan tune` would use by default)."""
-    from tuner.device import has_cuda_gpu, nvidia_gpus
+    """GPUs that nvidia-smi (or on ROCm amd-smi / rocm-smi) lists, else CPU cores (what `plan tune` would use
+    by default)."""
+    from tuner.device import has_cuda_gpu, local_gpus
 
-    return max(1, len(nvidia_gpus())) if has_cuda_gpu() else (os.cpu_count() or 1)
+    return max(1, len(local_gpus())) if has_cuda_gpu() else (os.cpu_count() or 1)
 
 
 def check_tune(gpus: int | None, budget_s: float, running_jobs: int, limits: TuneLimits) -> None:
