@@ -17,6 +17,7 @@ import typer
 from plan_cli import options as opts
 from plan_cli.common import err_console, handle_errors, print_json
 from planner.fields import cli_fields
+from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
 
@@ -53,6 +54,9 @@ def export(
     moe_node_limit: Annotated[Optional[int], Opt(help="MoE: plan and write node-limited routing, each token to at most N nodes (megatron: --moe-router-num-groups --moe-router-group-topk, DeepEP flex dispatcher)", rich_help_panel=FMT)] = None,
     moe_a2a_overlap: Annotated[bool, Opt(help="MoE: plan and write the 1F1B all-to-all overlap (megatron: --overlap-moe-expert-parallel-comm --delay-wgrad-compute)", rich_help_panel=FMT)] = False,
     moe_shared_expert_overlap: Annotated[bool, Opt(help="MoE: plan and write the shared-expert overlap (megatron: --moe-shared-expert-overlap)", rich_help_panel=FMT)] = False,
+    recompute_norms_mla_up: Annotated[bool, Opt(help="Plan and write the recompute of the norms and MLA up-projections (megatron: --recompute-granularity selective --recompute-modules layernorm mla_up_proj); other formats: refused", rich_help_panel=FMT)] = False,
+    fp8_activation_cache: Annotated[bool, Opt(help="Plan with FP8 activation caching (DeepSeek-V3 sec. 3.3.2); no format has a flag for it: refused", rich_help_panel=FMT)] = False,
+    optimizer_moments_bf16: Annotated[bool, Opt(help="Plan and write AdamW moments in BF16 (megatron, zero1 plans: --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); other formats: refused", rich_help_panel=FMT)] = False,
     out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout); companions go beside it")] = None,
     json_out: Annotated[bool, Opt("--json", help="Print the export (plan, files, notes) as JSON")] = False,
 ) -> None:
@@ -75,14 +79,16 @@ def export(
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
                      moe_shared_expert_overlap=moe_shared_expert_overlap).checked()
+    memory = MemoryRecipe(recompute_norms_mla_up=recompute_norms_mla_up, fp8_activation_cache=fp8_activation_cache,
+                          optimizer_moments_bf16=optimizer_moments_bf16)
     if from_study is not None:
         from tuner.report import chosen_from_study  # the winner, on the system it ran on
 
-        chosen = chosen_from_study(from_study, storage).model_copy(update={"moe": moe})
+        chosen = chosen_from_study(from_study, storage).model_copy(update={"moe": moe, "memory": memory})
     else:
         if knobs["model"] is None and knobs["n_layers"] is None:
             knobs["model"] = "7b"
-        chosen = _from_scenario(knobs, objective, catalog, format, moe)
+        chosen = _from_scenario(knobs, objective, catalog, format, moe, memory)
     result = render_export(format, chosen, options)
     written = _write(result, out)
     if json_out:
@@ -98,7 +104,7 @@ def export(
             err_console.print(f"  {note}", highlight=False)
 
 
-def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, moe: MoeOptions):
+def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, moe: MoeOptions, memory: MemoryRecipe):
     from hardware.catalog import load_catalog
     from plan_cli.estimate import _settings
     from planner import api
@@ -106,10 +112,10 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, moe: Mo
 
     cat = load_catalog(catalog_dirs)
     scenario = Scenario(**fields)
-    report = api.estimate(scenario, catalog=cat, settings=_settings(None, None, None, moe), objective=objective, top=500)
+    report = api.estimate(scenario, catalog=cat, settings=memory.settings(_settings(None, None, None, moe)), objective=objective, top=500)
     cluster = cat.clusters.get(report.system.cluster_id or "")
     chosen = choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
-    return chosen.model_copy(update={"moe": moe})
+    return chosen.model_copy(update={"moe": moe, "memory": memory})
 
 
 def _write(result, out: Path | None) -> list[str]:

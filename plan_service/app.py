@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from hardware.errors import CatalogError
 from hardware.models import GPU, Cluster
-from plan_service.guards import LimitError, TuneLimits, check_model_ref, check_scenario, check_tune, service_model
+from plan_service.guards import (LimitError, TuneLimits, check_model_ref, check_scenario, check_tune, request_settings,
+                                 service_model)
 from plan_service.limits import BodySizeLimit
 from plan_service.models import (
     NAME_PATTERN, CatalogSummary, ErrorBody, EstimateRequest, StudyList, TuneRequest, TuneStarted, TuneStatus,
@@ -90,12 +91,11 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         from planner import api
 
         from planner import memory_recipe
-        from planner.moe_options import FIELDS, MoeOptions
+        from planner.moe_options import FIELDS
 
         recipe_fields = set(memory_recipe.FIELDS)
         scenario = Scenario(**req.model_dump(exclude={"hf_config", *FIELDS, *recipe_fields}, exclude_unset=True))
-        settings = MoeOptions(**req.model_dump(include=set(FIELDS))).checked().settings()
-        settings = memory_recipe.MemoryRecipe(**req.model_dump(include=recipe_fields)).settings(settings)
+        settings = request_settings(req)
         check_scenario(scenario)
         cat = _catalog(config)
         spec = service_model(scenario, req.hf_config, cat, config.catalog_dirs)

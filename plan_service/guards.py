@@ -31,6 +31,16 @@ MODEL_FORMS = ("a preset id or a size such as 7b, the architecture columns, or t
                "body as hf_config (paths are not accepted over HTTP)")
 
 
+def request_settings(req):
+    """The MoE settings and memory-saving switches of a request (POST /estimate, the planning page's form) as
+    Settings, checked as the CLI checks them (planner/moe_options.py, planner/memory_recipe.py)."""
+    from planner.memory_recipe import FIELDS as RECIPE_FIELDS, MemoryRecipe
+    from planner.moe_options import FIELDS as MOE_FIELDS, MoeOptions
+
+    settings = MoeOptions(**req.model_dump(include=set(MOE_FIELDS))).checked().settings()
+    return MemoryRecipe(**req.model_dump(include=set(RECIPE_FIELDS))).settings(settings)
+
+
 def check_scenario(scenario: Scenario) -> None:
     for name, limit in SCENARIO_LIMITS.items():
         value = getattr(scenario, name)
@@ -80,10 +90,11 @@ class TuneLimits:
 
 @lru_cache(maxsize=1)
 def local_devices() -> int:
-    """GPUs that nvidia-smi lists, else CPU cores (what `plan tune` would use by default)."""
-    from tuner.device import has_cuda_gpu, nvidia_gpus
+    """GPUs that nvidia-smi (or on ROCm amd-smi / rocm-smi) lists, else CPU cores (what `plan tune` would use
+    by default)."""
+    from tuner.device import has_cuda_gpu, local_gpus
 
-    return max(1, len(nvidia_gpus())) if has_cuda_gpu() else (os.cpu_count() or 1)
+    return max(1, len(local_gpus())) if has_cuda_gpu() else (os.cpu_count() or 1)
 
 
 def check_tune(gpus: int | None, budget_s: float, running_jobs: int, limits: TuneLimits) -> None:

@@ -1,7 +1,7 @@
 """The devices `plan tune` runs on, described for the planner.
 
 On a machine with a GPU the catalog entry named by --gpu/--cluster (or guessed from
-nvidia-smi) is used. Without one, `--gpus N` means N CPU ranks: a "cpu-rank" GPU entry whose
+nvidia-smi, or on ROCm from amd-smi / rocm-smi / torch's HIP devices: tuner/amd_gpus.py) is used. Without one, `--gpus N` means N CPU ranks: a "cpu-rank" GPU entry whose
 peak is measured here (a numpy matmul), whose memory is --device-memory-gib (the per-rank cap)
 or this host's RAM / N, and whose network is the measured all-reduce bus bandwidth.
 """
@@ -26,10 +26,18 @@ CPU_CLUSTER_ID = "local-cpu"
 
 
 def has_cuda_gpu() -> bool:
-    """True when nvidia-smi lists a GPU (no torch import: the tuner stays light)."""
+    """True when nvidia-smi lists a GPU, or an AMD tool an AMD GPU (torch's "cuda" device on ROCm; no torch
+    import where neither tool nor /dev/kfd is there: the tuner stays light)."""
     if os.environ.get("PLAN_FORCE_CPU") == "1":
         return False
-    return len(nvidia_gpus()) > 0
+    return len(local_gpus()) > 0
+
+
+def local_gpus() -> list[tuple[str, float]]:
+    """(name, memory GiB) per visible GPU: NVIDIA's (nvidia-smi), else AMD's (tuner/amd_gpus.py)."""
+    from tuner.amd_gpus import amd_gpus
+
+    return nvidia_gpus() or amd_gpus()
 
 
 def nvidia_gpus() -> list[tuple[str, float]]:
@@ -53,8 +61,8 @@ def nvidia_gpus() -> list[tuple[str, float]]:
 
 
 def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
-    """The catalog GPU whose name matches nvidia-smi's (the model, then most other words: PCIe vs
-    SXM) and whose memory is closest."""
+    """The catalog GPU whose name matches the driver's (nvidia-smi, amd-smi, rocm-smi: the model, then most
+    other words: PCIe vs SXM) and whose memory is closest."""
     def words(text: str) -> str:
         return text.lower().replace("-", " ")
 

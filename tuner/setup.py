@@ -54,7 +54,7 @@ def default_study_name(model: str, nproc: int, device_id: str, backend: str) -> 
 
 def local_device_count(on_gpu: bool) -> int:
     if on_gpu:
-        return max(1, len(device.nvidia_gpus()))
+        return max(1, len(device.local_gpus()))
     return os.cpu_count() or 1
 
 
@@ -67,7 +67,7 @@ def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str,
     if on_gpu:
         gpu_id = cfg.gpu
         if gpu_id is None and cfg.cluster is None:
-            rows = device.nvidia_gpus()
+            rows = device.local_gpus()
             gpu_id = device.guess_gpu_id(catalog, *rows[0]) if rows else None
             if gpu_id is None:
                 raise PlanError("gpu", "cannot tell which catalog GPU this is; pass --gpu ID")

@@ -14,11 +14,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Path as PathParam, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from plan_service.guards import request_settings
 from plan_service.models import NAME_PATTERN
 from plan_service.web import views
 from planner.errors import PlanError
+from planner.memory_recipe import FIELDS as RECIPE_FIELDS, MemoryRecipe
+from planner.moe_options import FIELDS as MOE_FIELDS, MoeOptions
 from planner.scenario import Scenario
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -27,11 +30,12 @@ EXPORT_MEDIA = {"deepspeed": "application/json", "accelerate": "application/yaml
                 "slurm": "text/x-shellscript", "torchrun": "text/x-shellscript"}
 
 
-class PageScenario(BaseModel):
+class PageScenario(MoeOptions, MemoryRecipe):
     """The page's form: a model (preset or size, or an uploaded config.json's content), the
-    system, the batch and what to train. Quantities may be written as on the CLI (100B, 4M)."""
+    system, the batch and what to train. Quantities may be written as on the CLI (100B, 4M). The MoE
+    settings and memory-saving switches are POST /estimate's fields, checked by the same code."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=False)
 
     model: str | None = Field(default=None, description="preset id or size; ignored when `config` is given")
     config: dict[str, Any] | None = Field(default=None, description="a Hugging Face config.json's content")
@@ -71,13 +75,18 @@ def web_router() -> APIRouter:
             raise HTTPException(404, f"no static file {name!r}")
         return FileResponse(path, media_type="text/javascript" if name.endswith(".js") else "text/css")
 
+    @router.get("/ui/moe-models", response_model=list[str])
+    def moe_models(request: Request) -> list[str]:
+        """The presets with experts: the page shows its MoE settings for these (and for uploaded configs)."""
+        return _moe_presets(tuple(request.app.state.config.catalog_dirs or ()))
+
     @router.post("/ui/estimate", response_model=views.PageReport)
     def estimate(req: PageScenario, request: Request) -> views.PageReport:
         from planner import api
 
         with _FormScenario(req, request) as scenario:
             report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective,
-                                  top=req.top, include_rejected=True)
+                                  top=req.top, include_rejected=True, settings=request_settings(req))
         return views.page_report(report)
 
     @router.post("/ui/curve", response_model=list[views.CurvePoint])
@@ -87,13 +96,14 @@ def web_router() -> APIRouter:
         from planner.resolve import resolve_system
 
         catalog = _catalog(request)
+        settings = request_settings(req)
         points = []
         with _FormScenario(req, request) as scenario:
             system = resolve_system(scenario, catalog)
             for n in views.curve_gpu_counts(system.gpus, system.gpus_per_node):
                 try:
                     report = api.estimate(scenario.model_copy(update={"gpus": n}), catalog=catalog,
-                                          objective=req.objective, top=1)
+                                          objective=req.objective, top=1, settings=settings)
                 except PlanError:  # e.g. a pinned batch that this count cannot divide
                     report = None
                 points.append(views.curve_point(n, report))
@@ -107,7 +117,8 @@ def web_router() -> APIRouter:
         from planner.exports.bundle import Chosen, export as render, refusal_of
 
         with _FormScenario(req, request) as scenario:
-            report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective, top=req.rank)
+            report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective, top=req.rank,
+                                  settings=request_settings(req))
         if len(report.results) < req.rank or not report.results[req.rank - 1].fits:
             raise PlanError("rank", f"there is no fitting plan at rank {req.rank} ({report.fitting} fit)")
         est = report.results[req.rank - 1]
@@ -118,7 +129,9 @@ def web_router() -> APIRouter:
         model_ref = req.config_name if req.config is not None else (req.model or report.model.name)
         chosen = Chosen(plan=est.plan, model_ref=model_ref, model=report.model, system=report.system,
                         step_time_s=est.time.step_time_s if est.time else None, tokens=scenario.tokens,
-                        source=f"plan serve page, rank {req.rank} of {report.fitting} fitting")
+                        source=f"plan serve page, rank {req.rank} of {report.fitting} fitting",
+                        moe=MoeOptions(**req.model_dump(include=set(MOE_FIELDS))),
+                        memory=MemoryRecipe(**req.model_dump(include=set(RECIPE_FIELDS))))
         first = render(fmt, chosen).files[0]
         return Response(first.content, media_type=EXPORT_MEDIA[fmt],
                         headers={"Content-Disposition": f'attachment; filename="{first.name}"'})
@@ -162,6 +175,14 @@ def _plotly_js_path() -> Path:
     if not path.is_file():
         raise HTTPException(500, f"the plotly package has no bundled plotly.min.js at {path}")
     return path
+
+
+@lru_cache(maxsize=8)
+def _moe_presets(catalog_dirs: tuple) -> list[str]:
+    from planner import moe
+    from planner.presets import list_presets
+
+    return sorted(name for name, spec in list_presets(list(catalog_dirs) or None).items() if moe.is_moe(spec))
 
 
 def _catalog(request: Request):

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from planner.errors import PlanError
 from planner.exports.accelerate import accelerate_config, to_yaml
-from planner.exports import moe_routing, moe_settings
+from planner.exports import memory_settings, moe_routing, moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.cp_settings import megatron_args
 from planner.exports.deepspeed_json import config_text, deepspeed_config
@@ -19,6 +19,7 @@ from planner.exports.megatron_args import megatron_args as megatron_all_args
 from planner.exports.fsdp_settings import FSDP_FILE, fsdp_settings
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
 from planner.exports.torchrun import render, torchrun_command, trainer_args
+from planner.memory_recipe import MemoryRecipe
 from planner.model import ModelSpec
 from planner.moe_options import MoeOptions
 from planner.presets import resolve_model
@@ -46,6 +47,8 @@ class Chosen(Frozen):
     fsdp_json: str | None = None
     # the MoE routing and all-to-all settings the prediction assumed (planner/moe_options.py)
     moe: MoeOptions = MoeOptions()
+    # the memory-saving switches the plan was chosen with (planner/memory_recipe.py)
+    memory: MemoryRecipe = MemoryRecipe()
 
 
 class ExportOptions(Frozen):
@@ -133,6 +136,9 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     if model is not None:
         chosen.moe.checked().check_model(model)
     _refuse_hybrid(chosen)
+    chosen.memory.check_scenario(chosen.plan)  # fp8 caching on a plan not in fp8: bad input
+    if (why := memory_settings.refusal(fmt, chosen.plan, chosen.memory)) is not None:
+        raise why
     options = options or ExportOptions()
     target = options.target or target_for(chosen.system)
     steps = options.steps or (steps_for_tokens(chosen.plan, chosen.tokens) if chosen.tokens else None)
@@ -218,7 +224,8 @@ def _refuse_hybrid(chosen: Chosen) -> None:
 
 def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
-    args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe=chosen.moe, notes=notes)
+    args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe=chosen.moe, notes=notes,
+                             memory=chosen.memory)
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]

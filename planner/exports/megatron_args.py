@@ -27,8 +27,9 @@ Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 from __future__ import annotations
 
 from planner.errors import PlanError
-from planner.exports import mla_settings, moe_settings
+from planner.exports import memory_settings, mla_settings, moe_settings
 from planner.exports.cp_settings import megatron_args as cp_args
+from planner.memory_recipe import MemoryRecipe
 from planner.model import ModelSpec
 from planner.moe_options import MoeOptions
 from planner.scenario import ExecutionPlan
@@ -161,16 +162,19 @@ def parallel_args(plan: ExecutionPlan, gpus_per_node: int) -> list[str]:
 
 
 def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8, *, moe: MoeOptions | None = None,
-                  notes: list[str] | None = None) -> list[str]:
+                  notes: list[str] | None = None, memory: MemoryRecipe | None = None) -> list[str]:
     """The arguments, one flag and its values after the other. A plan or model Megatron-LM cannot
-    run is a PlanError naming the field; the MoE routing and overlap flags as planned (planner/exports/moe_settings.py, moe_routing.py)."""
+    run is a PlanError naming the field; the MoE routing and overlap flags as planned (planner/exports/moe_settings.py,
+    moe_routing.py); the memory-saving switches (planner/exports/memory_settings.py)."""
     for why in (refusal(plan), model_refusal(model), moe_settings.megatron_model_refusal(plan, model)):
         if why is not None:
             raise why
+    recompute, optimizer = memory_settings.megatron_args(plan, model, memory or MemoryRecipe(), notes)
     args = (model_args(model, plan.seq_len) + mla_settings.megatron_args(model) + parallel_args(plan, gpus_per_node)
             + moe_settings.megatron_args(plan, model, moe, gpus_per_node, notes))
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
-    args += _RECOMPUTE[plan.activation_checkpointing] + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
+    args += (recompute or _RECOMPUTE[plan.activation_checkpointing]) + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
+    args += optimizer
     if plan.attention == "flash":
         args.append("--use-flash-attn")
     return args

@@ -107,6 +107,39 @@ def test_page_plans_an_uploaded_config_and_names_a_bad_one(base, tmp_path):
         assert "broken.json: key 'hidden_size': must be an integer" in status, status
 
 
+def test_page_moe_settings_show_for_moe_models_are_sent_and_refusals_are_shown(base, tmp_path):
+    visible = "!document.getElementById('moe-settings').hidden"
+    with chromium(tmp_path) as driver:
+        driver.get(base + "/")
+        wait_for(driver, "document.body.dataset.ready === '1'", what="the form")
+        assert not driver.execute_script("return " + visible)  # llama2-7b, the default preset: dense
+        driver.find_element("css selector", "#preset option[value='mixtral-8x7b']").click()
+        wait_for(driver, visible, what="the MoE settings for mixtral-8x7b")
+        _fill(driver, "gpus", "64")
+        _fill(driver, "moe_capacity_factor", "0")
+        driver.find_element("id", "plan-button").click()
+        status = wait_for(driver, "document.getElementById('status').classList.contains('error') && "
+                                  "document.getElementById('status').textContent", what="the server's 422 line")
+        assert status.startswith("moe_capacity_factor: 0 is not allowed (allowed: a number > 0"), status
+
+        _fill(driver, "moe_capacity_factor", "1.5")
+        driver.find_element("id", "moe_a2a_overlap").click()
+        driver.find_element("id", "optimizer_moments_bf16").click()
+        driver.find_element("id", "plan-button").click()
+        wait_for(driver, "document.querySelectorAll('#plans tbody tr').length > 0", what="the ranked plans")
+        sent = driver.execute_script("return state.request")
+        assert sent["moe_capacity_factor"] == 1.5 and sent["moe_a2a_overlap"] is True
+        assert sent["optimizer_moments_bf16"] is True and sent["moe_fp8_dispatch"] is False
+        screenshot(driver, "page-mixtral-moe-settings.png")
+
+        driver.find_element("css selector", "input[name=model_source][value=size]").click()
+        assert not driver.execute_script("return " + visible)  # a bare size is a dense model
+        _fill(driver, "size", "7b")
+        driver.find_element("id", "plan-button").click()
+        wait_for(driver, "document.getElementById('status').textContent.includes('candidates fit')", what="7b planned")
+        assert "moe_capacity_factor" not in driver.execute_script("return state.request")  # hidden: not sent
+
+
 @pytest.mark.slow
 def test_page_starts_a_tune_job_with_the_token_and_follows_it(base, tmp_path):
     with chromium(tmp_path) as driver:

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { request: null, report: null, selected: 1, tuneTimer: null };
+const state = { request: null, report: null, selected: 1, tuneTimer: null, moeModels: new Set() };
 const MEMORY_TERMS = ["weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation"];
 const TIME_TERMS = [["compute_s", "compute"], ["comm_exposed_s", "exposed communication"],
                     ["bubble_s", "pipeline bubble"], ["offload_s", "offload"]];
@@ -52,6 +52,26 @@ async function loadCatalog() {
   fill($("preset"), cat.models, cat.models.includes("llama2-7b") ? "llama2-7b" : cat.models[0]);
   fill($("cluster"), Object.keys(cat.clusters).sort(), "dgx-a100");
   fill($("gpu"), Object.keys(cat.gpus).sort(), null);
+  state.moeModels = new Set(await (await fetch("/ui/moe-models")).json());
+  showMoeSettings();
+}
+
+// The MoE settings for a preset with experts, or an uploaded config.json (the server refuses them,
+// naming the field, if it has none); hidden fields are not sent.
+function showMoeSettings() {
+  const source = document.querySelector("input[name=model_source]:checked").value;
+  $("moe-settings").hidden = !(source === "config" || (source === "preset" && state.moeModels.has($("preset").value)));
+}
+
+// POST /estimate's MoE and memory-saving fields: each input is named as the API field it fills.
+function readApiFields(req) {
+  for (const set of document.querySelectorAll("fieldset.api-fields")) {
+    if (set.hidden) continue;
+    for (const el of set.querySelectorAll("input[name]")) {
+      if (el.type === "checkbox") req[el.name] = el.checked;
+      else if (el.value !== "") req[el.name] = Number(el.value);
+    }
+  }
 }
 
 async function readRequest() {
@@ -63,6 +83,7 @@ async function readRequest() {
     global_batch: num("global_batch"), global_batch_tokens: text("global_batch_tokens"),
     tokens: text("tokens"), price_per_gpu_hour: num("price"), objective: $("objective").value,
   };
+  readApiFields(req);
   if (source === "preset") req.model = $("preset").value;
   if (source === "size") req.model = text("size");
   if (source === "config") {
@@ -354,10 +375,14 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("tune-form").addEventListener("submit", startTune);
   $("tune-watch").addEventListener("click", () => follow($("watch-study").value.trim()));
   for (const id of ["preset", "size", "config"]) {
-    $(id).addEventListener("input", () => {
+    const pick = () => {
       document.querySelector(`input[name=model_source][value=${id}]`).checked = true;
-    });
+      showMoeSettings();
+    };
+    $(id).addEventListener("input", pick);
+    $(id).addEventListener("change", pick);
   }
+  for (const r of document.querySelectorAll("input[name=model_source]")) r.addEventListener("change", showMoeSettings);
   try {
     await loadCatalog();
     document.body.dataset.ready = "1";

@@ -1,0 +1,119 @@
+"""AMD GPUs (ROCm) for `plan tune`: (name, memory GiB) per visible GPU, from the first tool that answers.
+
+1. `amd-smi static --asic --vram --json` (ROCm/amdsmi amdsmi_cli/amdsmi_commands.py static_gpu): one dict per GPU
+   with "asic": {"market_name": ...} and "vram": {"size": {"value": N, "unit": "MB"}} (the library's vram_size, in
+   MiB: 196592 on an MI300X, 191.98 GiB); amdsmi_logger.combine_arrays_to_json wraps the list as
+   {"cpu_data": [...], "core_data": [...], "gpu_data": [...]}, older releases print the bare list.
+2. `rocm-smi --showproductname --showmeminfo vram --json` (ROCm/rocm_smi_lib python_smi_tools/rocm_smi.py
+   showProductName, showMemInfo): {"card0": {"Card series": ..., "VRAM Total Memory (B)": "68702699520", ...},
+   "system": {...}}, the values strings; later releases spell "Card Series"; older ones name a part as pci.ids
+   does ("Aldebaran/MI200 [Instinct MI250X/MI250]"). A warning line may precede the JSON.
+3. torch built for ROCm (torch.version.hip set; torch.cuda is HIP there): get_device_properties(i).name and
+   .total_memory (bytes). Tried only where the amdgpu kernel driver's /dev/kfd exists, so that a CPU machine never
+   imports torch here (the tuner stays light).
+
+An MI250X shows as two devices, one per GCD (64 GiB each), as the catalog's mi250x entry counts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+GIB = 2**30
+
+
+def _json_after_noise(text: str):
+    """The JSON document in a tool's output, skipping warning lines printed before it (and text after it)."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"[{\[]", text):
+        try:
+            return decoder.raw_decode(text, match.start())[0]
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def clean_name(name: str) -> str:
+    """A driver's product name with pci.ids punctuation as spaces: "Aldebaran/MI200 [Instinct MI250X/MI250]" ->
+    "Aldebaran MI200 Instinct MI250X MI250" (the catalog matcher reads whole words)."""
+    return " ".join(re.sub(r"[/\[\]()]", " ", name).split())
+
+
+def parse_amd_smi_static(text: str) -> list[tuple[str, float]]:
+    """(name, GiB) per GPU of `amd-smi static --asic --vram --json`."""
+    doc = _json_after_noise(text)
+    gpus = doc.get("gpu_data", []) if isinstance(doc, dict) else doc if isinstance(doc, list) else []
+    rows = []
+    for gpu in gpus:
+        if not isinstance(gpu, dict):
+            continue
+        name = (gpu.get("asic") or {}).get("market_name")
+        size = ((gpu.get("vram") or {}).get("size"))
+        mib = size.get("value") if isinstance(size, dict) else size
+        try:
+            gib = float(mib) / 1024
+        except (TypeError, ValueError):
+            continue
+        if isinstance(name, str) and name not in ("", "N/A"):
+            rows.append((clean_name(name), gib))
+    return rows
+
+
+def parse_rocm_smi(text: str) -> list[tuple[str, float]]:
+    """(name, GiB) per card of `rocm-smi --showproductname --showmeminfo vram --json`, in card order."""
+    doc = _json_after_noise(text)
+    if not isinstance(doc, dict):
+        return []
+    rows = []
+    cards = sorted((k for k in doc if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:]))
+    for key in cards:
+        fields = {k.lower(): v for k, v in doc[key].items()} if isinstance(doc[key], dict) else {}
+        name, total = fields.get("card series"), fields.get("vram total memory (b)")
+        try:
+            gib = float(total) / GIB
+        except (TypeError, ValueError):
+            continue
+        if isinstance(name, str) and name.strip() not in ("", "N/A"):
+            rows.append((clean_name(name.strip()), gib))
+    return rows
+
+
+def _run(argv: list[str]) -> str | None:
+    exe = shutil.which(argv[0])
+    if not exe:
+        return None
+    try:
+        return subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def torch_hip_gpus() -> list[tuple[str, float]]:
+    """(name, GiB) per device of a ROCm build of torch; [] where torch is absent or built for CUDA/CPU."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if getattr(torch.version, "hip", None) is None or not torch.cuda.is_available():
+        return []
+    rows = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        if props.name:
+            rows.append((clean_name(props.name), props.total_memory / GIB))
+    return rows
+
+
+def amd_gpus() -> list[tuple[str, float]]:
+    """(name, GiB) per visible AMD GPU: amd-smi, else rocm-smi, else torch's HIP devices."""
+    out = _run(["amd-smi", "static", "--asic", "--vram", "--json"])
+    if out and (rows := parse_amd_smi_static(out)):
+        return rows
+    out = _run(["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--json"])
+    if out and (rows := parse_rocm_smi(out)):
+        return rows
+    return torch_hip_gpus() if os.path.exists("/dev/kfd") else []
