@@ -77,6 +77,13 @@ class StackProfile(BaseModel):
     # optimizer.reduce_gradients at the boundary, deepspeed/runtime/engine.py): nothing hidden, 0.
     # Megatron's distributed optimizer overlaps it (--overlap-grad-reduce).
     overlap_zero1: float = Field(default=0.80, ge=0, le=1)
+    # ZeRO-1/2's all-gather of the updated parameters: the share of the next step's first forward it hides
+    # behind (planner/param_gather.py). DeepSpeed gathers inside optimizer.step(): 0 (the default).
+    # Megatron-Core's --overlap-param-gather hides it behind the forward, bucket by bucket: 0.84 = 1/1.189,
+    # the forward net of its slowdown under a concurrent collective (compute 18.9% slower on average, 40%
+    # at most, GPT/Llama layers on A100/H100/MI250/MI210: Lee et al. 2025, arXiv 2507.03114). `generic`
+    # takes 0.84 too: its overlap_zero1 (0.8) already assumes a ZeRO-1 that overlaps its collectives.
+    overlap_param_gather: float = Field(default=0.0, ge=0, le=1)
     # ZeRO-3 parameter fetches hide behind at most this share of a pass's compute (planner/zero3.py).
     # DeepSpeed before mid-2021 hid nothing: every fetch all-gather synchronised the device (DeepSpeed
     # PR #1188: "the async version is not async at all, because each all_gather calls
