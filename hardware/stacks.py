@@ -97,6 +97,11 @@ class StackProfile(BaseModel):
     overlap_zero3: float = Field(default=0.60, ge=0, le=1)
     overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
     overlap_tp: float = Field(default=0.0, ge=0, le=1)
+    # Async TP: the share of the TP collectives' time it saves at most (exposed >= (1 - share) x TP time, however
+    # long the GEMMs beside it). Overlapped collectives slow the compute beside them 18.9% on average and
+    # overlapped runs are only 10.2% faster than sequential ones (Lee et al. 2025, arXiv 2507.03114): with the
+    # collective beside the compute, saved 0.102 x 1.189 C of M = (1.102 x 1.189 - 1) C, i.e. 0.39 of it;
+    # `generic` takes 0.4. A fused kernel can hide up to 96% (Flux, Chang et al. 2024, arXiv 2406.06858).
     overlap_async_tp: float = Field(default=0.6, ge=0, le=1)
     # Async TP hides each collective behind its own adjacent matmul only (PyTorch micro-pipeline TP:
     # fused all-gather-matmul / matmul-reduce-scatter, torch/_inductor/fx_passes/micro_pipeline_tp.py;
