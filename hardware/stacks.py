@@ -77,6 +77,13 @@ class StackProfile(BaseModel):
     # optimizer.reduce_gradients at the boundary, deepspeed/runtime/engine.py): nothing hidden, 0.
     # Megatron's distributed optimizer overlaps it (--overlap-grad-reduce).
     overlap_zero1: float = Field(default=0.80, ge=0, le=1)
+    # ZeRO-1/2's all-gather of the updated parameters: the share of the next step's first forward it hides
+    # behind (planner/param_gather.py). DeepSpeed gathers inside optimizer.step(): 0 (the default).
+    # Megatron-Core's --overlap-param-gather hides it behind the forward, bucket by bucket: 0.84 = 1/1.189,
+    # the forward net of its slowdown under a concurrent collective (compute 18.9% slower on average, 40%
+    # at most, GPT/Llama layers on A100/H100/MI250/MI210: Lee et al. 2025, arXiv 2507.03114). `generic`
+    # takes 0.84 too: its overlap_zero1 (0.8) already assumes a ZeRO-1 that overlaps its collectives.
+    overlap_param_gather: float = Field(default=0.0, ge=0, le=1)
     # ZeRO-3 parameter fetches hide behind at most this share of a pass's compute (planner/zero3.py).
     # DeepSpeed before mid-2021 hid nothing: every fetch all-gather synchronised the device (DeepSpeed
     # PR #1188: "the async version is not async at all, because each all_gather calls
@@ -90,6 +97,11 @@ class StackProfile(BaseModel):
     overlap_zero3: float = Field(default=0.60, ge=0, le=1)
     overlap_fsdp: float = Field(default=0.85, ge=0, le=1)
     overlap_tp: float = Field(default=0.0, ge=0, le=1)
+    # Async TP: the share of the TP collectives' time it saves at most (exposed >= (1 - share) x TP time, however
+    # long the GEMMs beside it). Overlapped collectives slow the compute beside them 18.9% on average and
+    # overlapped runs are only 10.2% faster than sequential ones (Lee et al. 2025, arXiv 2507.03114): with the
+    # collective beside the compute, saved 0.102 x 1.189 C of M = (1.102 x 1.189 - 1) C, i.e. 0.39 of it;
+    # `generic` takes 0.4. A fused kernel can hide up to 96% (Flux, Chang et al. 2024, arXiv 2406.06858).
     overlap_async_tp: float = Field(default=0.6, ge=0, le=1)
     # Async TP hides each collective behind its own adjacent matmul only (PyTorch micro-pipeline TP:
     # fused all-gather-matmul / matmul-reduce-scatter, torch/_inductor/fx_passes/micro_pipeline_tp.py;

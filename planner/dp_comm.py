@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, fsdp_overlap, zero3, zeropp
+from planner import comm, fsdp_overlap, param_gather, zero3, zeropp
 from planner.layout import PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
@@ -73,7 +73,9 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     ov12 = np.where(is_["zero1"], prof["overlap_zero1"], prof["overlap_zero12"])
     rs_hidden = np.maximum(rs - ov12 * bwd_micro, rs / nb_r)
     times = 1.0 + is_["zero2"] * (ga - 1.0)
-    exposed = exposed + z12 * (times * rs_hidden + g.allgather_s(pbytes, nb_g))
+    # the updated parameters' all-gather: after the step (DeepSpeed) or behind the next forward (Megatron)
+    ag12 = param_gather.exposed_s(g.allgather_s(pbytes, nb_g), fwd_micro, prof["overlap_param_gather"], nb_g)
+    exposed = exposed + z12 * (times * rs_hidden + ag12)
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
     per_node = per_node + z12 * (times * rs_b + ag_b)
     # DeepSpeed ZeRO-3: fetches per submodule and recompute, every micro batch (planner/zero3.py).

@@ -236,7 +236,9 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     tp_raw = comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
     ov_tp = np.where(layout.async_tp == 1, prof["overlap_async_tp"], prof["overlap_tp"])
     gemm_micro = parts["gemm"] * prof["gemm_time_factor"]
-    tp_s = np.maximum(tp_raw - ov_tp * gemm_micro, tp_raw * (1 - ov_tp) * 0.25)
+    # overlapped TP collectives beside all GEMMs (TE userbuffers): at most ov_tp of their time is hidden, the
+    # net saving under contention (hardware/stacks.py overlap_async_tp)
+    tp_s = np.maximum(tp_raw - ov_tp * gemm_micro, tp_raw * (1 - ov_tp))
     fused = async_tp.exposed_s(spec, layout, tp_raw, parts["block_gemm"] * prof["gemm_time_factor"], layers,
                                block, linear_share, ov_tp)
     micro_pipelined = (layout.async_tp == 1) & np.asarray(prof["async_tp_fused_pairs"], dtype=bool)
