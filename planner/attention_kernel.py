@@ -7,6 +7,13 @@ reasons", transformer_engine/pytorch/attention.py get_attention_backend), which 
 FlashAttention-2 there (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Fig. 5-6). A stack
 profile with `cudnn_attention = true` uses the GPU's `cudnn_attention_efficiency` curve where the
 catalog has one (Hopper), else the FlashAttention-2 curve.
+
+Passes. Every curve is a forward+backward rate in FlashAttention's benchmark convention
+(Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py: `f = 4*batch*seqlen**2*nheads*headdim
+// (2 if causal else 1)`, fwd_bwd = 3.5 * f): the fused backward recomputes QK^T and the softmax and runs 5
+matmuls to the forward's 2 (Dao 2023, FlashAttention-2, Algorithm 2), i.e. 2.5 forwards. A fused kernel's
+step therefore takes 3.5 forwards at the curve's rate; eager attention's backward is 2 GEMMs per forward
+GEMM (3 forwards), as a linear layer's. Model FLOPs (MFU) keep the 3x convention (planner/flops.py).
 """
 
 from __future__ import annotations
@@ -14,6 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from hardware.models import GPU
+
+# forward + backward of a fused attention kernel, in forwards (flash-attention benchmark_flash_attention.py: fwd_bwd = 3.5 * f)
+FUSED_FWD_BWD_PASSES = 3.5
+EAGER_FWD_BWD_PASSES = 3.0  # unfused scores: backward = 2 GEMMs per forward GEMM
 
 
 def curves(gpu: GPU) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
@@ -32,3 +43,9 @@ def efficiency(gpu: GPU, seq_len, head_dim: int, cudnn) -> np.ndarray:
     fa2, cud = curves(gpu)
     return np.where(np.asarray(cudnn) > 0, attention_efficiency(cud, seq_len, head_dim),
                     attention_efficiency(fa2, seq_len, head_dim))
+
+
+def passes(eager, recomputed) -> np.ndarray:
+    """Forward-equivalents of attention-core time per step: forward + backward (3.5 fused, 3 eager) plus
+    the forwards activation checkpointing repeats (`recomputed`), each at the curve's forward+backward rate."""
+    return np.where(np.asarray(eager, dtype=bool), EAGER_FWD_BWD_PASSES, FUSED_FWD_BWD_PASSES) + recomputed

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.stacks import SourceError, StackProfile
-from planner import fit_weights, launch_sync, run_capacity, site_effects, throughput
+from planner import fit_weights, launch_sync, run_capacity, site_effects, step_term, throughput
 from planner.layout import Layout
 from planner.runs import Run
 from planner.settings import Settings, with_catalog
@@ -54,6 +54,8 @@ PARAMS = (
 # (+56% / +44%; +37% at 0.3, +29% at 1 s: tests/planner/test_golden_seed003.py).
 # `plan calibrate` (fit_one) keeps 1 s: one user's own logs measure their own loop, whose per-step time may
 # well be seconds (seed 003's HF loop), and no other origin's rows are extrapolated with it.
+# A stack whose rows never measure one configuration at two grad accumulations cannot identify the term at all:
+# its fit uses planner/step_term.py's 0.1 s (LOOO 8.3 -> 8.1%, llmfoundry 8.3 -> 7.8%; seed 003's rows keep 0.3 s).
 STEP_OVERHEAD_SCALE_S = 0.3
 # the ridge scale of each factor in the profile fit over origins (fit_sites), PARAMS's but the per-step term
 SCALES_OVER_ORIGINS = np.array([STEP_OVERHEAD_SCALE_S if p[0] == "step_overhead_s" else p[5] for p in PARAMS])
@@ -117,6 +119,7 @@ def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
 
 
 _LOWER, _UPPER, _PRIOR, _SCALE = (np.array([p[i] for p in PARAMS]) for i in (2, 3, 4, 5))
+_NAMES = np.array([p[0] for p in PARAMS])
 
 
 def _design_memo() -> DesignFn:
@@ -208,24 +211,32 @@ def fit_sites(runs: list[Run], priors: dict[str, StackProfile],
     return profiles, sites
 
 
-def _own_rows(runs: list[Run], stacks: list[str]) -> list[tuple[np.ndarray, float] | None]:
-    """Per stack: its rows (a mask over `runs`) and the pull of its factors towards the pooled fit; None for
-    a stack without data of its own (and `generic`): it gets the pooled fit (its rows count in it)."""
+def _own_rows(runs: list[Run], stacks: list[str]) -> list[tuple[np.ndarray, float, np.ndarray] | None]:
+    """Per stack: its rows (a mask over `runs`), the pull of its factors towards the pooled fit and their ridge
+    scales (the per-step term's tighter where the stack's rows do not identify it: planner/step_term.py); None
+    for a stack without data of its own (and `generic`): it gets the pooled fit (its rows count in it)."""
     own = []
     for s in stacks:
         mine = np.array([r.plan.stack == s for r in runs])
         if s == GENERIC or not mine.any():
             own.append(None)
-        else:
-            own.append((mine, fit_weights.stack_ridge([r for r, k in zip(runs, mine) if k], RIDGE_STACK)))
+            continue
+        rows = [r for r, k in zip(runs, mine) if k]
+        own.append((mine, fit_weights.stack_ridge(rows, RIDGE_STACK), _scales_of(rows)))
     return own
 
 
+def _scales_of(rows: list[Run]) -> np.ndarray:
+    if step_term.identified(rows):
+        return SCALES_OVER_ORIGINS
+    return np.where(_NAMES == "step_overhead_s", min(step_term.UNIDENTIFIED_SCALE_S, STEP_OVERHEAD_SCALE_S),
+                    SCALES_OVER_ORIGINS)
+
+
 def _solve_stacks(A: np.ndarray, b: np.ndarray, w: np.ndarray,
-                  own: list[tuple[np.ndarray, float] | None]) -> list[np.ndarray]:
+                  own: list[tuple[np.ndarray, float, np.ndarray] | None]) -> list[np.ndarray]:
     pooled = _solve(A, b, w, _PRIOR, RIDGE_POOLED, SCALES_OVER_ORIGINS)
-    return [pooled if o is None else _solve(A[o[0]], b[o[0]], w[o[0]], pooled, o[1], SCALES_OVER_ORIGINS)
-            for o in own]
+    return [pooled if o is None else _solve(A[o[0]], b[o[0]], w[o[0]], pooled, o[1], o[2]) for o in own]
 
 
 def predict_ratio(runs: list[Run], profiles: dict[str, StackProfile]) -> np.ndarray:

@@ -171,7 +171,7 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
                                                             layout.checkpoint_fraction)
     # forward + backward (2x forward), plus what checkpointing recomputes
     gemm_t = gemm * (3.0 + block + linear_share + memory_savings.recompute_gemm_share(spec, layout, settings))
-    attn_t = attn * (3.0 + block + attn_share)
+    attn_t = attn * attention_kernel.passes(layout.attention == ATTN["eager"], block + attn_share)
     elem_t = elem * (ELEMENTWISE_PASSES + block + 0.5 * linear_share)
     # eager attention's element-wise kernels over the score matrix (their own passes)
     elem_t = elem_t + (layout.attention == ATTN["eager"]) * eager_traffic.seconds_per_token(

@@ -39,3 +39,32 @@ def test_megatron_attention_uses_cudnn_on_h100_only():
     # no cuDNN curve in the A100 catalog entry: the FlashAttention-2 curve either way
     a_fa2 = _attention_s("megatron", "a100-80gb", "dgx-a100", False)
     assert _attention_s("megatron", "a100-80gb", "dgx-a100", True) == pytest.approx(a_fa2)
+
+
+def _flash_benchmark_fwd_bwd_flops(batch, seqlen, headdim, nheads, causal=True) -> float:
+    """Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py `flops(..., mode="fwd_bwd")`:
+    4 b s^2 h d, halved when causal, x 3.5 (backward = 2.5 forwards)."""
+    f = 4 * batch * seqlen**2 * nheads * headdim // (2 if causal else 1)
+    return 3.5 * f
+
+
+@pytest.mark.parametrize("ckpt, recomputed", [("none", 0.0), ("selective", 1.0), ("full", 1.0)])
+def test_fused_attention_time_is_the_kernel_benchmarks_fwd_bwd_flops_at_the_curve_rate(ckpt, recomputed):
+    # llama2-7b (32 layers, 32 heads of 128) at 4096 on H100: the curve reads 0.30 of the bf16 peak, a
+    # forward+backward rate in the FlashAttention benchmark's FLOPs; a recomputed forward adds 1/3.5 of it.
+    cat = load_catalog()
+    gpu = cat.gpus["h100-80gb"]
+    spec = resolve_model("llama2-7b")
+    plan = ExecutionPlan(stack="fsdp", tp=1, dp=8, precision="bf16", micro_batch=2, seq_len=4096,
+                         activation_checkpointing=ckpt)
+    perf = performance(spec, Layout.from_plan(plan), resolve_system(Scenario(gpu="h100-80gb", cluster="dgx-h100",
+                                                                             gpus=8)), Settings(stacks=cat.stacks))
+    kernel_s = spec.n_layers * _flash_benchmark_fwd_bwd_flops(2, 4096, 128, 32) / (0.30 * gpu.peak_tflops("bf16") * 1e12)
+    got = float(np.asarray(perf["raw_attention_s"]).reshape(-1)[0])
+    assert got == pytest.approx(kernel_s * (3.5 + recomputed) / 3.5, rel=1e-6)
+
+
+def test_eager_attention_backward_is_two_forwards():
+    assert attention_kernel.passes(True, 0.0) == 3.0  # dS -> dQ, dK and dP -> dV: 2 GEMMs per forward GEMM
+    assert attention_kernel.passes(False, 0.0) == 3.5  # the fused backward recomputes QK^T and the softmax
+    assert attention_kernel.passes(np.array([True, False]), np.array([1.0, 1.0])).tolist() == [4.0, 4.5]
