@@ -151,7 +151,9 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     others = np.maximum(st.total - slowest, 0.0)
     plain = (v <= 1) & (p >= 2) & (m >= p)
     if np.any(plain):
-        exact = plain_paths.step(s0, np.where(p > 2, sm, 0.0), sl, p, m, interleaved_paths.FORWARD_SHARE)
+        mean = np.where(p > 2, (st.total - s0 - sl) / np.maximum(p - 2.0, 1.0), 0.0)  # what the middles hold
+        exact = plain_paths.step(s0, np.where(p > 2, sm, 0.0), sl, p, m, interleaved_paths.FORWARD_SHARE,
+                                 np.minimum(mean, sm))
         others = np.where(plain, np.maximum(exact - m * slowest, 0.0), others)
     # v > 1: the critical path of rank 0, of the last middle rank, and of the last rank
     t_first = m * s0

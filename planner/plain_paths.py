@@ -69,14 +69,19 @@ def _gains(f, b, p):
     return g_first, middle(1.0), middle(np.maximum(p - 2.0, 1.0)), g_last
 
 
-def step(first, middle, last, pp, grad_accum, fwd_share) -> np.ndarray:
+def step(first, middle, last, pp, grad_accum, fwd_share, middle_mean=None) -> np.ndarray:
     """Seconds of m micro batches through p stages of 1F1B (stage times forward + backward per micro
-    batch: `first`, `middle` for each of the p - 2 between, `last`); valid where m >= p >= 2."""
+    batch: `first`, `middle` for each of the p - 2 between, `last`); valid where m >= p >= 2.
+    `middle_mean`: the middle stages' mean where they differ (an even split pp does not divide: some
+    hold one block more, planner/stage_split.py), taken for the fill and drain across them, `middle`
+    (the heaviest) for the steady part; with the last stage the slowest the step is then Alpa's sum
+    of the true stage times, exact."""
     t_a, t_b, t_c, p, m = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64)
                                                 for x in (first, middle, last, pp, grad_accum)))
+    t_mean = t_b if middle_mean is None else np.broadcast_to(np.asarray(middle_mean, dtype=np.float64), t_b.shape)
     fs = float(fwd_share)
-    f = (fs * t_a, fs * t_b, fs * t_c)
-    b = (t_a - f[0], t_b - f[1], t_c - f[2])
+    f = (fs * t_a, fs * t_mean, fs * t_c)
+    b = (t_a - f[0], t_mean - f[1], t_c - f[2])
     g_in, g_out = _gains(f, b, p), _gains(b, f, p)
     mids = np.where(p >= 3.0, m * t_b + np.maximum(g_in[1] + g_out[1], g_in[2] + g_out[2]), 0.0)
     return np.maximum(np.maximum(m * t_a + g_in[0] + g_out[0], m * t_c + g_in[3] + g_out[3]), mids)
