@@ -20,7 +20,10 @@ up-projections into FP8 and then apply dispatch components"; combine in BF16) an
 overlapped with another micro batch's compute (sec. 3.2.1, DualPipe; Settings.moe_a2a_overlap, 20 of 132
 SMs to communication), and its memory recipe (planner/memory_savings.py: RMSNorm and MLA up-projections
 recomputed, sec. 3.2.3; linear inputs cached in FP8, sec. 3.3.2; BF16 AdamW moments, sec. 3.3.2), without
-which its layout needs full recompute. Nothing here is fitted to the reported cost, nor feeds the fitted
+which its layout needs full recompute, and its fp32 gradients (sec. 3.3.3; hardware/stacks.py
+main_grads_fp32). DualPipe itself is not a schedule the planner expresses: the pipeline is taken as
+1F1B (planner/plain_paths.py), without DualPipe's second copy of the parameters (sec. 3.2.1: "DualPipe
+requires keeping two copies of the model parameters") or its own bubble. Nothing here is fitted to the reported cost, nor feeds the fitted
 profiles.
 
     python validation/deepseek_v3_cost.py
