@@ -149,7 +149,8 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     # v = 1: the longest path of 1F1B (planner/plain_paths.py) where m >= p, else Alpa (the fill and
     # drain cross every other stage once: an upper bound)
     others = np.maximum(st.total - slowest, 0.0)
-    plain = (v <= 1) & (p >= 2) & (m >= p)
+    # (Alpa's sum is that path where the last stage is the slowest: kept there, to the bit)
+    plain = (v <= 1) & (p >= 2) & (m >= p) & (sl < slowest)
     if np.any(plain):
         mean = np.where(p > 2, (st.total - s0 - sl) / np.maximum(p - 2.0, 1.0), 0.0)  # what the middles hold
         exact = plain_paths.step(s0, np.where(p > 2, sm, 0.0), sl, p, m, interleaved_paths.FORWARD_SHARE,
