@@ -152,10 +152,14 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     # (Alpa's sum is that path where the last stage is the slowest: kept there, to the bit)
     plain = (v <= 1) & (p >= 2) & (m >= p) & (sl < slowest)
     if np.any(plain):
-        mean = np.where(p > 2, (st.total - s0 - sl) / np.maximum(p - 2.0, 1.0), 0.0)  # what the middles hold
-        exact = plain_paths.step(s0, np.where(p > 2, sm, 0.0), sl, p, m, interleaved_paths.FORWARD_SHARE,
-                                 np.minimum(mean, sm))
-        others = np.where(plain, np.maximum(exact - m * slowest, 0.0), others)
+        i = plain.reshape(-1)  # the plans it concerns only (a few of a search)
+        s0_, sm_, sl_, tot, p_, m_ = (np.broadcast_to(x, plain.shape).reshape(-1)[i] for x in (s0, sm, sl, st.total, p, m))
+        mean = np.where(p_ > 2, (tot - s0_ - sl_) / np.maximum(p_ - 2.0, 1.0), 0.0)  # what the middles hold
+        exact = plain_paths.step(s0_, np.where(p_ > 2, sm_, 0.0), sl_, p_, m_, interleaved_paths.FORWARD_SHARE,
+                                 np.minimum(mean, sm_))
+        flat = np.array(np.broadcast_to(others, plain.shape), dtype=np.float64).reshape(-1)
+        flat[i] = np.maximum(exact - m_ * np.maximum(np.maximum(s0_, sm_), sl_), 0.0)
+        others = flat.reshape(plain.shape)
     # v > 1: the critical path of rank 0, of the last middle rank, and of the last rank
     t_first = m * s0
     t_middle = np.where(p > 2, m * sm + head + np.maximum(p - 3, 0.0) * chunk, 0.0)
