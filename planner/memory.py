@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import mla, parallel_block, ssm, stage_split
+from planner import main_grads, mla, parallel_block, ssm, stage_split
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
@@ -179,10 +179,8 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None,
       copied out as it is reduced (DeepSpeed's estimate: 2P on GPU for ZeRO-2).
     - FSDP: sharded grads in the storage dtype (fp32 under mixed precision) + one unsharded
       unit of 16-bit grads before its reduce-scatter.
-    - `main_fp32` (the stack's main_grads_fp32, Megatron-Core): under bf16/fp8 DDP and ZeRO-1 (the
-      distributed optimizer) hold an fp32 main-gradient buffer of the whole stage, 4P, and no other
-      copy (the optimizer steps on its shard of it): 6 + 12/d bytes a parameter with the states
-      (Megatron-LM docs/source/api-guide/dist_optimizer.md), where DeepSpeed's rule is 4 + 16/d.
+    - `main_fp32` (the stack's main_grads_fp32): the fp32 main-gradient buffer of the whole stage,
+      4P, and no other copy (planner/main_grads.py: Megatron-Core).
     `p`, `n`: as for weights_bytes.
     """
     p = params_per_gpu(spec, layout) if p is None else p
@@ -213,14 +211,7 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None,
         [ddp, zero1, zero2, zero3],
         default=fsdp,
     )
-    return np.where(main_fp32_buffer(layout, main_fp32), 4.0 * p, out)
-
-
-def main_fp32_buffer(layout: Layout, main_fp32) -> np.ndarray:
-    """Where the stack's fp32 main-gradient buffer replaces the gradient rules (see grads_bytes)."""
-    bf16 = (layout.precision == PREC["bf16"]) | (layout.precision == PREC["fp8"])
-    ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
-    return (np.asarray(main_fp32) > 0) & bf16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
+    return np.where(main_grads.buffer_on(layout, main_fp32), 4.0 * p, out)
 
 
 def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
@@ -354,11 +345,8 @@ def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False) -> np.nd
       docs: "overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size").
     - ZeRO-3: reduce bucket (2 B x 2 for double buffering) + prefetch bucket (2 B).
     - FSDP: one unit's fp32 reduce-scatter output is counted in grads; 2 x unit staging.
-    - none where the stack's fp32 main-gradient buffer is the bucket store (`main_fp32`, see
-      grads_bytes): Megatron-Core's buckets are views of the contiguous grad buffer, reduce-scattered
-      in place (megatron/core/distributed/param_and_grad_buffer.py; dist_optimizer.md: "each DP rank
-      now has 4 elements within the gradient buffer that are fully reduced"), and the updated
-      parameters are all-gathered into the contiguous parameter buffer.
+    - none where the stack's fp32 main-gradient buffer is the bucket store (`main_fp32`,
+      planner/main_grads.py: its buckets are views of it, reduce-scattered in place).
     """
     s = layout.sharding
     ddp = np.full(np.shape(s), 2 * 25 * 2**20, dtype=np.float64)
@@ -370,7 +358,7 @@ def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False) -> np.nd
         [ddp, zero12, zero3],
         default=fsdp,
     ).astype(np.float64)
-    return np.where(main_fp32_buffer(layout, main_fp32), 0.0, out)
+    return np.where(main_grads.buffer_on(layout, main_fp32), 0.0, out)
 
 
 def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
@@ -402,7 +390,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
                                               prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"],
                                               ms.block_bytes_saved(spec, layout, settings)),
-        "comm_buffers_bytes": comm_buffer_bytes(spec, layout, prof["main_grads_fp32"]) + cp_buffer_bytes(spec, layout, system.gpus_per_node)
+        "comm_buffers_bytes": comm_buffer_bytes(spec, layout, prof["main_grads_fp32"])
+        + cp_buffer_bytes(spec, layout, system.gpus_per_node)
         + zeropp.buffer_bytes(layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),
