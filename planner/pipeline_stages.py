@@ -105,7 +105,7 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
 
     v = 1, m >= p: the longest path through 1F1B with the first, middle and last stages' times
     (planner/plain_paths.py; exact against the op-by-op replay). Alpa's sum_i t_i + (m - 1) max_j t_j
-    (above) is that where the slowest stage is the last one, and up to 29% above it where an earlier
+    (above) is that where the slowest stage is the last one, and up to 31% above it where an earlier
     stage is slower (1F1B's warm-up forwards hide part of the round trip behind it); it is kept for
     m < p (an upper bound). v > 1 (Megatron's interleaved 1F1B,
     Narayanan et al. SC21 sec. 2.2.2: each rank runs v model chunks of its blocks, a micro batch
