@@ -26,7 +26,7 @@ steady part, m t_j in all, and trades its first W_j + 1 ops (forwards, f_j each)
   stage d = p - 1 - x and its backward 0 back up to stage j + 1:
   (x + 1) f_a + sum_{0 < i <= d} f_i + sum_{j < i <= d} b_i, x in 0 .. W_j - 1 (linear in x
   past x = 0, so x = 0, 1 and W_j - 1 are tried): a heavy first stage waits for the last stage's
-  first backward (up to 31% less than Alpa's sum_i t_i + (m - 1) max t there);
+  first backward (Alpa's sum_i t_i + (m - 1) max t was up to 31% above the step there);
 
 and its last W_j + 1 ops (backwards) for the mirror of these, forward and backward swapped (the
 schedule read backwards in time is 1F1B again with f and b exchanged). Paths that switch their
