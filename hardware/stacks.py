@@ -139,6 +139,16 @@ class StackProfile(BaseModel):
                     "scale the expert output, e.g. Hugging Face's routing_weights * expert(x); 0: Megatron-Core "
                     "applies them inside the activation, GroupedMLP/TEGroupedMLP activation_func_with_probs -> "
                     "weighted_bias_swiglu_impl, which saves only its input and the probs)")
+    # Megatron-Core's own DDP / distributed optimizer (arguments.py: bf16 sets
+    # accumulate_allreduce_grads_in_fp32; docs/source/api-guide/dist_optimizer.md: bf16 params, fp32
+    # grads, 6 + 12/d bytes a parameter) and DeepSeek-V3 (arXiv 2412.19437 sec. 3.3.3: gradients "used
+    # for batch size accumulation are still retained in FP32"). Off in catalog/stacks/megatron.toml: that
+    # profile also stands for NeMo 24.07's runs (Apex's distributed Adam), whose GPT3-20B at tp 2 (fp8,
+    # 10B parameters a GPU) ran on 80 GB where 4 B of fp32 grads a parameter cannot fit.
+    main_grads_fp32: bool = Field(
+        default=False,
+        description="bf16/fp8 training keeps an fp32 main-gradient buffer for every parameter of the stage, unsharded "
+                    "(DDP and the distributed optimizer, which reduce-scatters in place into it and steps on its shard)")
     # --- how it was fitted ---------------------------------------------------------------
     fit_method: str = "prior (not fitted)"
     fit_sources: list[str] = Field(default_factory=list)

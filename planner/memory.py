@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import mla, parallel_block, ssm, stage_split
+from planner import main_grads, mla, parallel_block, ssm, stage_split
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
@@ -166,7 +166,7 @@ def weights_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=Non
     )
 
 
-def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
+def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None, main_fp32=False) -> np.ndarray:
     """Gradient bytes on one GPU.
 
     - none (DDP): grads in the params' dtype, full size.
@@ -179,6 +179,8 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None)
       copied out as it is reduced (DeepSpeed's estimate: 2P on GPU for ZeRO-2).
     - FSDP: sharded grads in the storage dtype (fp32 under mixed precision) + one unsharded
       unit of 16-bit grads before its reduce-scatter.
+    - `main_fp32` (the stack's main_grads_fp32): the fp32 main-gradient buffer of the whole stage,
+      4P, and no other copy (planner/main_grads.py: Megatron-Core).
     `p`, `n`: as for weights_bytes.
     """
     p = params_per_gpu(spec, layout) if p is None else p
@@ -204,11 +206,12 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None)
     zero3 = part16 + step_copy + c * unit
     fsdp_store = np.where(mixed, 4.0, c)
     fsdp = np.where(offload, 0.0, fsdp_store * p / n) + c * unit
-    return np.select(
+    out = np.select(
         [s == SHARD["none"], s == SHARD["zero1"], s == SHARD["zero2"], s == SHARD["zero3"]],
         [ddp, zero1, zero2, zero3],
         default=fsdp,
     )
+    return np.where(main_grads.buffer_on(layout, main_fp32), 4.0 * p, out)
 
 
 def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
@@ -333,7 +336,7 @@ def transient_bytes(spec: ModelSpec, layout: Layout, grad_bytes_per_logit=4.0) -
 
 # ---------------------------------------------------------------------------------------
 # buffers, overhead, total
-def comm_buffer_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
+def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False) -> np.ndarray:
     """Communication buffers.
 
     - DDP: gradient buckets are views of the grads (gradient_as_bucket_view); 2 x 25 MiB
@@ -342,17 +345,20 @@ def comm_buffer_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
       docs: "overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size").
     - ZeRO-3: reduce bucket (2 B x 2 for double buffering) + prefetch bucket (2 B).
     - FSDP: one unit's fp32 reduce-scatter output is counted in grads; 2 x unit staging.
+    - none where the stack's fp32 main-gradient buffer is the bucket store (`main_fp32`,
+      planner/main_grads.py: its buckets are views of it, reduce-scattered in place).
     """
     s = layout.sharding
     ddp = np.full(np.shape(s), 2 * 25 * 2**20, dtype=np.float64)
     zero12 = 4.5 * 2 * (layout.reduce_bucket_elems + layout.allgather_bucket_elems)
     zero3 = 2 * 2 * layout.reduce_bucket_elems + 2 * layout.stage3_prefetch_elems
     fsdp = 2 * 2 * _unit_params(spec, layout) * np.ones(np.shape(s))
-    return np.select(
+    out = np.select(
         [s == SHARD["none"], (s == SHARD["zero1"]) | (s == SHARD["zero2"]), s == SHARD["zero3"]],
         [ddp, zero12, zero3],
         default=fsdp,
     ).astype(np.float64)
+    return np.where(main_grads.buffer_on(layout, main_fp32), 0.0, out)
 
 
 def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
@@ -379,12 +385,13 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     out = {
         "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings)
         + zeropp.secondary_partition_bytes(spec, layout, compute_dtype_bytes(layout)),
-        "grads_bytes": grads_bytes(spec, layout, system),
+        "grads_bytes": grads_bytes(spec, layout, system, main_fp32=prof["main_grads_fp32"]),
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
                                               prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"],
                                               ms.block_bytes_saved(spec, layout, settings)),
-        "comm_buffers_bytes": comm_buffer_bytes(spec, layout) + cp_buffer_bytes(spec, layout, system.gpus_per_node)
+        "comm_buffers_bytes": comm_buffer_bytes(spec, layout, prof["main_grads_fp32"])
+        + cp_buffer_bytes(spec, layout, system.gpus_per_node)
         + zeropp.buffer_bytes(layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),
         "fragmentation_bytes": np.broadcast_to(reserve, shape).astype(np.float64),

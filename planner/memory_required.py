@@ -30,16 +30,18 @@ from planner.model import ModelSpec
 from planner.system import System
 
 
-def step_only_bytes(spec: ModelSpec, layout: Layout, system: System) -> tuple[np.ndarray, np.ndarray]:
+def step_only_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=False) -> tuple[np.ndarray, np.ndarray]:
     """(the fp32 gradient partition `memory.grads_bytes` counts, the step's own peak with the
     flattened 16-bit partition it is cast from); 0 where the fp32 copy lives on the host (offload)
-    or is not made (DDP, FSDP, pure bf16; ZeRO-1/2 train fp32 in place)."""
+    or is not made (DDP, FSDP, pure bf16; ZeRO-1/2 train fp32 in place; a stack whose fp32 main
+    grads are resident, `main_fp32`: planner/main_grads.py)."""
+    from planner.main_grads import buffer_on
     from planner.memory import _is_mixed, compute_dtype_bytes, params_per_gpu, shard_degree
 
     part = params_per_gpu(spec, layout) / shard_degree(layout, system)
     s = layout.sharding
     on_gpu = layout.offload == OFFLOAD["none"]
-    zero12 = ((s == SHARD["zero1"]) | (s == SHARD["zero2"])) & _is_mixed(layout)
+    zero12 = ((s == SHARD["zero1"]) | (s == SHARD["zero2"])) & _is_mixed(layout) & ~buffer_on(layout, main_fp32)
     zero3 = (s == SHARD["zero3"]) & (layout.precision != PREC["bf16_pure"])
     fp32 = np.where(on_gpu & (zero12 | zero3), 4.0 * part, 0.0)
     flattened = np.where(fp32 > 0, compute_dtype_bytes(layout) * part, 0.0)
@@ -85,7 +87,7 @@ def required_bytes(spec: ModelSpec, layout: Layout, system: System, terms: dict[
     logits_grad = prof["loss_grad_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
     activations = np.asarray(terms["activations_bytes"], dtype=np.float64)
     live = backward_live_bytes(spec, layout, activations, np.minimum(cached, logits_grad), prof)
-    fp32_grads, step_peak = step_only_bytes(spec, layout, system)
+    fp32_grads, step_peak = step_only_bytes(spec, layout, system, prof["main_grads_fp32"])
     gathered = gathered_bytes(spec, layout)
     resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - activations - gathered
     return resident + np.maximum(live + gathered, step_peak)

@@ -22,6 +22,8 @@ active view (planner/moe.py `dense_view`) holds under planner/memory.py.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from planner import moe, moe_parallel
@@ -120,15 +122,16 @@ def with_experts(spec, view, layout: Layout, system, out: dict, settings=None) -
 
     load = load_factor(settings)
     out = dict(out)
-    for key, term in (("weights_bytes", weights_bytes), ("grads_bytes", grads_bytes),
-                      ("optimizer_bytes", optimizer_bytes)):
-        out[key] = out[key] + _states_delta(term, spec, view, layout, system)
-    kept = 1.0
+    kept, main_fp32 = 1.0, False
     if settings is not None:
         from planner.settings import stack_profiles
         from planner.stacks import per_candidate
 
-        kept = per_candidate(stack_profiles(settings), layout)["moe_expert_outputs_kept"]
+        prof = per_candidate(stack_profiles(settings), layout)
+        kept, main_fp32 = prof["moe_expert_outputs_kept"], prof["main_grads_fp32"]
+    grads = functools.partial(grads_bytes, main_fp32=main_fp32)  # the experts' fp32 main grads too
+    for key, term in (("weights_bytes", weights_bytes), ("grads_bytes", grads), ("optimizer_bytes", optimizer_bytes)):
+        out[key] = out[key] + _states_delta(term, spec, view, layout, system)
     out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout, load, settings, kept)
     out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout, load)
     return out

@@ -20,7 +20,10 @@ up-projections into FP8 and then apply dispatch components"; combine in BF16) an
 overlapped with another micro batch's compute (sec. 3.2.1, DualPipe; Settings.moe_a2a_overlap, 20 of 132
 SMs to communication), and its memory recipe (planner/memory_savings.py: RMSNorm and MLA up-projections
 recomputed, sec. 3.2.3; linear inputs cached in FP8, sec. 3.3.2; BF16 AdamW moments, sec. 3.3.2), without
-which its layout needs full recompute. Nothing here is fitted to the reported cost, nor feeds the fitted
+which its layout needs full recompute, and its fp32 gradients (sec. 3.3.3; hardware/stacks.py
+main_grads_fp32). DualPipe itself is not a schedule the planner expresses: the pipeline is taken as
+1F1B (planner/plain_paths.py), without DualPipe's second copy of the parameters (sec. 3.2.1: "DualPipe
+requires keeping two copies of the model parameters") or its own bubble. Nothing here is fitted to the reported cost, nor feeds the fitted
 profiles.
 
     python validation/deepseek_v3_cost.py
@@ -46,9 +49,11 @@ SEQ_LEN = 4096
 CATALOG = Path(__file__).resolve().parents[1] / "catalog"
 
 
-def _h800_catalog(root: Path) -> None:
+def _h800_catalog(root: Path, fp32_grads: bool = False) -> None:
     """gpus/h800.toml (the H100 SXM entry, NVLink 400 GB/s both ways = 1600 Gbps per direction) and
-    clusters/h800-ib.toml (8 per node, 8 x 400 Gb/s InfiniBand per node)."""
+    clusters/h800-ib.toml (8 per node, 8 x 400 Gb/s InfiniBand per node); `fp32_grads`: the Megatron
+    profile with the paper's fp32 gradients of the whole stage (sec. 3.3.3: "gradients (used for batch
+    size accumulation) are still retained in FP32"; hardware/stacks.py main_grads_fp32)."""
     gpu = (CATALOG / "gpus" / "h100-80gb.toml").read_text()
     gpu = gpu.replace('name = "NVIDIA H100 80GB HBM3 (SXM5)"', 'name = "NVIDIA H800 80GB (SXM5), built from the H100 entry"')
     gpu = re.sub(r"(?m)^intranode_gbps = \d+", "intranode_gbps = 1600", gpu)
@@ -58,6 +63,10 @@ def _h800_catalog(root: Path) -> None:
     cluster = cluster.replace('gpu = "h100-80gb"', 'gpu = "h800"').replace('name = "NVIDIA DGX H100"', 'name = "H800 x 8, IB"')
     (root / "clusters").mkdir()
     (root / "clusters" / "h800-ib.toml").write_text(cluster)
+    if fp32_grads:
+        (root / "stacks").mkdir()
+        stack = (CATALOG / "stacks" / "megatron.toml").read_text()
+        (root / "stacks" / "megatron.toml").write_text(stack.replace("\nfit_method =", "\nmain_grads_fp32 = true\nfit_method =", 1))
 
 
 def main() -> None:
@@ -81,7 +90,7 @@ def main() -> None:
                                                                 Settings(**exposed)),
                             ("the paper's settings " + str(PAPER_SETTINGS), Settings(**PAPER_SETTINGS))):
         with tempfile.TemporaryDirectory() as tmp:
-            _h800_catalog(Path(tmp))
+            _h800_catalog(Path(tmp), fp32_grads=settings.moe_fp8_dispatch)  # the paper's settings
             report = api.estimate(scenario, catalog_dirs=[tmp], settings=settings, top=3)
         print(f"planner, {label}, {report.system.gpus} x {report.system.gpu.name}: {report.fitting} fitting plans")
         for est in report.results:

@@ -1,0 +1,26 @@
+"""Where a stack keeps an fp32 main-gradient buffer of the whole stage (its profile's main_grads_fp32).
+
+Megatron-Core under bf16 (and fp8, whose parameters are bf16): megatron/training/arguments.py turns
+accumulate_allreduce_grads_in_fp32 on ("bfloat16 requires gradient accumulation and all-reduce to be
+done in fp32"); its DistributedDataParallel holds the gradients of every parameter of the stage in one
+contiguous fp32 buffer, whose buckets are reduce-scattered in place (param_and_grad_buffer.py), and the
+distributed optimizer steps on its own shard of that buffer: 2 + 4 + 12/d bytes a parameter with the
+fp32 master weights and Adam moments (Megatron-LM docs/source/api-guide/dist_optimizer.md, "bf16
+parameters, fp32 gradients: 18 | 6 + 12/d"), where DeepSpeed's ZeRO-1 holds 2P of 16-bit gradients, an
+fp32 partition 4P/d made at the step and its own bucket buffers (4 + 16/d). planner/memory.py
+grads_bytes and comm_buffer_bytes, planner/memory_required.py step_only_bytes apply it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.layout import OFFLOAD, PREC, SHARD, Layout
+
+
+def buffer_on(layout: Layout, main_fp32) -> np.ndarray:
+    """The plans whose gradients are the stack's fp32 main-gradient buffer: bf16/fp8 under DDP or
+    ZeRO-1 (the distributed optimizer), no offload, where `main_fp32` (per candidate) is set."""
+    bf16 = (layout.precision == PREC["bf16"]) | (layout.precision == PREC["fp8"])
+    ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
+    return (np.asarray(main_fp32) > 0) & bf16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
