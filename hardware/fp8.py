@@ -9,7 +9,9 @@ planner's step time needs (planner/fp8.py):
   output (the three operands of the three GEMMs of a linear's forward and backward);
 and whether the tensor-parallel all-gather of a linear's input carries fp8 (the cast happens
 once per module on the sequence-parallel shard) or the 16-bit input is gathered and each linear
-casts the whole gathered input itself.
+casts the whole gathered input itself, and whether the backward all-gather of a row-parallel
+output gradient does; and what the casts cost where a norm or activation kernel writes fp8 itself
+(Transformer Engine's fused modules).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class FP8Recipe(BaseModel):
         default=False, description="fp8 weights cast once per optimizer step and reused by every micro batch")
     tp_fp8_allgather: bool = Field(
         default=False, description="the TP all-gather of a linear's input carries fp8, cast once per module")
+    producer_fused_bytes_per_element: float | None = Field(
+        default=None, ge=0, description="bytes per element of the casts a norm or activation kernel does itself, "
+        "writing fp8 (the inputs of qkv, up and down, the output gradient of up); None: no such fused kernels")
+    tp_fp8_grad_allgather: bool = Field(
+        default=False, description="the backward TP all-gather of a row-parallel linear's output gradient carries fp8")
     source: str
 
 

@@ -6,7 +6,8 @@ per candidate in `layout`. The step of the busiest pipeline stage is
     step = compute + pipeline bubble + exposed communication + exposed offload + overhead
 
 compute   block GEMMs at the GPU's peak x a GEMM-size efficiency (catalog curve; fp8 GEMMs at
-          the fp8 peak), fused attention at the GPU's attention-kernel efficiency by sequence
+          the fp8 peak, the curve read at the fp8 peak's size, under the fp8 memory roofline:
+          planner/fp8_gemm.py), fused attention at the GPU's attention-kernel efficiency by sequence
           length, element-wise kernels at HBM speed, per-block framework overhead, the
           logits and loss, the optimizer step, the host time of synchronous kernel launches
           (CUDA_LAUNCH_BLOCKING=1 jobs: planner/launch_sync.py); each part scaled by the stack's profile;
@@ -31,8 +32,8 @@ from dataclasses import replace
 import numpy as np
 
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
-                     dp_comm, eager_traffic, flops, fp8, gemm_shape, launch_sync, megatron_ddp, mla, moe, moe_time,
-                     offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
+                     dp_comm, eager_traffic, flops, fp8, fp8_gemm, gemm_shape, launch_sync, megatron_ddp, mla, moe,
+                     moe_time, offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
 from planner import memory_savings
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
@@ -113,8 +114,12 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     gemm = 0.0
     shape_lin, shape_attn, _ = gemm_shape.plan_factors(spec, layout, system.gpu)  # tile/wave quantization
-    for (per_token, size), q in zip(flops.block_gemms(spec, tokens, layout.tp), shape_lin):
-        gemm = gemm + per_token / (gemm_peak * flops.efficiency(pts, size) * q)
+    hbm = _hbm_Bps(system, settings)
+    dims = gemm_shape.block_linear_dims(spec, layout.tp)
+    for (per_token, size), q, (n, k) in zip(flops.block_gemms(spec, tokens, layout.tp), shape_lin, dims):
+        # fp8: the size curve at the fp8 peak and the memory roofline (planner/fp8_gemm.py)
+        gemm = gemm + fp8_gemm.gemm_s_per_token(per_token, size, tokens, n, k, q, gemm_peak, peak16 / peak, pts, hbm,
+                                                fp8)
     # Mamba layers of a hybrid stack (planner/ssm_time.py; 0 for a transformer)
     gemm = gemm + ssm_time.gemm_s_per_token(spec, layout, system.gpu, gemm_peak, peak16, pts,
                                             compute_dtype_bytes(layout))
@@ -136,7 +141,6 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
     attn = np.where(eager, unfused, fused)
 
     act_bytes = compute_dtype_bytes(layout)
-    hbm = _hbm_Bps(system, settings)
     tp = layout.tp.astype(np.float64)
     # Korthikanti et al. 2022: sbh(10 + 24/t) bytes, or 34/t with sequence parallelism (a
     # parallel attention+MLP block has fewer norm-side tensors than their 10: parallel_block.py).

@@ -49,7 +49,10 @@ def test_rowwise_is_slower_than_tensorwise_and_bf16_ignores_the_recipe():
     rw, _ = _run({"fp8_recipe": "rowwise"})
     dl, _ = _run({"fp8_recipe": "delayed"})
     bf, _ = _run({"precision": "bf16"})
-    assert rw["step_time_s"] > tw["step_time_s"] > dl["step_time_s"]
+    assert rw["step_time_s"] > tw["step_time_s"] and rw["step_time_s"] > dl["step_time_s"]
+    # under torch.compile "the observed performance of delayed scaling is close to that of dynamic
+    # scaling" (torchao/float8/README.md, "Scaling type vs speedup")
+    assert dl["step_time_s"] == pytest.approx(tw["step_time_s"], rel=0.05)
     # rowwise gathers 16-bit inputs for TP: more TP traffic than the fp8 all-gather of tensorwise
     assert rw["tp_comm_s"] > tw["tp_comm_s"]
     assert rw["raw_elementwise_s"] > tw["raw_elementwise_s"]  # per-linear casts of the gathered input
