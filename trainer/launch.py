@@ -59,7 +59,10 @@ def launch(cfg: TrainConfig) -> TrainResult:
         if int(os.environ["RANK"]) != 0:
             return TrainResult(status="ok", config=cfg.knobs())  # rank 0 reports
     else:
-        exit_codes, launch_error = _elastic(cfg, result_path)
+        try:
+            exit_codes, launch_error = _elastic(cfg, result_path)
+        except PlanError as e:  # several nodes' agreed rendezvous port is held here
+            return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
         if cfg.launch.node_rank > 0 and not launch_error:  # node 0 holds rank 0, which reports
             return _finish(cfg, result_path, TrainResult(status="ok", config=cfg.knobs(), exit_codes=exit_codes))
     result = collect(cfg, result_path, exit_codes, launch_error)

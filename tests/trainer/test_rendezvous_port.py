@@ -59,6 +59,18 @@ def test_multi_node_launch_whose_port_is_held_says_so(held_port, tmp_path):
     assert not (tmp_path / "bench.json").exists()
 
 
+def test_a_training_node_whose_agreed_port_is_held_is_a_bad_config(held_port, tmp_path):
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "trainer", "--model", "tiny", "--steps", "3", "--nproc", "1",
+                        "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", f"127.0.0.1:{held_port}",
+                        "--json", str(out)], env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["status"] == "bad_config"
+    assert result["error"] == f"rdzv_endpoint: 127.0.0.1:{held_port}: port {held_port} is already in use on this node " \
+                              "(give every node a free port)"
+
+
 def test_a_bench_that_fails_twice_reports_both_attempts(monkeypatch):
     """gloo on a network interface that does not exist: every attempt fails for real."""
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "no-such-if0")
