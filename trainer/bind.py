@@ -11,6 +11,7 @@ Single-node runs also keep gloo and NCCL's own sockets on the loopback interface
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 from contextlib import contextmanager
@@ -40,12 +41,24 @@ def loopback_comm_env(nnodes: int) -> None:
         os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
 
 
+class PortInUse(OSError):
+    """The store's port is held by another socket. Not a RuntimeError on purpose: torch's c10d
+    rendezvous would then retry as a client of whatever holds the port (a foreign store, or a
+    listener that never answers: a 60 s read timeout), instead of saying what happened."""
+
+    def __init__(self, host: str, port: int, reason: str):
+        super().__init__(errno.EADDRINUSE, f"cannot listen on {host}:{port}: {reason}")
+        self.host, self.port = host, port
+
+
 def _listen_fd(host: str, port: int) -> int:
     try:
         family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.create_server(sockaddr[:2], family=family, backlog=2048)
-    except OSError as e:  # torch's rendezvous retries as a client on RuntimeError
-        raise RuntimeError(f"cannot listen on {host}:{port}: {e}") from None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port, e.strerror or str(e)) from None
+        raise RuntimeError(f"cannot listen on {host}:{port}: {e}") from None  # torch retries as a client
     return sock.detach()  # the store owns the socket now
 
 

@@ -71,8 +71,8 @@ def init(timeout_s: float) -> torch.device:
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
-            os.environ["MASTER_PORT"] = str(free_port())
+        if "MASTER_PORT" not in os.environ:  # one process: its store binds a port the OS picks (no race)
+            os.environ["MASTER_PORT"] = "0" if os.environ["WORLD_SIZE"] == "1" else str(free_port())
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=max(60, timeout_s)))
     return device

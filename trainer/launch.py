@@ -59,7 +59,10 @@ def launch(cfg: TrainConfig) -> TrainResult:
         if int(os.environ["RANK"]) != 0:
             return TrainResult(status="ok", config=cfg.knobs())  # rank 0 reports
     else:
-        exit_codes, launch_error = _elastic(cfg, result_path)
+        try:
+            exit_codes, launch_error = _elastic(cfg, result_path)
+        except PlanError as e:  # several nodes' agreed rendezvous port is held here
+            return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
         if cfg.launch.node_rank > 0 and not launch_error:  # node 0 holds rank 0, which reports
             return _finish(cfg, result_path, TrainResult(status="ok", config=cfg.knobs(), exit_codes=exit_codes))
     result = collect(cfg, result_path, exit_codes, launch_error)
@@ -72,24 +75,17 @@ def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
     import torch
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import elastic_launch
 
-    from trainer.bind import bound_stores, local_addr, loopback_comm_env
-    from trainer.dist import free_port
-    from trainer.ranks import launch_config
+    from trainer.ranks import elastic_run
 
     if not torch.cuda.is_available():
         os.environ["OMP_NUM_THREADS"] = str(threads_per_rank(cfg.launch.nproc))
-    endpoint = cfg.launch.rdzv_endpoint or f"127.0.0.1:{free_port()}"
-    loopback_comm_env(cfg.launch.nnodes)
-    lc = launch_config(cfg.launch.nproc, cfg.launch.nnodes, cfg.launch.node_rank, endpoint, "plan-train",
-                       local_addr=local_addr(endpoint.rpartition(":")[0].strip("[]"), cfg.launch.nnodes))
     backstop = threading.Timer(cfg.run.timeout_s + LAUNCH_GRACE_S, lambda: os.kill(os.getpid(), signal.SIGTERM))
     backstop.daemon = True
     backstop.start()
     try:
-        with bound_stores():  # the rendezvous store listens on local_addr only (trainer/bind.py)
-            elastic_launch(lc, run_rank)(cfg.model_dump_json(), result_path)
+        elastic_run(run_rank, (cfg.model_dump_json(), result_path), cfg.launch.nproc, cfg.launch.nnodes,
+                    cfg.launch.node_rank, cfg.launch.rdzv_endpoint, "plan-train")
         return {str(r): 0 for r in range(cfg.launch.world_size)}, ""
     except ChildFailedError as e:
         codes = {str(r): f.exitcode for r, f in e.failures.items()}

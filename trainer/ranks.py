@@ -4,6 +4,7 @@ process when it already is a rank (torchrun / srun)."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -13,27 +14,50 @@ def run_on_ranks(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int = 
                  rdzv_endpoint: str | None = None) -> dict[int, Any]:
     """Results by global rank of `fn(*args)` (only this node's ranks)."""
     import torch
-    from torch.distributed.launcher.api import elastic_launch
 
-    from trainer.dist import env_from_slurm, free_port, launched_externally
+    from trainer.dist import env_from_slurm, launched_externally
 
     if launched_externally():
         env_from_slurm(rdzv_endpoint)
         return {int(os.environ["RANK"]): fn(*args)}
     if not torch.cuda.is_available():
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
-    from trainer.bind import bound_stores, local_addr, loopback_comm_env
+    return elastic_run(fn, args, nproc, nnodes, node_rank, rdzv_endpoint, "plan-bench")
 
-    endpoint = rdzv_endpoint or f"127.0.0.1:{free_port()}"
+
+def elastic_run(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int, node_rank: int,
+                rdzv_endpoint: str | None, name: str) -> dict[int, Any]:
+    """torch's elastic_launch of `fn(*args)` on this node's ranks, its rendezvous store listening on
+    this node's address only (trainer/bind.py).
+
+    No port is ever picked first and bound later (another process could take it in between):
+    one node without an endpoint binds a port the OS picks when the store listens (torchrun
+    --standalone's "localhost:0"); one node whose given port is held launches once more on an
+    OS-picked port (its rendezvous is its own: the ranks learn the workers' store from it).
+    Several nodes must meet at the agreed port: a held one is a one-line error naming it."""
+    from torch.distributed.launcher.api import elastic_launch
+
+    from planner.errors import PlanError
+    from trainer.bind import PortInUse, bound_stores, local_addr, loopback_comm_env
+
+    endpoint = rdzv_endpoint or "127.0.0.1:0"
+    host = endpoint.rpartition(":")[0]
     loopback_comm_env(nnodes)
-    lc = launch_config(nproc, nnodes, node_rank, endpoint, "plan-bench",
-                       local_addr=local_addr(endpoint.rpartition(":")[0].strip("[]"), nnodes))
-    with bound_stores():  # the rendezvous store listens on local_addr only (trainer/bind.py)
-        return dict(elastic_launch(lc, fn)(*args))
+    while True:
+        lc = launch_config(nproc, nnodes, node_rank, endpoint, name, local_addr=local_addr(host.strip("[]"), nnodes))
+        try:
+            with bound_stores():
+                return dict(elastic_launch(lc, fn)(*args))
+        except PortInUse as e:
+            if nnodes > 1 or endpoint == f"{host}:0":
+                raise PlanError("rdzv_endpoint", f"{endpoint}: port {e.port} is already in use on this node "
+                                                 "(give every node a free port)") from None
+            print(f"rendezvous {endpoint}: port in use; launching on a port the OS picks", file=sys.stderr)
+            endpoint = f"{host}:0"
 
 
 def launch_config(nproc: int, nnodes: int, node_rank: int, endpoint: str, name: str, local_addr: str | None = None):
-    """torch's elastic LaunchConfig for this node. One node: a c10d rendezvous on a free port.
+    """torch's elastic LaunchConfig for this node. One node: a c10d rendezvous at `endpoint`.
     Several nodes: the static rendezvous (torchrun's --node-rank), so that node 0 holds global
     rank 0, which writes the result; a dynamic one numbers the nodes in the order they join."""
     from torch.distributed.launcher.api import LaunchConfig

@@ -20,10 +20,22 @@ def failure_line(text: str) -> str:
     return (errors or lines or [""])[-1]
 
 
-def measure_busbw(nproc: int, *, timeout_s: float = 180.0) -> tuple[dict | None, str]:
-    """({"intranode": Gbps, "internode": Gbps|None}, note). None when it could not be measured."""
+def measure_busbw(nproc: int, *, timeout_s: float = 180.0, attempts: int = 2) -> tuple[dict | None, str]:
+    """({"intranode": Gbps, "internode": Gbps|None}, note). None when it could not be measured.
+    A failed bench runs once more (a rank lost to a loaded machine is no property of the network);
+    when every attempt fails, the note gives each attempt's failure line."""
     if nproc < 2:
         return None, "one rank: no all-reduce to measure"
+    failures = []
+    for _ in range(attempts):
+        busbw, failure = _bench_once(nproc, timeout_s)
+        if busbw is not None:
+            return busbw, "measured" + (f" (after a failed attempt: {failures[0]})" if failures else "")
+        failures.append(failure)
+    return None, "; ".join(f"attempt {i + 1}: {f}" for i, f in enumerate(failures))
+
+
+def _bench_once(nproc: int, timeout_s: float) -> tuple[dict | None, str]:
     with tempfile.TemporaryDirectory(prefix="plan-busbw-") as d:
         out = Path(d) / "busbw.json"
         cmd = [sys.executable, "-m", "plan_cli.main", "allreduce-bench", "--nproc", str(nproc),
@@ -39,4 +51,4 @@ def measure_busbw(nproc: int, *, timeout_s: float = 180.0) -> tuple[dict | None,
     busbw = data.get("busbw_gbps") or {}
     if not busbw.get("intranode") and not busbw.get("internode"):
         return None, "allreduce-bench wrote no busbw_gbps"
-    return {"intranode": busbw.get("intranode"), "internode": busbw.get("internode")}, "measured"
+    return {"intranode": busbw.get("intranode"), "internode": busbw.get("internode")}, ""

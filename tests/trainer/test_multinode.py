@@ -25,20 +25,30 @@ def env() -> dict:
 
 
 def two_nodes(argv: list[str], tmp_path: Path) -> list[subprocess.CompletedProcess]:
-    """Run `argv` + node flags as two agents (node 1 started first: rank 0 must still be node 0's)."""
-    port = free_port()
-    procs = []
-    for node in (1, 0):
-        out = open(tmp_path / f"node{node}.log", "w")
-        procs.append((node, out, subprocess.Popen(
-            [*argv, "--nnodes", "2", "--node-rank", str(node), "--nproc", "2", "--rdzv-endpoint",
-             f"127.0.0.1:{port}", *(["--json", str(tmp_path / f"r{node}.json")])],
-            env=env(), stdout=out, stderr=subprocess.STDOUT, text=True)))
-    done = []
-    for node, out, p in sorted(procs):
-        rc = p.wait(timeout=400)
-        out.close()
-        done.append(subprocess.CompletedProcess(p.args, rc, (tmp_path / f"node{node}.log").read_text(), ""))
+    """Run `argv` + node flags as two agents (node 1 started first: rank 0 must still be node 0's).
+    The two must agree on a port before either binds it: when another process took it in between,
+    node 0 says so (exit 2, trainer/ranks.py) and both start once more on another port."""
+    for attempt in (1, 2):
+        port = free_port()
+        procs = []
+        for node in (1, 0):
+            out = open(tmp_path / f"node{node}.log", "w")
+            procs.append((node, out, subprocess.Popen(
+                [*argv, "--nnodes", "2", "--node-rank", str(node), "--nproc", "2", "--rdzv-endpoint",
+                 f"127.0.0.1:{port}", *(["--json", str(tmp_path / f"r{node}.json")])],
+                env=env(), stdout=out, stderr=subprocess.STDOUT, text=True)))
+        done = []
+        for node, out, p in sorted(procs):
+            rc = p.wait(timeout=400)
+            out.close()
+            done.append(subprocess.CompletedProcess(p.args, rc, (tmp_path / f"node{node}.log").read_text(), ""))
+            if node == 0 and rc == 2 and "is already in use on this node" in done[0].stdout and attempt == 1:
+                procs[0][2].kill()  # node 1 waits on the held port
+                procs[0][2].wait()
+                procs[0][1].close()
+                break
+        else:
+            return done
     return done
 
 
