@@ -66,6 +66,8 @@ def _h800_catalog(root: Path, fp32_grads: bool = False) -> None:
     if fp32_grads:
         (root / "stacks").mkdir()
         stack = (CATALOG / "stacks" / "megatron.toml").read_text()
+        # the fitted file may already state the key (the refit writes every field): set it, never add a second one
+        stack = re.sub(r"(?m)^main_grads_fp32 = .*\n", "", stack)
         (root / "stacks" / "megatron.toml").write_text(stack.replace("\nfit_method =", "\nmain_grads_fp32 = true\nfit_method =", 1))
 
 
