@@ -219,8 +219,7 @@ def year_of(row) -> int | None:
 
 
 def attention_of(row, system, notes) -> str:
-    """The kernel the row names (planner/run_attention.py), else the one its source fixes, else flash unless
-    the row says otherwise; eager (materialised s x s scores) where FlashAttention
+    """The kernel the row names (planner/run_attention.py), else flash unless the row says otherwise; eager (materialised s x s scores) where FlashAttention
     was not available: V100 (FlashAttention needs Turing/Ampere or newer; Dao et al. 2022 README),
     the dev tables of 2020-2022, or a source whose stated year is before 2023."""
     text = f"{row.get('notes') or ''} {row.get('precision') or ''}".lower()
@@ -231,9 +230,6 @@ def attention_of(row, system, notes) -> str:
         return named
     if "flash" in text:
         return "flash"
-    from_source = run_attention.of_source(row, notes)
-    if from_source:
-        return from_source
     if row["id"].startswith(_EAGER_ERA):
         notes.append("attention not stated: eager (pre-FlashAttention stack)")
         return "eager"
