@@ -18,13 +18,19 @@ GEMM (3 forwards), as a linear layer's. Model FLOPs (MFU) keep the 3x convention
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hardware.models import GPU
+from planner.layout import ATTN
 
 # forward + backward of a fused attention kernel, in forwards (flash-attention benchmark_flash_attention.py: fwd_bwd = 3.5 * f)
 FUSED_FWD_BWD_PASSES = 3.5
 EAGER_FWD_BWD_PASSES = 3.0  # unfused scores: backward = 2 GEMMs per forward GEMM
+# FA2 paper sec. 4: FA2 is 1.3-2.5x faster than FlashAttention in Triton (fwd + bwd); the geometric middle
+TRITON_FA2_RANGE = (1.3, 2.5)
+TRITON_SLOWDOWN = math.sqrt(TRITON_FA2_RANGE[0] * TRITON_FA2_RANGE[1])
 
 
 def curves(gpu: GPU) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
@@ -35,14 +41,27 @@ def curves(gpu: GPU) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     return fa2, cudnn
 
 
-def efficiency(gpu: GPU, seq_len, head_dim: int, cudnn) -> np.ndarray:
-    """Share of the 16-bit peak of the fused attention a candidate's stack runs (`cudnn`: the
-    profile's cudnn_attention, per candidate)."""
+def uses_cudnn(attention, cudnn) -> np.ndarray:
+    """Whether a candidate runs cuDNN's kernel: `cudnn` named, or `flash` on a stack whose profile says
+    cudnn_attention (`cudnn`, per candidate); flash2 and triton never do."""
+    attention = np.asarray(attention)
+    return (attention == ATTN["cudnn"]) | ((attention == ATTN["flash"]) & (np.asarray(cudnn) > 0))
+
+
+def efficiency(gpu: GPU, seq_len, head_dim: int, cudnn, attention=ATTN["flash"]) -> np.ndarray:
+    """Share of the 16-bit peak of the fused attention kernel a candidate runs (`cudnn`: the profile's
+    cudnn_attention, `attention`: the plan's kernel code, both per candidate), before `slowdown`."""
     from planner.flops import attention_efficiency
 
     fa2, cud = curves(gpu)
-    return np.where(np.asarray(cudnn) > 0, attention_efficiency(cud, seq_len, head_dim),
+    return np.where(uses_cudnn(attention, cudnn), attention_efficiency(cud, seq_len, head_dim),
                     attention_efficiency(fa2, seq_len, head_dim))
+
+
+def slowdown(attention) -> np.ndarray:
+    """Time factor of the plan's fused kernel over the curve it is charged at: TRITON_SLOWDOWN for
+    FlashAttention in Triton, 1 for the others."""
+    return np.where(np.asarray(attention) == ATTN["triton"], TRITON_SLOWDOWN, 1.0)
 
 
 def passes(eager, recomputed) -> np.ndarray:

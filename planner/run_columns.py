@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from planner import run_recompute
+from planner import run_attention, run_recompute
 from planner.errors import PlanError
 from planner.scenario import FP8_RECIPES
 
@@ -219,12 +219,15 @@ def year_of(row) -> int | None:
 
 
 def attention_of(row, system, notes) -> str:
-    """flash unless the row says otherwise; eager (materialised s x s scores) where FlashAttention
+    """The kernel the row names (planner/run_attention.py), else flash unless the row says otherwise; eager (materialised s x s scores) where FlashAttention
     was not available: V100 (FlashAttention needs Turing/Ampere or newer; Dao et al. 2022 README),
     the dev tables of 2020-2022, or a source whose stated year is before 2023."""
     text = f"{row.get('notes') or ''} {row.get('precision') or ''}".lower()
     if re.search(r"eager|no flash|without flash", text):
         return "eager"
+    named = run_attention.stated(f"{text} {row.get('framework') or ''}".lower())
+    if named:
+        return named
     if "flash" in text:
         return "flash"
     if row["id"].startswith(_EAGER_ERA):

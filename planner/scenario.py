@@ -36,7 +36,10 @@ Precision = Literal["fp32", "fp16", "bf16", "bf16_pure", "fp8"]
 # (Transformer Engine DelayedScaling from the amax history: Megatron-Core/NeMo).
 FP8RecipeName = Literal["tensorwise", "rowwise", "delayed"]
 Optimizer = Literal["adamw", "adafactor", "sgd"]
-Attention = Literal["flash", "eager"]
+# Attention core: flash = the stack's fused kernel (FlashAttention-2, or cuDNN's where the stack profile says
+# cudnn_attention); flash2 / cudnn name the kernel; triton = FlashAttention in Triton (Dao's pre-FA2
+# flash_attn_triton.py, llm-foundry's attn_impl='triton'); eager = scores materialised (planner/attention_kernel.py).
+Attention = Literal["flash", "eager", "flash2", "cudnn", "triton"]
 # The software stack that runs the plan: its efficiency profile lives in catalog/stacks/<id>.toml.
 # How context parallelism moves the sequence (planner/context_parallel.py): ring (K/V chunks passed
 # around, Liu et al. 2023; Megatron cp_comm_type p2p, torch rotate_method alltoall), ulysses (all-to-all
@@ -127,7 +130,9 @@ class ExecutionPlan(Frozen):
                                   "tensorwise (dynamic per tensor), rowwise (per row, torchao), delayed (amax "
                                   "history, Transformer Engine)")
     optimizer: Optimizer = Field(default="adamw", description="Optimizer (its states per parameter)")
-    attention: Attention = Field(default="flash", description="flash (fused SDPA kernel) or eager (scores materialised)")
+    attention: Attention = Field(default="flash", description="flash (the stack's fused kernel), flash2 (FlashAttention-2), "
+                                 "cudnn (cuDNN fused attention), triton (pre-FA2 FlashAttention in Triton) or eager "
+                                 "(scores materialised)")
     compile: bool = Field(default=False, description="torch.compile (fused element-wise kernels)")
     async_tp: bool = Field(default=False, description="TP collectives overlapped with the GEMMs "
                            "(async TP / tp-comm-overlap)")

@@ -130,11 +130,14 @@ def _layer_parts(spec: ModelSpec, layout: Layout, system: System, settings: Sett
         # the fused kernel skips the masked half of a causal score matrix (and what a sliding
         # window masks: each kind of layer at its own length, planner/attn_window.py)
         def eff_of(length):
-            eff = attention_kernel.efficiency(system.gpu, length, spec.head_dim, prof["cudnn_attention"])
-            return eff * mla.kernel_work_factor(spec, prof["cudnn_attention"]) if mla.is_mla(spec) else eff
+            eff = attention_kernel.efficiency(system.gpu, length, spec.head_dim, prof["cudnn_attention"],
+                                              layout.attention)
+            cudnn = attention_kernel.uses_cudnn(layout.attention, prof["cudnn_attention"])
+            return eff * mla.kernel_work_factor(spec, cudnn) if mla.is_mla(spec) else eff
         fused = attn_window.fused_s(spec, layout.seq_len, attn_ft, peak16, eff_of)
     else:  # no measured curve: a share of a dense GEMM's efficiency, on the causal half too
         fused = 0.5 * attn_ft / (peak16 * flops.efficiency(pts, attn_size) * flops.ATTENTION_CORE_FACTOR)
+    fused = fused * attention_kernel.slowdown(layout.attention)  # the plan's kernel (FlashAttention in Triton)
     # eager attention computes the whole s x s score matrix, windowed or not
     eager_ft, eager_size = flops.attention_core_gemm(attn_window.unwindowed(spec), tokens, layout.seq_len, layout.tp)
     unfused = eager_ft / (peak16 * flops.efficiency(pts, eager_size) * shape_attn)

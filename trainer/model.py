@@ -71,8 +71,9 @@ class AttentionCore(nn.Module):
 
     def __init__(self, kind: str):
         super().__init__()
-        assert kind in ("flash", "eager"), kind
-        self.kind = kind
+        # any fused kernel the planner names (flash, flash2, cudnn, triton) runs as PyTorch SDPA here
+        assert kind in ("flash", "eager", "flash2", "cudnn", "triton"), kind
+        self.kind = "eager" if kind == "eager" else "flash"
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if k.shape[1] != q.shape[1]:  # GQA: share each kv head between n_heads / kv_heads

@@ -175,7 +175,7 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += (recompute or _RECOMPUTE[plan.activation_checkpointing]) + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
     args += optimizer
-    if plan.attention == "flash":
+    if plan.attention != "eager":  # a fused kernel (Megatron has no Triton FlashAttention: flash-attn's CUDA one)
         args.append("--use-flash-attn")
     return args
 
