@@ -12,6 +12,14 @@ from planner.scenario import ExecutionPlan, Scenario
 from planner.settings import Settings, stack_profiles
 from planner.throughput import performance
 
+# Measured (round 26, helper N; python -m validation.fit_profiles, main LOSO 6.7% / LOOO 8.1% / all 10.4% / LOST 11.1%):
+# the fix (each term max(k x comm - overlap x compute, k x floor), the fit taking the secant exposure/k as k's
+# column) makes the fit oscillate (fsdp k 2.69 -> 0.95 -> 2.84 on successive refits); with its line in k (slope
+# as the column, hidden compute as a fixed part) it converges (fsdp k 1.90) but LOSO 6.7 -> 7.5% (fms_fsdp
+# 10.7 -> 21.1%, its 128-GPU rows predicted too slow), LOOO 8.1 -> 8.2, all rows 10.4 -> 11.2, LOST 11.1,
+# seeds 59/72: not kept. Hence strict xfail until the DP exposure is refitted with k on the comm only.
+XFAIL = pytest.mark.xfail(strict=True, reason="throughput.py multiplies the DP overlap subtraction by "
+                          "comm_time_factor too (k x max(comm - overlap x compute, floor))")
 LLAMA = resolve_model("llama2-7b")
 CASES = [  # (stack, sharding, cluster, gpus): DP collectives partly hidden, partly exposed
     ("fsdp", "fsdp_full_shard", "dgx-a100", 16),
@@ -34,7 +42,7 @@ def _perf(stack, sharding, cluster, gpus, update=None, **plan):
     return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items() if k != "bottleneck"}
 
 
-@pytest.mark.xfail(strict=True, reason="throughput.py multiplies the overlap subtraction by comm_time_factor too")
+@XFAIL
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES])
 def test_more_compute_never_shortens_the_step(case):
     """Slower attention or GEMM kernels, or recompute, add compute: the step never gets shorter, however
@@ -50,7 +58,7 @@ def test_more_compute_never_shortens_the_step(case):
         assert recompute["step_time_s"] >= base["step_time_s"] - 1e-12, k
 
 
-@pytest.mark.xfail(strict=True, reason="throughput.py multiplies the overlap subtraction by comm_time_factor too")
+@XFAIL
 @pytest.mark.parametrize("case", CASES[1:], ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES[1:]])
 def test_one_more_second_of_compute_hides_at_most_one_second_of_comm(case):
     """Exposure falls by at most the compute's growth times the overlap share (<= 1), whatever k."""
