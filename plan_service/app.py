@@ -29,7 +29,8 @@ from plan_service.guards import (LimitError, TuneLimits, check_model_ref, check_
                                  service_model)
 from plan_service.limits import BodySizeLimit
 from plan_service.models import (
-    NAME_PATTERN, CatalogSummary, ErrorBody, EstimateRequest, StudyList, TuneRequest, TuneStarted, TuneStatus,
+    NAME_PATTERN, CatalogSummary, ErrorBody, EstimateRequest, StudyExportQuery, StudyList, TuneRequest, TuneStarted,
+    TuneStatus,
 )
 from plan_service.tune_jobs import TuneJobs, log_tail
 from plan_service.web import web_router
@@ -162,9 +163,13 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                           log_tail=scrub(log_tail(job.log_path), config.storage) if code not in (None, 0) else None)
 
     @app.get("/export/{study}/deepspeed", responses={**ERRORS, 404: {"model": ErrorBody}})
-    def export_deepspeed(study: Name, target: Literal["gpu", "cpu"] | None = None) -> dict:
-        """The DeepSpeed JSON config of a study's best trial."""
+    def export_deepspeed(study: Name, query: Annotated[StudyExportQuery, Query()]) -> dict:
+        """The DeepSpeed JSON config of a study's best trial.
+
+        `recompute_norms_mla_up` / `fp8_activation_cache` / `optimizer_moments_bf16` are `plan export
+        --from-study`'s memory-saving switches: refused (422 naming the switch) as the CLI refuses them."""
         from planner.exports.bundle import ExportOptions, export
+        from planner.memory_recipe import FIELDS as RECIPE_FIELDS, MemoryRecipe
 
         from tuner.report import chosen_from_study
         from tuner.study_store import UnknownStudy
@@ -173,7 +178,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             chosen = chosen_from_study(study, config.storage, list_studies=False)
         except UnknownStudy as e:
             raise HTTPException(404, str(e)) from None
-        result = export("deepspeed", chosen, ExportOptions(target=target))
+        memory = MemoryRecipe(**query.model_dump(include=set(RECIPE_FIELDS)))
+        result = export("deepspeed", chosen.model_copy(update={"memory": memory}), ExportOptions(target=query.target))
         return json.loads(result.files[0].content)
 
     return app

@@ -30,6 +30,13 @@ class EstimateRequest(Scenario, MoeOptions, MemoryRecipe):
     hf_config: dict | None = Field(default=None, description="config.json body (instead of model)")
 
 
+class StudyExportQuery(MemoryRecipe):
+    """The query of GET /export/{study}/deepspeed: `plan export --from-study`'s target and memory-saving
+    switches (named as POST /estimate's fields, checked by the same code); an unknown parameter is a 422."""
+
+    target: Literal["gpu", "cpu"] | None = Field(default=None, description="gpu|cpu (default: from the GPU entry)")
+
+
 class StudyList(BaseModel):
     storage: str = Field(description="the storage URL, password masked")
     studies: list[str]

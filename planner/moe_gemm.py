@@ -20,6 +20,13 @@ Transformer Engine GroupedLinear; torch._grouped_mm). Its time is
   (Megatron-Core's gradient_accumulation_fusion; DeepGEMM's k-grouped wgrad kernel D = C + A B^T in
   fp32): it reads and writes 8 bytes per weight.
 
+fp8 plans (planner/moe_time.py): operands read in 1 byte, outputs written in bf16 (planner/fp8_gemm.py's
+roofline bytes, torchao roofline_utils "read in float8, output in bfloat16"), the tensor cores at the fp8
+GEMM peak, 1-byte tiles. The dense fp8 GEMMs' other rule, the size curve read at size x 16-bit peak / fp8
+peak, is not applied here: DeepGEMM's grouped figures below, at the fp8 peak, fit the unshifted curve
+(shifted, the masked shapes' mean error grows from 10% to 14%, two of them to 20-21% slow, the contiguous
+ones from 2-3% to 3-5% slow; tests/planner/test_moe_microbench.py).
+
 Checked against DeepGEMM's published FP8 grouped GEMMs on H800 (deepseek-ai/DeepGEMM README of the
 first release, Feb 2025; PR #95 for the k-grouped weight-gradient kernels): 4 x 8192 / 8 x 4096 rows
 per group 0.55-0.66 of the FP8 peak (the model within 3%; before the epilogue term it was 22% fast on
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import flops, gemm_shape
+from planner import flops, fp8_gemm, gemm_shape
 
 # fp32 main gradient read and written by each weight-gradient GEMM (accumulated over micro batches)
 WGRAD_ACCUMULATE_BYTES = 8.0
@@ -56,7 +63,7 @@ def expert_passes_s(m, mats, hidden, width, groups, shape, pts, peak, hbm_Bps, e
     """Forward, input-gradient and weight-gradient seconds of one MoE layer's routed experts on one GPU:
     the up (and gate: `mats` - 1 matrices fused, N = width x (mats - 1)) and the down projection,
     `groups` local experts of `m` rows each (hidden x width per expert, width already split by etp)."""
-    out = np.maximum(_f(elem_bytes), 2.0)  # fp8 GEMMs write bf16
+    out = np.maximum(_f(elem_bytes), fp8_gemm.OUTPUT_BYTES)  # fp8 GEMMs write bf16
     fwd = dgrad = wgrad = 0.0
     for n, k in ((_f(width) * (mats - 1), _f(hidden)), (_f(hidden) + 0 * _f(width), _f(width))):
         fwd = fwd + pass_s(m, n, k, groups, shape, pts, peak, hbm_Bps, elem_bytes, out)

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, flops, gemm_shape, moe, moe_gemm, moe_parallel, ssm
+from planner import comm, flops, fp8_gemm, gemm_shape, moe, moe_gemm, moe_parallel, ssm
 from planner.context_parallel import all_to_all_s
-from planner.layout import Layout
+from planner.layout import PREC, Layout
 from planner.memory import compute_dtype_bytes
 
 LOAD_IMBALANCE = 1.25
@@ -73,8 +73,10 @@ def tokens_per_expert(spec, layout: Layout) -> np.ndarray:
 
 def expert_passes_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak, hbm_Bps, load=LOAD_IMBALANCE) -> dict:
     """Seconds per token (of the stage's micro batch) of one MoE layer's grouped expert GEMMs on one GPU
-    at the busiest rank's load (`load` x the balanced M), by pass: fwd, dgrad, wgrad."""
-    eb = compute_dtype_bytes(layout)
+    at the busiest rank's load (`load` x the balanced M), by pass: fwd, dgrad, wgrad. fp8 plans read their
+    operands in 1 byte (planner/fp8_gemm.py; the grouped GEMM writes bf16), as DeepGEMM's kernels
+    (planner/moe_gemm.py: why the size curve stays unshifted)."""
+    eb = np.where(_is_fp8(layout), fp8_gemm.FP8_OPERAND_BYTES, compute_dtype_bytes(layout))
     m = load * tokens_per_expert(spec, layout)
     local = spec.moe_experts / _f(layout.ep)
     passes = moe_gemm.expert_passes_s(m, moe.mlp_matrices(spec), spec.hidden, moe.expert_ffn(spec) / _f(layout.etp),
@@ -83,14 +85,23 @@ def expert_passes_s_per_token(spec, layout: Layout, gpu, pts, gemm_peak, hbm_Bps
     return {k: v / tokens for k, v in passes.items()}
 
 
-def view_expert_gemm_s_per_token(spec, view, layout: Layout, gpu, pts, gemm_peak) -> np.ndarray:
-    """What the view charged, per token and MoE layer, for the routed experts' share of its MLP GEMMs."""
+def view_expert_gemm_s_per_token(spec, view, layout: Layout, gpu, pts, gemm_peak, hbm_Bps=np.inf,
+                                 peak16_over_peak=1.0) -> np.ndarray:
+    """What the view charged, per token and MoE layer, for the routed experts' share of its MLP GEMMs
+    (planner/throughput.py's dense GEMM time, fp8 rules included)."""
     tokens = _f(layout.micro_batch) * layout.seq_len / layout.cp
     gemms = flops.block_gemms(view, tokens, layout.tp)[2:]  # up (and gate), down
     shapes = gemm_shape.plan_factors(view, layout, gpu)[0][2:]
-    t = sum(per_token / (gemm_peak * flops.efficiency(pts, size) * q) for (per_token, size), q in zip(gemms, shapes))
+    dims = gemm_shape.block_linear_dims(view, layout.tp)[2:]
+    t = sum(fp8_gemm.gemm_s_per_token(per_token, size, tokens, n, k, q, gemm_peak, peak16_over_peak, pts, hbm_Bps,
+                                      _is_fp8(layout))
+            for (per_token, size), q, (n, k) in zip(gemms, shapes, dims))
     share = spec.moe_top_k * moe.expert_ffn(spec) / view.ffn
     return share * t / ssm.mlp_share(view)  # a hybrid view's block GEMMs carry its MLP share (planner/ssm.py)
+
+
+def _is_fp8(layout: Layout) -> np.ndarray:
+    return np.asarray(layout.precision) == PREC["fp8"]
 
 
 def router_s_per_token(spec, layout: Layout, pts, peak16) -> np.ndarray:
@@ -161,10 +172,11 @@ def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.n
 
 
 def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes,
-          hbm_Bps, load=LOAD_IMBALANCE, fp8_dispatch=False, node_limit=None):
+          hbm_Bps, load=LOAD_IMBALANCE, fp8_dispatch=False, node_limit=None, peak16_over_peak=1.0):
     """Per-micro-batch compute seconds (raw, before the stack's GEMM factor) and per-step exposed
     communication seconds of the MoE layers of the busiest stage, by part; `load`: the busiest expert
-    rank's tokens over the mean (LOAD_IMBALANCE by default)."""
+    rank's tokens over the mean (LOAD_IMBALANCE by default); `peak16_over_peak`: 16-bit peak / the plan's
+    peak (the view's fp8 GEMMs' size curve, planner/fp8_gemm.py)."""
     zero = np.zeros(np.shape(layout.tp))
     if not moe.is_moe(spec):
         return {k: zero for k in ZERO}
@@ -174,13 +186,12 @@ def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, ge
     moe_layers = parts["layers"] * moe.n_moe_layers(spec) / spec.n_layers
     p = expert_passes_s_per_token(spec, layout, system.gpu, pts, gemm_peak, hbm_Bps, load)
     experts = (passes_fwd - 2.0) * p["fwd"] + p["dgrad"] + p["wgrad"]
-    per_token = (experts + passes_fwd * (router_s_per_token(spec, layout, pts, peak16)
-                                         - view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak)))
+    in_view = view_expert_gemm_s_per_token(spec, view, layout, system.gpu, pts, gemm_peak, hbm_Bps, peak16_over_peak)
+    per_token = experts + passes_fwd * (router_s_per_token(spec, layout, pts, peak16) - in_view)
     gemm = moe_layers * tokens * per_token
     a2a_layer = a2a_s_per_layer(spec, layout, links, load, fp8_dispatch, node_limit)
     a2a = layout.grad_accum * moe_layers * a2a_layer
-    shared = spec.moe_shared_experts * shared_ffn_share(spec) * passes_fwd * tokens * view_expert_gemm_s_per_token(
-        spec, view, layout, system.gpu, pts, gemm_peak)
+    shared = spec.moe_shared_experts * shared_ffn_share(spec) * passes_fwd * tokens * in_view
     grads = expert_grad_s(spec, view, layout, links, gbytes) * prof["comm_time_factor"]
     # moe_gemm_s: what the view did not charge; moe_expert_gemm_s: the routed experts' GEMMs in all (reported)
     return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads,

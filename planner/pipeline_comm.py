@@ -8,7 +8,7 @@ sec. 2.2.1 / 2.2.2 for the bubble of 1F1B, (p - 1) / m, and of the interleaved s
     T = sum_i t_i + (m - 1) max_j t_j                          (1F1B, v = 1)
 
 exact where the last stage is the slowest; planner/pipeline_stages.ratio_of takes the longest path
-of the schedule (planner/plain_paths.py for v = 1 with m >= p, planner/interleaved_paths.py for v > 1). The t_i there are a stage's whole busy time per
+of the schedule (planner/plain_paths.py for v = 1, planner/interleaved_paths.py for v > 1). The t_i there are a stage's whole busy time per
 micro batch, not its compute alone: whatever a stage spends per micro batch also delays the micro
 batches behind it, on the steady (m - 1) term as in the fill and drain. Per micro batch, forward +
 backward, stage i holding b_i blocks:
@@ -91,7 +91,7 @@ def times(n_layers: int, sp, per_block, logits, exch_s, pp, vpp) -> StageTimes:
 
 def makespan_s(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     """Seconds of m micro batches through the pipeline: m x the slowest stage plus the fill and
-    drain (planner/pipeline_stages.ratio_of: 1F1B's longest path, Alpa eq. 2 for m < p; the SC21 bubble of
+    drain (planner/pipeline_stages.ratio_of: 1F1B's longest path, m < p included; the SC21 bubble of
     an interleaved schedule with fewer micro batches than stages)."""
     m = np.asarray(grad_accum, dtype=np.float64)
     frac = bubble_fraction(pp, m, vpp) * ratio_of(st, pp, vpp, m)

@@ -103,11 +103,11 @@ def split_ratio(n_layers: int, sp, pp, vpp, grad_accum, per_layer, logits) -> np
 def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     """`ratio` for any split of the blocks (planner/stage_split.py), with and without interleaving.
 
-    v = 1, m >= p: the longest path through 1F1B with the first, middle and last stages' times
-    (planner/plain_paths.py; exact against the op-by-op replay). Alpa's sum_i t_i + (m - 1) max_j t_j
+    v = 1: the longest path through 1F1B with the first, middle and last stages' times
+    (planner/plain_paths.py; exact against the op-by-op replay, m < p included: the first p - m + 1
+    stages then run all forwards before their backwards). Alpa's sum_i t_i + (m - 1) max_j t_j
     (above) is that where the slowest stage is the last one, and up to 31% above it where an earlier
-    stage is slower (1F1B's warm-up forwards hide part of the round trip behind it); it is kept for
-    m < p (an upper bound). v > 1 (Megatron's interleaved 1F1B,
+    stage is slower (1F1B's warm-up forwards hide part of the round trip behind it). v > 1 (Megatron's interleaved 1F1B,
     Narayanan et al. SC21 sec. 2.2.2: each rank runs v model chunks of its blocks, a micro batch
     crosses the p v virtual stages in turn, and the equal-chunk bubble shrinks to (p - 1) t / v):
     the step is the longest of the ranks' own critical paths,
@@ -146,11 +146,10 @@ def ratio_of(st: StageTimes, pp, vpp, grad_accum) -> np.ndarray:
     m = np.asarray(grad_accum, dtype=np.float64)
     s0, sm, sl, head, chunk = st.first, st.middle, st.last, st.head, st.chunk
     slowest = st.slowest
-    # v = 1: the longest path of 1F1B (planner/plain_paths.py) where m >= p, else Alpa (the fill and
-    # drain cross every other stage once: an upper bound)
+    # v = 1: the longest path of 1F1B (planner/plain_paths.py)
     others = np.maximum(st.total - slowest, 0.0)
     # (Alpa's sum is that path where the last stage is the slowest: kept there, to the bit)
-    plain = (v <= 1) & (p >= 2) & (m >= p) & (sl < slowest)
+    plain = (v <= 1) & (p >= 2) & (m >= 1) & (sl < slowest)
     if np.any(plain):
         i = plain.reshape(-1)  # the plans it concerns only (a few of a search)
         s0_, sm_, sl_, tot, p_, m_ = (np.broadcast_to(x, plain.shape).reshape(-1)[i] for x in (s0, sm, sl, st.total, p, m))

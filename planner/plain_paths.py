@@ -33,10 +33,18 @@ schedule read backwards in time is 1F1B again with f and b exchanged). Paths tha
 steady stage are linear in the switch point, so one of these ends is as long. Middle stages being
 equal, j = 1 and j = p - 2 are the only middle ones to try (the sum of two convex functions of j).
 The step is the longest of these over j. Checked against the replay (tests/planner/test_plain_1f1b.py):
-exact (to rounding) for p 2-16, m p..8p, any stage times and any forward share. With m < p (each
-of the first p - m stages runs all its forwards then all its backwards) the families above do not
-hold: the caller keeps Alpa's sum there (an upper bound, the replay agreeing where the last stage
-is the slowest).
+exact (to rounding) for p 2-16, m p..8p, any stage times and any forward share.
+
+With m < p, stages 0 .. p - m warm up with min(p - 1 - j, m) >= m - 1 forwards: each runs all its
+forwards, then all its backwards (GPipe-like), and every path crosses them as one GPipe block: down
+it to forward k of stage p - m (sum of their forwards + k x the heaviest forward), back up from
+backward k' (sum of their backwards + (m - 1 - k') x the heaviest backward); a path turning inside
+the block is never longer than one going on down (all times >= 0). The block is then one stage at
+its heaviest time (forward k of a GPipe-like stage ends at (k + 1) x its forward) plus a constant,
+the block's sum less its heaviest: the step of m micro batches on the p' = m stages (block, the
+m - 2 middle stages below it, the last one) of the families above (m >= p'), plus that constant;
+m = 1: the sum of the stages. Exact (to rounding) against the replay for p 2-24, m 1..p - 1 (and the
+block's reduction for any stage times).
 """
 
 from __future__ import annotations
@@ -71,15 +79,26 @@ def _gains(f, b, p):
 
 def step(first, middle, last, pp, grad_accum, fwd_share, middle_mean=None) -> np.ndarray:
     """Seconds of m micro batches through p stages of 1F1B (stage times forward + backward per micro
-    batch: `first`, `middle` for each of the p - 2 between, `last`); valid where m >= p >= 2.
+    batch: `first`, `middle` for each of the p - 2 between, `last`); p >= 2, m >= 1 (m < p: the
+    GPipe-like block of the first p - m + 1 stages as one stage, see above).
     `middle_mean`: the middle stages' mean where they differ (an even split pp does not divide: some
-    hold one block more, planner/stage_split.py), taken for the fill and drain across them, `middle`
-    (the heaviest) for the steady part; with the last stage the slowest the step is then Alpa's sum
-    of the true stage times, exact."""
+    hold one block more, planner/stage_split.py), taken for the fill and drain across them (and the
+    block's sum), `middle` (the heaviest) for the steady part (and the block's heaviest); with the last
+    stage the slowest the step is then Alpa's sum of the true stage times, exact."""
     t_a, t_b, t_c, p, m = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64)
                                                 for x in (first, middle, last, pp, grad_accum)))
     t_mean = t_b if middle_mean is None else np.broadcast_to(np.asarray(middle_mean, dtype=np.float64), t_b.shape)
-    fs = float(fwd_share)
+    few = m < p  # stages 0 .. p - m: one GPipe-like block (p - m >= 1 middle stages in it)
+    heavy = np.maximum(t_a, t_b)
+    block_rest = np.where(few, t_a + (p - m) * t_mean - heavy, 0.0)
+    one = t_a + (p - 2.0) * t_mean + t_c  # m = 1: the stages' sum
+    t_a, p = np.where(few, heavy, t_a), np.where(few, np.maximum(m, 2.0), p)
+    t_b, t_mean = np.where(p > 2, t_b, 0.0), np.where(p > 2, t_mean, 0.0)
+    return np.where(m <= 1, one, block_rest + _steady_step(t_a, t_b, t_c, t_mean, p, m, float(fwd_share)))
+
+
+def _steady_step(t_a, t_b, t_c, t_mean, p, m, fs) -> np.ndarray:
+    """`step` where m >= p (the families of the module's text)."""
     f = (fs * t_a, fs * t_mean, fs * t_c)
     b = (t_a - f[0], t_mean - f[1], t_c - f[2])
     g_in, g_out = _gains(f, b, p), _gains(b, f, p)

@@ -381,7 +381,7 @@ def _moe_terms(spec, view, layout, system, settings, links, prof, parts) -> dict
     return moe_time.terms(spec, view, layout, system, links, prof, parts, gemm_peak,
                           _peak16(system, layout.precision) * k, _efficiency_points(system), dp_comm.grad_bytes(layout),
                           _hbm_Bps(system, settings), moe_time.load_factor(settings), settings.moe_fp8_dispatch,
-                          settings.moe_node_limit)
+                          settings.moe_node_limit, _peak16(system, layout.precision) / peak)
 
 
 def at(perf: dict[str, np.ndarray], i: int) -> tuple[StepTimeBreakdown, Performance]:

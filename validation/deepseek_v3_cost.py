@@ -66,9 +66,11 @@ def _h800_catalog(root: Path, fp32_grads: bool = False) -> None:
     if fp32_grads:
         (root / "stacks").mkdir()
         stack = (CATALOG / "stacks" / "megatron.toml").read_text()
-        # the fitted file may already state the key (the refit writes every field): set it, never add a second one
-        stack = re.sub(r"(?m)^main_grads_fp32 = .*\n", "", stack)
-        (root / "stacks" / "megatron.toml").write_text(stack.replace("\nfit_method =", "\nmain_grads_fp32 = true\nfit_method =", 1))
+        if re.search(r"(?m)^main_grads_fp32 = ", stack):  # the refit writes the key (false for Megatron)
+            stack = re.sub(r"(?m)^main_grads_fp32 = \w+", "main_grads_fp32 = true", stack, count=1)
+        else:
+            stack = stack.replace("\nfit_method =", "\nmain_grads_fp32 = true\nfit_method =", 1)
+        (root / "stacks" / "megatron.toml").write_text(stack)
 
 
 def main() -> None:

@@ -114,7 +114,11 @@ def check_uneven_pp() -> None:
     reference: its last stage carries a full share of blocks plus the output layer, so 126 blocks
     on 16 stages (the last gets 7 + logits) are better balanced than 128 (8 + logits) - that is
     why Megatron takes blocks off the first/last stage - and the Alpa bubble (sum of the lighter
-    stages) is smaller, legitimately."""
+    stages) is smaller, legitimately. Checked with m >= p only: with fewer micro batches than stages
+    the step is mostly the fill and drain across every stage, which a lighter first or last stage
+    shortens (Megatron's schedule replayed op by op, tests/planner/test_interleaved_split.replay, blocks
+    of 1, m 4: 126 on 16 stages 149.02 against 128's 152.04, 0.846 against 0.842 block-micro-batches
+    per unit; 95 / 96 on 8: 0.736 against 0.727; the planner is exact there, planner/plain_paths.py)."""
     for gpu in ("h100-80gb", "a100-80gb"):
         for hidden, heads, uneven, pp in ((16384, 128, 126, 16), (8192, 64, 49, 32), (8192, 64, 95, 8)):
             even = pp * -(-uneven // pp)
@@ -127,7 +131,7 @@ def check_uneven_pp() -> None:
                     rs = [one(n) for n in range(max(even - pp - 2, pp), even + 3)]
                     monotonic("layers_step", rs, "step_time_s", +1, "one more block")
                     u, e = one(uneven), one(even)
-                    if vocab == 128 and _ok(u, e):
+                    if vocab == 128 and ga >= pp and _ok(u, e):
                         COUNTS["uneven_pp"] += 1
                         work_u = u["tokens_per_s"] * uneven
                         work_e = e["tokens_per_s"] * even

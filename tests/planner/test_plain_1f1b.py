@@ -91,12 +91,52 @@ def test_uneven_plans_match_the_replay():
     assert n == 588
 
 
-def test_fewer_micro_batches_than_stages_keep_alpa():
-    """m < p: Alpa's sum, an upper bound of the replay (the 1F1B families do not hold there)."""
-    step = predicted_step(8, 4, 1, 2, logits=1.0, first_stage_layers=5)
-    chunks = chunk_times(8, 4, 1, logits=1.0, first_stage_layers=5)
-    alpa = sum(map(sum, chunks)) + (2 - 1) * max(map(sum, chunks))
-    assert step == pytest.approx(alpa) and step >= replay(chunks, 2)
+def test_hand_computed_fewer_micro_batches_than_stages():
+    """p 4, m 2, stages 3, 1, 1, 1 (forward : backward 1 : 2): stages 0-2 warm up with min(p - 1 - j, 2)
+    forwards, all theirs. Stage 0: F0, F1 (0-2); F1 down stages 1, 2 (.. 8/3); stage 3: F0 (5/3-2), B0
+    (.. 8/3), F1 (.. 3), B1 (.. 11/3); B1 up stages 2, 1 (.. 5); stage 0's B0 (arrived at 4) runs 4 .. 6,
+    its B1 6 .. 8: 8. The block of stages 0-2 as one stage of 3 on a 2-stage pipeline: F0, F1 (0-2), the
+    last stage's B0 (.. 2), the block's B0, B1 (2 .. 6), plus the block's 3 + 1 + 1 - 3 = 2: 8. Alpa's
+    sum: 6 + 1 x 3 = 9. First stage 5: 12 (Alpa 13)."""
+    assert _replay3(4, 2, 3.0, 1.0, 1.0) == pytest.approx(8.0)
+    assert float(plain_paths.step(3.0, 1.0, 1.0, 4, 2, 1 / 3)) == pytest.approx(8.0)
+    assert _replay3(4, 2, 5.0, 1.0, 1.0) == pytest.approx(12.0)
+    assert float(plain_paths.step(5.0, 1.0, 1.0, 4, 2, 1 / 3)) == pytest.approx(12.0)
+
+
+def test_fewer_micro_batches_than_stages_match_the_replay():
+    """m < p: the first p - m + 1 stages run all forwards, then all backwards (Megatron's warm-up
+    min(p - rank - 1, m)); as one stage at their heaviest plus the rest of their sum, then the m >= p
+    families: exact for any first/middle/last times, forward share, p 2-24, m 1..p - 1."""
+    rng = random.Random(11)
+    for _ in range(300):
+        p = rng.choice([2, 3, 4, 5, 6, 8, 12, 16, 24])
+        m = rng.randint(1, p - 1)
+        fs = rng.choice([1 / 3, 0.25, 0.5])
+        ts = [rng.uniform(0.1, 5.0) for _ in range(3)]
+        if p == 2:
+            ts[1] = 0.0
+        got = float(plain_paths.step(*ts, p, m, fs))
+        assert got == pytest.approx(_replay3(p, m, *ts, fs=fs), rel=1e-9), (p, m, fs, ts)
+    # vectorised: m < p and m >= p plans in one call
+    got = plain_paths.step(np.array([5.0, 3.0]), np.array([1.0, 1.0]), np.array([1.0, 1.0]), np.array([4, 4]),
+                           np.array([2, 4]), 1 / 3)
+    assert list(got) == pytest.approx([12.0, 12.0])
+
+
+def test_uneven_plans_with_fewer_micro_batches_than_stages_match_the_replay():
+    """The planner's step on the grid's splits with m < p (Alpa's sum was an upper bound there)."""
+    n = 0
+    for p in (3, 4, 6, 8, 16):
+        for m in sorted({1, 2, p // 2, p - 1}):
+            for logits in (0.5, 2.0, 4.0):
+                for L, split in ((2 * p, {}), (3 + (p - 1), dict(first_stage_layers=3)),
+                                 (2 * p - 2, dict(embedding_in_split=1, loss_in_split=1))):
+                    step = predicted_step(L, p, 1, m, logits=logits, **split)
+                    sim = replay(chunk_times(L, p, 1, logits=logits, **split), m)
+                    assert step == pytest.approx(sim, rel=1e-9), (p, m, logits, split, step, sim)
+                    n += 1
+    assert n > 150
 
 
 def test_even_split_with_unequal_middles_stays_above_the_replay():

@@ -56,3 +56,37 @@ def test_trials_view_links_the_dashboard_page_of_the_study(served):
     assert [t["status"] for t in body["trials"]] == ["ok"] and body["trials"][0]["sharding"] == "zero1"
     assert study_id(url, "done") != study_id(url, "empty")
     assert client.get("/ui/tune/nope/trials").status_code == 404
+
+
+@pytest.mark.parametrize("switch, words", [
+    ("optimizer_moments_bf16", "bf16_master_weights_and_grads"),  # DeepSpeed's BF16 moments need BF16 masters
+    ("recompute_norms_mla_up", "DeepSpeed cannot write it"),
+    ("fp8_activation_cache", "needs fp8 plans"),  # the study's winner is a bf16 plan
+])
+def test_study_export_takes_the_memory_switches_and_refuses_as_plan_export(served, switch, words):
+    """GET /export/{study}/deepspeed?SWITCH=true answers exactly `plan export deepspeed --from-study`'s one line."""
+    from typer.testing import CliRunner
+
+    from plan_cli.main import app
+
+    client, url = served
+    r = client.get("/export/done/deepspeed", params={switch: "true", "target": "cpu"})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert len(detail) == 1 and detail[0]["loc"][-1] == switch and words in detail[0]["msg"]
+    cli = CliRunner().invoke(app, ["export", "deepspeed", "--from-study", "done", "--storage", url,
+                                   "--target", "cpu", f"--{switch.replace('_', '-')}"])
+    assert cli.exit_code == 2 and " ".join(cli.stderr.split()) == f"error: {switch}: {detail[0]['msg']}"
+
+
+def test_study_export_switches_off_and_unknown_query_parameters(served):
+    client, _ = served
+    plain = client.get("/export/done/deepspeed", params={"target": "cpu"}).json()
+    off = client.get("/export/done/deepspeed", params={"target": "cpu", "recompute_norms_mla_up": "false",
+                                                       "fp8_activation_cache": "0", "optimizer_moments_bf16": "no"})
+    assert off.status_code == 200 and off.json() == plain
+    for params, field in (({"optimizer_moments_bf16": "maybe"}, "optimizer_moments_bf16"),
+                          ({"fp8_activation_cashe": "true"}, "fp8_activation_cashe"),  # a typo is not ignored
+                          ({"target": "tpu"}, "target")):
+        r = client.get("/export/done/deepspeed", params=params)
+        assert r.status_code == 422 and [d["loc"][-1] for d in r.json()["detail"]] == [field], r.text
