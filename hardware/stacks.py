@@ -110,7 +110,14 @@ class StackProfile(BaseModel):
     async_tp_fused_pairs: bool = Field(
         default=False, description="async TP as PyTorch's micro-pipelined fused matmul+collective pairs")
     overlap_cp: float = Field(default=0.8, ge=0, le=1)
-    overlap_host: float = Field(default=0.5, ge=0, le=1)
+    # Share of the backward that hides the gradients' copies to the host (offload): they run on DMA
+    # copy engines from a side stream as buckets are reduced (DeepSpeed overlap_comm's reduction
+    # stream; FSDP's post-backward stream), so only the last bucket is exposed, as for DDP's
+    # bucketed all-reduce (overlap_ddp); "each gradient transfer can be overlapped with the
+    # backpropagation on the remainder of the backward graph" (Ren et al. ATC'21 sec. 4.1). With
+    # fp32 host gradients (planner/offload_time.py) 0.9 puts ZeRO-Offload's Fig. 14 ratio (PyTorch /
+    # ZeRO-Offload, 1B, batch 1-8: 1.08) at +7% where 0.5 gave +20% (validation/offload_check.py).
+    overlap_host: float = Field(default=0.9, ge=0, le=1)
     # OpenMP threads of DeepSpeed's CPU Adam per rank (planner/cpu_optimizer.py). 0: the rank's share
     # of the node's cores (DeepSpeed's own launcher leaves OMP_NUM_THREADS unset); 1: launched by
     # torch.distributed.launch / torchrun without OMP_NUM_THREADS, which set it to 1 per process.

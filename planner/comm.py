@@ -24,6 +24,12 @@ from planner.system import System
 # DGX A100/H100: ~230 of 300 GB/s NVLink; ~90% of IB line rate across nodes).
 INTRANODE_LINK_EFFICIENCY = 0.80
 INTERNODE_LINK_EFFICIENCY = 0.85
+# Pinned cudaMemcpy over a PCIe x16 host link reaches about 80% of its line rate (TLP/DLLP framing,
+# DMA read latency): Gen3 12.2 (H2D) / 12.9 (D2H) of 15.75 GB/s (CUDA bandwidthTest, P100-PCIe,
+# mpicbg-scicomp/gearshifft PR #82), Gen4 25.1 of 31.5 (nvbandwidth host_to_device, A100-SXM4,
+# NVIDIA/nvbandwidth issue #42), Gen5 52.8 of 63 (nvbandwidth device_to_host, H100, issue #24);
+# Rajbhandari et al. SC21 (ZeRO-Infinity) sec. 5.2.1 count ~12 GB/s for one DGX-2 PCIe link.
+HOST_LINK_EFFICIENCY = 0.80
 # Per-step latency of a collective (NCCL ~5 us inside a node, ~20 us across IB), paid
 # 2*log2(n) times (tree / double binary tree, Sanders et al. 2009).
 INTRANODE_LATENCY_S = 5e-6
@@ -37,7 +43,7 @@ class Links:
     intra_Bps: float  # bus bandwidth of a collective inside a node
     inter_node_Bps: float  # bus bandwidth of one node's NICs in a collective across nodes
     gpus_per_node: int
-    host_Bps: float  # host<->GPU, per GPU, one direction
+    host_Bps: float  # host<->GPU, per GPU, one direction (achievable: x HOST_LINK_EFFICIENCY)
 
     @classmethod
     def of(cls, system: System, settings: Settings) -> "Links":
@@ -54,7 +60,7 @@ class Links:
             intra_Bps=intra * k * 1e9 / 8,
             inter_node_Bps=inter * k * 1e9 / 8,
             gpus_per_node=system.gpus_per_node,
-            host_Bps=system.host_to_gpu_gbps * 1e9 / 8,
+            host_Bps=system.host_to_gpu_gbps * HOST_LINK_EFFICIENCY * 1e9 / 8,
         )
 
 

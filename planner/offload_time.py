@@ -4,17 +4,31 @@ Ren et al., ATC'21 (ZeRO-Offload) sec. 4: gradients go to host during backward (
 the CPU runs Adam on the rank's shard (planner/cpu_optimizer.py), the updated 16-bit parameters come
 back; parameter offload (ZeRO-Infinity, Rajbhandari et al. SC21; FSDP CPUOffload) also fetches the
 parameter shard twice per micro batch (forward and backward).
+
+The gradients reach the host in the optimizer's fp32, not in the 16-bit wire dtype the paper's 4M
+count assumes: DeepSpeed ZeRO-1/2 casts each partition to float before the copy
+(`async_inplace_copy_grad_to_fp32_buffer_from_gpu`, deepspeed/runtime/zero/stage_1_and_2.py) and,
+with gradient accumulation, moves the 16-bit accumulation buffer down and back up every micro
+batch (`async_accumulate_grad_in_cpu_via_gpu`, both copies on one stream: 2 + 2 B); FSDP casts to
+the fp32 parameter dtype before `_offload_grad` (torch/distributed/fsdp/_runtime_utils.py). So
+4 B per parameter cross the link each time the gradient shard moves (2 B in pure bf16).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, dp_comm
+from planner import comm
 from planner.cpu_optimizer import cpu_adam_s
-from planner.layout import OFFLOAD, Layout
+from planner.layout import OFFLOAD, PREC, Layout
 from planner.memory import compute_dtype_bytes
 from planner.system import System
+
+
+def host_grad_bytes(layout: Layout) -> np.ndarray:
+    """Link bytes per parameter each time the gradient shard goes to the host: fp32, or 2 B in
+    pure bf16 (no fp32 master; see the module note)."""
+    return np.where(layout.precision == PREC["bf16_pure"], 2.0, 4.0)
 
 
 def offload_s(layout: Layout, links: comm.Links, system: System, shard, adam_bytes_per_param: float,
@@ -22,7 +36,7 @@ def offload_s(layout: Layout, links: comm.Links, system: System, shard, adam_byt
     """Exposed offload time per step; `shard` the parameters one rank updates, `micro`/`bwd_micro` the
     compute time of one micro batch / of its backward (what transfers hide behind)."""
     ga = layout.grad_accum
-    gb = dp_comm.grad_bytes(layout)
+    gb = host_grad_bytes(layout)
     pb = compute_dtype_bytes(layout)
     d2h = shard * gb / links.host_Bps * (1.0 + layout.shards_grads * (ga - 1.0))
     d2h_exposed = np.maximum(d2h - prof["overlap_host"] * ga * bwd_micro, 0.0)

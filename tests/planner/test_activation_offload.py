@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from planner import rules
+from planner.comm import HOST_LINK_EFFICIENCY
 from planner.errors import PlanError
 from planner.exports import deepspeed_config
 from planner.layout import Layout
@@ -46,7 +47,7 @@ def test_copies_cost_host_link_time_both_ways():
     on, off = (_one(performance(GPT52, Layout.from_plan(PLAN.model_copy(update={"activation_offload": a})),
                                 SYSTEM, Settings())) for a in (False, True))
     nbytes = 64 * 1024 * 48 * 8192 * 2 / 4
-    host_Bps = SYSTEM.host_to_gpu_gbps * 1e9 / 8
+    host_Bps = SYSTEM.host_to_gpu_gbps * 1e9 / 8 * HOST_LINK_EFFICIENCY  # achievable share of the line rate
     extra = off["offload_s"] - on["offload_s"]
     assert extra >= 2 * nbytes / host_Bps  # D2H in forward, H2D in backward, plus the TP gather
     assert extra < 1.2 * 2 * nbytes / host_Bps  # the NVLink all-gather is small next to PCIe
