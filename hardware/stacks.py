@@ -84,6 +84,12 @@ class StackProfile(BaseModel):
     # at most, GPT/Llama layers on A100/H100/MI250/MI210: Lee et al. 2025, arXiv 2507.03114). `generic`
     # takes 0.84 too: its overlap_zero1 (0.8) already assumes a ZeRO-1 that overlaps its collectives.
     overlap_param_gather: float = Field(default=0.0, ge=0, le=1)
+    # The stack's own data-parallel bucket (parameters), at least grad_bucket_params_per_rank x dp: Megatron-Core
+    # max(40M, 1M x dp) (megatron/core/distributed/distributed_data_parallel.py), whose dp term the catalog leaves
+    # at 0 while planner/comm.py's latency is log2(n) steps a call rather than a ring's n - 1 (planner/grad_buckets.py).
+    # 0: the plan's DeepSpeed-style reduce/allgather bucket knobs.
+    grad_bucket_params: float = Field(default=0.0, ge=0, description="0: the plan's bucket knobs")
+    grad_bucket_params_per_rank: float = Field(default=0.0, ge=0)
     # ZeRO-3 parameter fetches hide behind at most this share of a pass's compute (planner/zero3.py).
     # DeepSpeed before mid-2021 hid nothing: every fetch all-gather synchronised the device (DeepSpeed
     # PR #1188: "the async version is not async at all, because each all_gather calls

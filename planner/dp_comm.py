@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, fsdp_overlap, param_gather, zero3, zeropp
+from planner import comm, fsdp_overlap, grad_buckets, param_gather, zero3, zeropp
 from planner.layout import PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
@@ -15,12 +15,14 @@ def params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
     return spec.n_params / (layout.tp * layout.pp).astype(np.float64)
 
 
-def grad_bytes(layout: Layout) -> np.ndarray:
+def grad_bytes(layout: Layout, stated=None) -> np.ndarray:
     """Bytes per gradient element on the wire: AMP keeps fp32 grads under DDP; DeepSpeed and
-    FSDP mixed precision reduce in 16 bit (Micikevicius et al. 2018; FSDP MixedPrecision)."""
+    FSDP mixed precision reduce in 16 bit (Micikevicius et al. 2018; FSDP MixedPrecision); `stated`: what
+    the run's framework reduces in where it fixes it (Megatron-LM fp16: 2, planner/megatron_ddp.py)."""
     p = layout.precision
     fp32_grads = (p == PREC["fp32"]) | ((layout.sharding == SHARD["none"]) & (p != PREC["bf16_pure"]))
-    return 2.0 + 2.0 * fp32_grads
+    default = 2.0 + 2.0 * fp32_grads
+    return default if stated is None else np.where(np.asarray(stated) > 0, stated, default)
 
 
 def gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
@@ -33,10 +35,12 @@ def gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
 
 
 def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
-    """Share of the DDP all-reduce that no backward is left to hide: the last bucket, which holds
+    """Share of a bucketed gradient reduction that no backward is left to hide: the last bucket, which holds
     the input embedding (its gradient is ready when backward ends; DDP fills buckets in reverse
-    parameter order and never splits a tensor: Li et al. VLDB 2020 sec. 3.2.3 and 4.1). With
-    pipeline stages the embedding sits on the first stage, not the busiest: one bucket's share."""
+    parameter order and never splits a tensor: Li et al. VLDB 2020 sec. 3.2.3 and 4.1; Megatron-Core's
+    distributed optimizer gives the shared embedding a bucket of its own). It is also the first bucket the
+    next forward's parameter all-gather waits for. With pipeline stages the embedding sits on the first
+    stage, not the busiest: one bucket's share."""
     emb = spec.vocab_padded * spec.hidden / layout.tp / params_per_gpu(spec, layout)
     return np.where(layout.pp == 1, np.maximum(np.minimum(emb, 1.0), 1.0 / buckets), 1.0 / buckets)
 
@@ -51,17 +55,17 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     m = comm.members_per_node(dp, layout.tp, links.gpus_per_node)
     g = comm.Group.of(links, dp, m)
     P = params_per_gpu(spec, layout)
-    gbytes = P * grad_bytes(layout)
+    gbytes = P * grad_bytes(layout, prof.get("grad_reduce_bytes"))
     pbytes = P * gather_bytes(spec, layout, prof)
-    nb_r = np.ceil(P / layout.reduce_bucket_elems)
-    nb_g = np.ceil(P / layout.allgather_bucket_elems)
+    nb_r = grad_buckets.count(P, layout.reduce_bucket_elems, dp, prof)  # the stack's own buckets, else the knobs
+    nb_g = grad_buckets.count(P, layout.allgather_bucket_elems, dp, prof)
     L = np.maximum(np.ceil(spec.n_layers / layout.pp), 1.0)
     is_ = {name: s == code for name, code in SHARD.items()}
 
-    # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
-    # (Li et al. VLDB 2020).
+    # DDP: one bucketed all-reduce at the accumulation boundary, pipelined behind the last backward
+    # (Li et al. VLDB 2020; planner/grad_buckets.py).
     ar = g.allreduce_s(gbytes, nb_r)
-    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar * _last_bucket_share(spec, layout, nb_r))
+    ddp = grad_buckets.pipelined_s(ar, prof["overlap_ddp"] * bwd_micro, nb_r, _last_bucket_share(spec, layout, nb_r))
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
@@ -71,10 +75,11 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     rs = g.allgather_s(gbytes, nb_r)
     # ZeRO-1 reduces once, after backward in DeepSpeed (engine.allreduce_gradients): its own overlap
     ov12 = np.where(is_["zero1"], prof["overlap_zero1"], prof["overlap_zero12"])
-    rs_hidden = np.maximum(rs - ov12 * bwd_micro, rs / nb_r)
+    rs_hidden = grad_buckets.pipelined_s(rs, ov12 * bwd_micro, nb_r, _last_bucket_share(spec, layout, nb_r))
     times = 1.0 + is_["zero2"] * (ga - 1.0)
     # the updated parameters' all-gather: after the step (DeepSpeed) or behind the next forward (Megatron)
-    ag12 = param_gather.exposed_s(g.allgather_s(pbytes, nb_g), fwd_micro, prof["overlap_param_gather"], nb_g)
+    ag12 = param_gather.exposed_s(g.allgather_s(pbytes, nb_g), fwd_micro, prof["overlap_param_gather"], nb_g,
+                                  _last_bucket_share(spec, layout, nb_g))
     exposed = exposed + z12 * (times * rs_hidden + ag12)
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
     per_node = per_node + z12 * (times * rs_b + ag_b)

@@ -12,6 +12,14 @@ torchDDP and get rid of args.DDP_impl").
 A runs-file row says so with a `ddp_impl` column (local/torch), or in its notes ("DDP-impl local",
 "--DDP-impl torch"); a framework cell naming Megatron-LM with a year before 2023
 ("Megatron-LM (2020)") means the default, local. Otherwise nothing changes.
+
+The local wrapper all-reduces its contiguous buffer in one call per dtype (one bucket). A row whose notes
+state `--overlap-grad-reduce` ran Megatron-Core's DDP, whose buckets are max(40M, 1M x dp) parameters
+(planner/grad_buckets.py: the 40M floor is applied). Megatron-LM's fp16 gradients are reduced in fp16: fp32
+only with `--fp32-allreduce` ("All-reduce in fp32", store_true, 2019-2020) or
+`--accumulate-allreduce-grads-in-fp32` (2021 on), so a Megatron-LM fp16 row moves 2 bytes a gradient, not the
+4 of PyTorch AMP's fp32 gradients. These are facts of the run, kept whatever stack profile predicts it
+(leave-one-stack-out included).
 """
 
 from __future__ import annotations
@@ -20,12 +28,16 @@ import re
 
 import numpy as np
 
+from planner import grad_buckets
 from planner.errors import PlanError
 
 LAST_LOCAL_DDP_YEAR = 2022  # torch DDP removed and --overlap-grad-reduce added in 2023
 
 _IN_NOTES = re.compile(r"DDP[-_ ]impl\s*[=:]?\s*(local|torch)\b", re.I)
 _MEGATRON_YEAR = re.compile(r"megatron-lm\s*\((\d{4})\)", re.I)
+_OVERLAP_GRAD_REDUCE = re.compile(r"--overlap-grad-reduce\b", re.I)
+_MEGATRON_LM = re.compile(r"megatron[- ](lm|core)", re.I)
+_NOT_MEGATRON_LM = re.compile(r"nemo|deepspeed|megascale", re.I)
 
 
 def after_backward_of(row: dict, notes: list[str]) -> bool:
@@ -45,8 +57,42 @@ def after_backward_of(row: dict, notes: list[str]) -> bool:
     return impl == "local"
 
 
-def with_ddp_overlap(prof: dict, after_backward: bool) -> dict:
-    """The per-candidate profile values with `overlap_ddp` at 0 when the all-reduce follows backward."""
-    if not after_backward:
-        return prof
-    return {**prof, "overlap_ddp": np.zeros_like(np.asarray(prof["overlap_ddp"], dtype=np.float64))}
+def core_buckets_of(row: dict, notes: list[str]) -> bool:
+    """True when the row ran Megatron-Core's overlapped, bucketed DDP (`--overlap-grad-reduce` in its notes)."""
+    if not _OVERLAP_GRAD_REDUCE.search(row.get("notes") or ""):
+        return False
+    notes.append("Megatron-Core DDP buckets: 40M parameters (--overlap-grad-reduce)")
+    return True
+
+
+def reduce_bytes_of(row: dict, precision: str, notes: list[str]) -> float | None:
+    """Bytes per gradient element a Megatron-LM fp16 run reduces (2, unless its notes ask for fp32); None: the
+    planner's default (planner/dp_comm.py grad_bytes). Megatron-LM's bf16 default, fp32 ("bfloat16 requires
+    gradient accumulation and all-reduce to be done in fp32", arguments.py, unless --grad-reduce-in-bf16),
+    is not applied: on the Megatron-Core r0.8 H100 rows it made every CV worse (their fp32 reduce-scatter would
+    outlast the backward it hides behind by more than their measured steps allow; validation/worst_rows.md)."""
+    fw, text = row.get("framework") or "", row.get("notes") or ""
+    if precision != "fp16" or not _MEGATRON_LM.search(fw) or _NOT_MEGATRON_LM.search(fw):
+        return None
+    if re.search(r"fp32[-_]allreduce|accumulate[-_]allreduce[-_]grads[-_]in[-_]fp32", text, re.I):
+        return None
+    notes.append("Megatron-LM fp16: gradients all-reduced in fp16 (no --fp32-allreduce)")
+    return 2.0
+
+
+def with_ddp_overlap(prof: dict, after_backward: bool, core_buckets: bool = False,
+                     reduce_bytes: float | None = None) -> dict:
+    """The per-candidate profile values with the run's DDP facts: `overlap_ddp` at 0 and one bucket (the local
+    DDP's contiguous buffer) when the all-reduce follows backward, Megatron-Core's bucket rule where the run used
+    its DDP, and the gradient bytes its framework reduces (`grad_reduce_bytes`, planner/dp_comm.py)."""
+    out = dict(prof)
+    if after_backward:  # one flat buffer, all-reduced in one call (per dtype) once backward has returned
+        out["overlap_ddp"] = np.zeros_like(np.asarray(prof["overlap_ddp"], dtype=np.float64))
+        out["grad_bucket_params"] = np.full(np.shape(prof["grad_bucket_params"]), np.inf)
+    elif core_buckets:
+        shape = np.shape(prof["grad_bucket_params"])
+        out["grad_bucket_params"] = np.full(shape, float(grad_buckets.MEGATRON_BUCKET_PARAMS))
+        out["grad_bucket_params_per_rank"] = np.zeros(shape)  # planner/grad_buckets.py: the 40M floor only
+    if reduce_bytes:
+        out["grad_reduce_bytes"] = np.full(np.shape(prof["grad_bucket_params"]), float(reduce_bytes))
+    return out

@@ -195,7 +195,8 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   unified_memory=cluster.unified_memory,
                   launch_blocking=launch_sync.launch_blocking_of(row, notes),
                   deepspeed_version=deepspeed_era.version_of(row, notes),
-                  ddp_after_backward=megatron_ddp.after_backward_of(row, notes))
+                  ddp_after_backward=megatron_ddp.after_backward_of(row, notes),
+                  megatron_core_buckets=megatron_ddp.core_buckets_of(row, notes))
 
 
 def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[ExecutionPlan, bool, bool]:
@@ -324,6 +325,7 @@ def _run(row, catalog: Catalog) -> Run:
     plan = _recompute_from_counts(row, spec, plan, tps, notes)
     plan = run_columns.capable_stack(plan, catalog.stacks, notes)
     plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
+    system = system.model_copy(update={"grad_reduce_bytes": megatron_ddp.reduce_bytes_of(row, plan.precision, notes)})
     capacity = run_capacity.capacity_of(row, spec, plan.stack, notes)
     mem = _num(row, "measured_peak_mem_GB")
     outcome = run_text.outcome_of(row, notes)

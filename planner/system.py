@@ -31,6 +31,12 @@ class System(Frozen):
     deepspeed_version: str | None = None
     # Megatron-LM's local DDP: the gradient all-reduce follows backward (planner/megatron_ddp.py)
     ddp_after_backward: bool = False
+    # Megatron-Core's overlapped DDP (--overlap-grad-reduce): its buckets, max(40M, 1M x dp) parameters
+    # (planner/grad_buckets.py)
+    megatron_core_buckets: bool = False
+    # Bytes per gradient element the run's DP collectives carry where its framework fixes them (Megatron-LM
+    # fp16: 2, planner/megatron_ddp.py); None: planner/dp_comm.py grad_bytes
+    grad_reduce_bytes: float | None = None
     # Host RAM and GPU memory are one pool (an APU node, hardware.models.Cluster.unified_memory)
     unified_memory: bool = False
 

@@ -280,7 +280,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     moe_spec, spec = spec, moe.dense_view(spec)
     prof = {**per_candidate(stack_profiles(settings), layout), **fp8.per_candidate(fp8.recipes(settings), layout)}
     prof = deepspeed_era.with_fetch_overlap(prof, system.deepspeed_version)
-    prof = megatron_ddp.with_ddp_overlap(prof, system.ddp_after_backward)
+    prof = megatron_ddp.with_ddp_overlap(prof, system.ddp_after_backward, system.megatron_core_buckets,
+                                         system.grad_reduce_bytes)
     links = comm.Links.of(system, settings)
     parts = _compute_parts(spec, layout, system, settings, prof)
     scaled = {k: parts[k] * prof[f] for k, f in FACTORS.items() if k in parts}

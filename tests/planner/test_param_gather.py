@@ -23,8 +23,13 @@ def test_a_long_forward_hides_all_but_the_first_bucket():
 
 
 def test_a_short_forward_hides_its_net_share():
-    # 0.1 s of forward with 18.9% compute slowdown under a concurrent collective hides 0.084 s
-    assert param_gather.exposed_s(0.2, 0.1, 0.84, 10) == pytest.approx(0.2 - 0.084)
+    # 0.1 s of forward with 18.9% compute slowdown under a concurrent collective hides 0.084 s; the first of
+    # 10 buckets must arrive before the forward starts, so 9/10 of that forward is left beside the rest
+    assert param_gather.exposed_s(0.2, 0.1, 0.84, 10) == pytest.approx(0.2 - 0.084 * 0.9)
+
+
+def test_the_first_bucket_is_the_embedding_s_when_stated():
+    assert param_gather.exposed_s(0.2, 1.0, 0.84, 10, first_share=0.3) == pytest.approx(0.06)
 
 
 def _dp_comm_s(overlap: float) -> float:
