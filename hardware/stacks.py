@@ -53,6 +53,14 @@ class StackProfile(BaseModel):
     attention_time_factor: float = Field(default=1.0, gt=0)
     elementwise_time_factor: float = Field(default=1.0, gt=0)
     layer_overhead_us: float = Field(default=0.0, ge=0, description="per block and micro batch, fwd+bwd")
+    # Host/launch time a parameter-sharding wrapper pays per wrapped unit (a block) and micro batch, on top of
+    # layer_overhead_us, only where parameters are sharded and gathered unit by unit (FSDP, ZeRO-3:
+    # planner/shard_units.py): pre/post-forward and backward hooks, the flat parameter's all-gather launch with
+    # its copy-in/copy-out, stream waits, the per-unit reduce-scatter launch (Zhao et al., "PyTorch FSDP",
+    # VLDB 2023 sec. 3-4). FSDP2's per-parameter sharding drops the flat-parameter copies (torchtitan docs,
+    # fsdp2.md), so FSDP1 stacks pay more. Fitted (planner/profile_fit.py).
+    unit_overhead_us: float = Field(default=0.0, ge=0,
+                                    description="per parameter-sharded unit (FSDP / ZeRO-3) and micro batch, fwd+bwd")
     # Host microseconds per kernel launch when launches are synchronous (CUDA_LAUNCH_BLOCKING=1;
     # planner/launch_sync.py). Prior: BigScience's on/off test (tr11-176B-ml chronicles-prequel,
     # "dealing with JZ hanging": 200B, 80 layers, TP8 PP10 MBS1 GBS512) measured 97.20 TFLOPs async

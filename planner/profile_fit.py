@@ -34,6 +34,8 @@ PARAMS = (
     ("attention_time_factor", "raw_attention_s", 0.3, 4.0, 1.0, 0.5),
     ("elementwise_time_factor", "raw_elementwise_s", 0.3, 8.0, 1.0, 1.0),
     ("layer_overhead_us", "raw_overhead_s", 0.0, 100000.0, 0.0, 500.0),
+    # per parameter-sharded unit (FSDP / ZeRO-3, planner/shard_units.py): the same prior and scale
+    ("unit_overhead_us", "raw_unit_overhead_s", 0.0, 100000.0, 0.0, 500.0),
     # host time per synchronous launch: prior and scale from BigScience's own on/off measurement
     # (hardware/stacks.py: 0 and ~46 us per launch in two tests)
     ("sync_launch_us", "raw_launch_sync_s", 0.0, 1000.0, launch_sync.SYNC_LAUNCH_US_PRIOR,
@@ -61,7 +63,8 @@ STEP_OVERHEAD_SCALE_S = 0.3
 SCALES_OVER_ORIGINS = np.array([STEP_OVERHEAD_SCALE_S if p[0] == "step_overhead_s" else p[5] for p in PARAMS])
 
 # raw parts inside each micro batch (the pipeline bubble scales them)
-_IN_MICRO_BATCH = ("raw_gemm_s", "raw_attention_s", "raw_elementwise_s", "raw_overhead_s", "raw_launch_sync_s")
+_IN_MICRO_BATCH = ("raw_gemm_s", "raw_attention_s", "raw_elementwise_s", "raw_overhead_s", "raw_unit_overhead_s",
+                   "raw_launch_sync_s")
 # Pulls of the fit (units: a published source's weight, `_weights`), chosen by leave-one-ORIGIN-out CV
 # (`python -m validation.origin_cv --grid`: each paper/repository/seed log predicted by a fit on the others;
 # raw parts frozen at the catalog profiles; published MAPE %, origin-out / source-out; other settings as in

@@ -34,7 +34,7 @@ import numpy as np
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
                      dp_comm, eager_traffic, flops, fp8, fp8_gemm, gemm_shape, launch_sync, megatron_ddp, mla, moe,
                      moe_time, offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
-from planner import memory_savings
+from planner import memory_savings, shard_units
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
 from planner.memory import compute_dtype_bytes
@@ -68,6 +68,7 @@ FACTORS = {
     "attention": "attention_time_factor",
     "elementwise": "elementwise_time_factor",
     "overhead": "layer_overhead_us",
+    "unit_overhead": "unit_overhead_us",
     "launch_sync": "sync_launch_us",
     "dp_comm": "comm_time_factor",
     "optimizer": "optimizer_time_factor",
@@ -200,6 +201,7 @@ def _compute_parts(spec, layout, system, settings, prof) -> dict[str, np.ndarray
         "attention": layers * tokens * attn_t,
         "elementwise": layers * tokens * elem_t + with_logits * logits * 0.25,
         "overhead": layers * 1e-6,  # x layer_overhead_us
+        "unit_overhead": shard_units.raw_s(layout, layers),  # x unit_overhead_us (FSDP / ZeRO-3 only)
         "launch_sync": launch_sync.raw_s(layout, layers, system.launch_blocking),  # x sync_launch_us
         "fwd_share": np.full(np.shape(layers), fwd_share),
         "layers": layers,
@@ -347,6 +349,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_attention_s": ga * parts["attention"],
         "raw_elementwise_s": ga * parts["elementwise"],
         "raw_overhead_s": ga * parts["overhead"],
+        "raw_unit_overhead_s": ga * parts["unit_overhead"],
         "raw_launch_sync_s": ga * parts["launch_sync"],
         "raw_dp_comm_s": dp_raw,
         "raw_optimizer_s": optimizer_raw,

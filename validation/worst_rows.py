@@ -32,7 +32,7 @@ from planner.settings import Settings  # noqa: E402
 
 # printed parts: name -> performance() keys summed (seconds per step, stack factors applied)
 PARTS = {
-    "gemm": ("gemm",), "attn": ("attention",), "elem": ("elementwise",), "ovh": ("overhead", "launch_sync", "step"),
+    "gemm": ("gemm",), "attn": ("attention",), "elem": ("elementwise",), "ovh": ("overhead", "unit_overhead", "launch_sync", "step"),
     "opt": ("optimizer_s",), "tp": ("tp_comm_s",), "cp": ("cp_comm_s",), "pp": ("pp_comm_s",), "dp": ("dp_comm_s",),
     "moe": ("moe_a2a_s", "moe_expert_grad_s"), "bubble": ("bubble_s",), "offl": ("offload_s",),
 }
@@ -57,6 +57,7 @@ def breakdown(run: Run, profiles: dict[str, StackProfile]) -> tuple[float, dict[
         "attention": get["raw_attention_s"] * prof.attention_time_factor,
         "elementwise": get["raw_elementwise_s"] * prof.elementwise_time_factor,
         "overhead": get["raw_overhead_s"] * prof.layer_overhead_us,
+        "unit_overhead": get["raw_unit_overhead_s"] * prof.unit_overhead_us,
         "launch_sync": get["launch_sync_s"],
         "step": prof.step_overhead_s,
     }
