@@ -109,6 +109,16 @@ class StackProfile(BaseModel):
     # x all GEMM time (Megatron/TE userbuffers, which also overlap the backward's reduce-scatters).
     async_tp_fused_pairs: bool = Field(
         default=False, description="async TP as PyTorch's micro-pipelined fused matmul+collective pairs")
+    # Gradient bucket of a DDP all-reduce (sharding none), MiB: one NCCL call per bucket, whose busbw
+    # planner/busbw_curve.py reads at that size. PyTorch DDP: bucket_cap_mb, default 25
+    # (torch.nn.parallel.DistributedDataParallel). DeepSpeed's engine without ZeRO: 5e8-element buckets
+    # (deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE = 500000000; 953.7 MiB of 16-bit gradients).
+    ddp_bucket_mib: float = Field(default=25.0, gt=0, description="DDP gradient bucket, MiB")
+    # Megatron-Core's DDP and distributed optimizer reduce (and all-gather) in buckets of max(40M, 1M x dp)
+    # parameters (megatron/core/distributed/distributed_data_parallel_config.py: "If unspecified, MCore uses
+    # a default value of max(40000000, 1000000 * dp_size) parameters (larger DP sizes need larger buckets to
+    # ensure collectives do not become latency-bound)"); instead of ddp_bucket_mib and DeepSpeed's buckets.
+    megatron_buckets: bool = Field(default=False, description="DP buckets of max(40M, 1M x dp) parameters")
     overlap_cp: float = Field(default=0.8, ge=0, le=1)
     overlap_host: float = Field(default=0.5, ge=0, le=1)
     # OpenMP threads of DeepSpeed's CPU Adam per rank (planner/cpu_optimizer.py). 0: the rank's share

@@ -11,6 +11,12 @@ from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
 
 
+# Megatron-Core's default bucket: max(40M, 1M x dp) parameters (megatron/core/distributed/
+# distributed_data_parallel_config.py, bucket_size); one bucket without --overlap-grad-reduce.
+MEGATRON_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
 def params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
     return spec.n_params / (layout.tp * layout.pp).astype(np.float64)
 
@@ -30,6 +36,21 @@ def gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
     f8 = (layout.precision == PREC["fp8"]) & (prof["fp8_allgather"] > 0)
     linear_share = spec.n_layers * spec.params_per_layer / spec.n_params
     return np.where(f8, c - linear_share * (c - 1.0), c)
+
+
+def buckets(layout: Layout, P, gbytes, prof, dp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """NCCL calls of (the DDP all-reduce, the ZeRO-1/2 reduce-scatter, the ZeRO-1/2 all-gather) per
+    step of a GPU holding `P` parameters and `gbytes` gradient bytes: PyTorch DDP's bucket_cap_mb
+    (the profile's ddp_bucket_mib), DeepSpeed's reduce/allgather_bucket_size (the plan's), or
+    Megatron-Core's buckets (one when its reduce is not overlapped)."""
+    mega = np.asarray(prof["megatron_buckets"]) > 0
+    per_bucket = np.maximum(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_RANK * np.asarray(dp, dtype=np.float64))
+    mega_n = np.ceil(P / per_bucket)
+    ddp = np.where(mega, np.where(prof["overlap_ddp"] > 0, mega_n, 1.0),
+                   np.ceil(gbytes / (prof["ddp_bucket_mib"] * 2.0**20)))
+    rs = np.where(mega, mega_n, np.ceil(P / layout.reduce_bucket_elems))
+    ag = np.where(mega, mega_n, np.ceil(P / layout.allgather_bucket_elems))
+    return np.maximum(ddp, 1.0), np.maximum(rs, 1.0), np.maximum(ag, 1.0)
 
 
 def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
@@ -53,15 +74,14 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     P = params_per_gpu(spec, layout)
     gbytes = P * grad_bytes(layout)
     pbytes = P * gather_bytes(spec, layout, prof)
-    nb_r = np.ceil(P / layout.reduce_bucket_elems)
-    nb_g = np.ceil(P / layout.allgather_bucket_elems)
+    nb_ddp, nb_r, nb_g = buckets(layout, P, gbytes, prof, dp)
     L = np.maximum(np.ceil(spec.n_layers / layout.pp), 1.0)
     is_ = {name: s == code for name, code in SHARD.items()}
 
     # DDP: one bucketed all-reduce at the accumulation boundary, behind the last backward
     # (Li et al. VLDB 2020).
-    ar = g.allreduce_s(gbytes, nb_r)
-    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar * _last_bucket_share(spec, layout, nb_r))
+    ar = g.allreduce_s(gbytes, nb_ddp)
+    ddp = np.maximum(ar - prof["overlap_ddp"] * bwd_micro, ar * _last_bucket_share(spec, layout, nb_ddp))
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
