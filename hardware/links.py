@@ -56,7 +56,8 @@ class CollectiveLink(_Entry):
         if any(b < a for a, b in zip(shares, shares[1:])):
             raise ValueError("fraction must not fall as messages grow (busbw rises to its plateau)")
         # busbw = bytes / time: a share growing faster than the size would mean a bigger call taking less time
-        if any(fb / fa > sb / sa * (1 + 1e-6) for (sa, fa), (sb, fb) in zip(zip(sizes, shares), zip(sizes[1:], shares[1:]))):
+        pairs = zip(zip(sizes, shares), zip(sizes[1:], shares[1:]))
+        if any(fb / fa > sb / sa * (1 + 1e-6) for (sa, fa), (sb, fb) in pairs):
             raise ValueError("fraction must not grow faster than message_bytes (a bigger call never takes less time)")
         return points
 

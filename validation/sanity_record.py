@@ -58,7 +58,8 @@ def node_continuous(check: str, rs: list[Result], label: str) -> None:
     lose up to half its speed per doubling (more where the exposure subtracts the hiding compute:
     tests/planner/test_dp_exposure.py): a steep power law of the node count, not a discontinuity. The
     collectives' own scaling is tested in tests/planner/test_comm.py (never faster with more nodes, at
-    most the ring's step ratio, (2n - 1) / (n - 1), slower for twice the ranks); here the rest of the step must stay continuous."""
+    most the ring's step ratio, (2n - 1) / (n - 1), slower for twice the ranks); here the rest of the
+    step must stay continuous."""
     for r in rs:
         if not r.refused:
             rest = r["step_time_s"] - r["dp_comm_s"]
