@@ -4,7 +4,7 @@ Directories, later ones overriding earlier ones entry by entry (same id = same f
   1. the built-in `catalog` package folder,
   2. the folders in the env var PLAN_CATALOG (os.pathsep-separated),
   3. the folders passed as `extra_dirs` (the CLI's --catalog).
-Each may hold gpus/, clusters/, models/, stacks/ and fp8_recipes/ subfolders. A malformed file raises CatalogError
+Each may hold gpus/, clusters/, models/, stacks/, fp8_recipes/ and links/ subfolders. A malformed file raises CatalogError
 naming the file and the field. Results are cached per (dirs, file mtimes).
 """
 
@@ -21,11 +21,12 @@ from pydantic import BaseModel, ValidationError
 
 from hardware.errors import CatalogError, unknown_id
 from hardware.fp8 import FP8Recipe
+from hardware.links import CollectiveLink
 from hardware.models import GPU, Catalog, Cluster, ModelTable
 from hardware.stacks import StackProfile
 
 ENV_VAR = "PLAN_CATALOG"
-KINDS = ("gpus", "clusters", "models", "stacks", "fp8_recipes")
+KINDS = ("gpus", "clusters", "models", "stacks", "fp8_recipes", "links")
 
 
 def builtin_dir() -> Path:
@@ -71,11 +72,24 @@ def _load(stamp: tuple[tuple[str, str, int], ...]) -> Catalog:
         if cluster.gpu not in gpus:
             err = unknown_id("gpu", cluster.gpu, gpus)
             raise CatalogError(tables["clusters"][cid][0], "gpu", err.message)
+    links = {i: _validate(CollectiveLink, p, i, t) for i, (p, t) in tables["links"].items()}
+    for kind, field, scope in (("gpus", "intranode_link", "intranode"), ("clusters", "internode_link", "internode")):
+        for eid, entry in (gpus if kind == "gpus" else clusters).items():
+            _check_link(tables[kind][eid][0], field, getattr(entry, field), scope, links)
     models = {i: ModelTable(path=str(p), data=t) for i, (p, t) in tables["models"].items()}
     stacks = {i: _validate(StackProfile, p, i, t) for i, (p, t) in tables["stacks"].items()}
     recipes = {i: _validate(FP8Recipe, p, i, t) for i, (p, t) in tables["fp8_recipes"].items()}
     paths = {f"{k}/{i}": str(p) for k in KINDS for i, (p, _) in tables[k].items()}
-    return Catalog(gpus=gpus, clusters=clusters, models=models, stacks=stacks, fp8_recipes=recipes, paths=paths)
+    return Catalog(gpus=gpus, clusters=clusters, models=models, stacks=stacks, fp8_recipes=recipes, links=links,
+                   paths=paths)
+
+
+def _check_link(path: Path, field: str, link_id: str, scope: str, links: dict[str, CollectiveLink]) -> None:
+    """A GPU's intranode_link / a cluster's internode_link must name a links/ entry of that scope."""
+    if link_id not in links:
+        raise CatalogError(path, field, unknown_id("link", link_id, links).message)
+    if links[link_id].scope != scope:
+        raise CatalogError(path, field, f"links/{link_id} is an {links[link_id].scope} link, not an {scope} one")
 
 
 def read_table(path: Path) -> dict[str, Any]:

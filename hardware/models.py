@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from hardware.errors import unknown_id
 from hardware.fp8 import FP8Recipe
+from hardware.links import CollectiveLink
 from hardware.stacks import StackProfile
 
 
@@ -80,6 +81,9 @@ class GPU(_Entry):
     sm_count: int | None = Field(default=None, gt=0)
     gemm_tiles: list[GemmTile] = Field(default_factory=list)
     gemm_k_step_bytes: int = Field(default=128, gt=0)
+    # Its GPUs' link inside a node: a catalog/links/<id>.toml sweep of collective busbw by message size
+    # (hardware/links.py; planner/busbw_curve.py).
+    intranode_link: str = Field(default="nvlink", min_length=1)
     source: str
 
     def peak_tflops(self, precision: str) -> float:
@@ -133,6 +137,8 @@ class Cluster(_Entry):
     unified_memory: bool = False
     nodes: int | None = Field(default=None, gt=0, description="nodes available, if known")
     price_per_gpu_hour: float | None = Field(default=None, ge=0)
+    # The network between nodes: a catalog/links/<id>.toml sweep of collective busbw by message size.
+    internode_link: str = Field(default="infiniband", min_length=1)
     source: str
 
     @field_validator("nvlink_domain_gpus")
@@ -163,6 +169,7 @@ class Catalog(_Entry):
     models: dict[str, ModelTable] = Field(default_factory=dict)
     stacks: dict[str, StackProfile] = Field(default_factory=dict)
     fp8_recipes: dict[str, FP8Recipe] = Field(default_factory=dict)
+    links: dict[str, CollectiveLink] = Field(default_factory=dict)
     # "gpus/<id>" -> the file the entry came from (after user overrides)
     paths: dict[str, str] = Field(default_factory=dict)
 

@@ -93,9 +93,9 @@ class StackProfile(BaseModel):
     # takes 0.84 too: its overlap_zero1 (0.8) already assumes a ZeRO-1 that overlaps its collectives.
     overlap_param_gather: float = Field(default=0.0, ge=0, le=1)
     # The stack's own data-parallel bucket (parameters), at least grad_bucket_params_per_rank x dp: Megatron-Core
-    # max(40M, 1M x dp) (megatron/core/distributed/distributed_data_parallel.py), whose dp term the catalog leaves
-    # at 0 while planner/comm.py's latency is log2(n) steps a call rather than a ring's n - 1 (planner/grad_buckets.py).
-    # 0: the plan's DeepSpeed-style reduce/allgather bucket knobs.
+    # max(40M, 1M x dp) (megatron/core/distributed/distributed_data_parallel.py: "larger DP sizes need larger
+    # buckets to ensure collectives do not become latency-bound"; planner/comm.py charges a ring's n - 1 latency
+    # steps, planner/grad_buckets.py). 0: PyTorch DDP's ddp_bucket_mib and the plan's DeepSpeed bucket knobs.
     grad_bucket_params: float = Field(default=0.0, ge=0, description="0: the plan's bucket knobs")
     grad_bucket_params_per_rank: float = Field(default=0.0, ge=0)
     # ZeRO-3 parameter fetches hide behind at most this share of a pass's compute (planner/zero3.py).
@@ -123,6 +123,11 @@ class StackProfile(BaseModel):
     # x all GEMM time (Megatron/TE userbuffers, which also overlap the backward's reduce-scatters).
     async_tp_fused_pairs: bool = Field(
         default=False, description="async TP as PyTorch's micro-pipelined fused matmul+collective pairs")
+    # Gradient bucket of a DDP all-reduce (sharding none), MiB: one NCCL call per bucket, whose busbw
+    # planner/busbw_curve.py reads at that size. PyTorch DDP: bucket_cap_mb, default 25
+    # (torch.nn.parallel.DistributedDataParallel). DeepSpeed's engine without ZeRO: 5e8-element buckets
+    # (deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE = 500000000; 953.7 MiB of 16-bit gradients).
+    ddp_bucket_mib: float = Field(default=25.0, gt=0, description="DDP gradient bucket, MiB")
     overlap_cp: float = Field(default=0.8, ge=0, le=1)
     # Share of the backward that hides the gradients' copies to the host (offload): they run on DMA
     # copy engines from a side stream as buckets are reduced (DeepSpeed overlap_comm's reduction

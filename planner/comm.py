@@ -1,11 +1,17 @@
 """Communication cost model: collectives on rings/trees, split intra-node vs inter-node.
 
 Cost of one collective (Thakur et al. 2005; NCCL's busbw convention, nccl-tests PERFORMANCE.md):
-    all-reduce:               2 (n-1)/n * bytes / busbw + latency
-    reduce-scatter/all-gather:  (n-1)/n * bytes / busbw + latency
-`busbw` is the intra-node link when the group fits in a node; when it spans nodes, each node's
-NICs are shared by the gpus_per_node / m groups running at once (m = members of one group on a
-node), so the group gets internode_bw * m / gpus_per_node, never more than the intra-node link.
+    all-reduce:               2 (n-1)/n * bytes / busbw
+    reduce-scatter/all-gather:  (n-1)/n * bytes / busbw
+where busbw is the link's plateau times the share NCCL reaches at the call's message size, group
+size and node count (planner/busbw_curve.py: a measured sweep read at the ring's per-step chunk,
+NCCL's tree across nodes for all-reduce). A collective of `calls` calls moving `bytes` in total
+costs calls x the time of one call of bytes / calls. The plateau is the intra-node link when the
+group fits in a node; when it spans nodes, each node's NICs are shared by the gpus_per_node / m
+groups running at once (m = members of one group on a node), so the group gets
+internode_bw * m / gpus_per_node, never more than the intra-node link. A measured busbw (`plan
+allreduce-bench --json`, its largest size, 1 GiB by default, where the sweeps are within 3-4% of
+their top) is that plateau, and the sweep's shape still applies below it.
 
 Rank order is Megatron's: tp innermost, then dp, then pp.
 All functions take numpy arrays (one entry per candidate) and return seconds or bytes.
@@ -13,10 +19,13 @@ All functions take numpy arrays (one entry per candidate) and return seconds or 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from hardware.catalog import load_catalog
+from hardware.models import Cluster
+from planner.busbw_curve import Curves, Reader
 from planner.settings import Settings
 from planner.system import System
 
@@ -30,9 +39,10 @@ INTERNODE_LINK_EFFICIENCY = 0.85
 # NVIDIA/nvbandwidth issue #42), Gen5 52.8 of 63 (nvbandwidth device_to_host, H100, issue #24);
 # Rajbhandari et al. SC21 (ZeRO-Infinity) sec. 5.2.1 count ~12 GB/s for one DGX-2 PCIe link.
 HOST_LINK_EFFICIENCY = 0.80
-# Per-step latency of a collective (NCCL ~5 us inside a node, ~20 us across IB), paid
-# 2*log2(n) times (tree / double binary tree, Sanders et al. 2009).
+# Latency of one point-to-point step (pipeline sends, context-parallel rings, all-to-all): NCCL
+# ~5 us inside a node, ~20 us across IB. Collectives use the measured sweeps (busbw_curve.py).
 INTRANODE_LATENCY_S = 5e-6
+DEFAULT_INTERNODE_LINK = Cluster.model_fields["internode_link"].default
 INTERNODE_LATENCY_S = 20e-6
 
 
@@ -44,6 +54,8 @@ class Links:
     inter_node_Bps: float  # bus bandwidth of one node's NICs in a collective across nodes
     gpus_per_node: int
     host_Bps: float  # host<->GPU, per GPU, one direction (achievable: x HOST_LINK_EFFICIENCY)
+    # busbw share by message size, inside a node and across nodes (default: the built-in sweeps)
+    curves: Curves = field(default_factory=lambda: default_curves())
 
     @classmethod
     def of(cls, system: System, settings: Settings) -> "Links":
@@ -61,7 +73,24 @@ class Links:
             inter_node_Bps=inter * k * 1e9 / 8,
             gpus_per_node=system.gpus_per_node,
             host_Bps=system.host_to_gpu_gbps * HOST_LINK_EFFICIENCY * 1e9 / 8,
+            curves=_curves(system),
         )
+
+
+def _curves(system: System) -> Curves:
+    """The system's sweeps (catalog/links), or the catalog's for its GPU's link and the default network."""
+    intra, inter = system.intranode_link, system.internode_link
+    if intra is None or inter is None:
+        links = load_catalog().links
+        intra = intra or links[system.gpu.intranode_link]
+        inter = inter or links[DEFAULT_INTERNODE_LINK]
+    return Curves.of(intra, inter)
+
+
+def default_curves() -> Curves:
+    """The catalog's NVLink and InfiniBand sweeps."""
+    links = load_catalog().links
+    return Curves.of(links["nvlink"], links[DEFAULT_INTERNODE_LINK])
 
 
 def internode_efficiency(system: System) -> float:
@@ -83,41 +112,48 @@ def group_busbw_Bps(links: Links, group, m) -> np.ndarray:
     return links.intra_Bps + spans * (inter - links.intra_Bps)
 
 
-def latency_s(group, m) -> np.ndarray:
-    steps = 2.0 * np.ceil(np.log2(np.maximum(group, 1)))
-    return steps * (INTRANODE_LATENCY_S + (group > m) * (INTERNODE_LATENCY_S - INTRANODE_LATENCY_S))
-
-
 @dataclass(frozen=True)
 class Group:
     """Precomputed terms of one kind of group (e.g. every candidate's DP group), so the many
     collectives of a step cost a few array operations each."""
 
     f: np.ndarray  # (n-1)/n, 0 for a group of one
-    inv_bw: np.ndarray  # 1 / busbw, s per byte
-    lat: np.ndarray  # latency of one call (0 for a group of one)
+    inv_bw: np.ndarray  # 1 / plateau busbw, s per byte
     spans: np.ndarray  # the group crosses nodes
     node_scale: np.ndarray  # gpus_per_node / m: groups sharing a node's NICs
+    reader: Reader  # busbw share by message size for this group's size, nodes and link
+    curves: Curves
 
     @classmethod
     def of(cls, links: Links, group, m) -> "Group":
         n = np.asarray(group, dtype=np.float64)
-        return cls(f=(n - 1) / n, inv_bw=1.0 / group_busbw_Bps(links, group, m),
-                   lat=latency_s(group, m), spans=np.asarray(group > m),
-                   node_scale=links.gpus_per_node / np.asarray(m, dtype=np.float64))
+        bw = group_busbw_Bps(links, group, m)
+        return cls(f=(n - 1) / n, inv_bw=1.0 / bw, spans=np.asarray(group > m),
+                   node_scale=links.gpus_per_node / np.asarray(m, dtype=np.float64),
+                   reader=Reader.of(links.curves, n, m, bw), curves=links.curves)
 
     def allreduce_s(self, nbytes, calls=1):
-        """`calls` all-reduces moving `nbytes` in total (0 for a group of one)."""
-        return 2.0 * self.f * nbytes * self.inv_bw + calls * self.lat
+        """`calls` all-reduces moving `nbytes` in total (0 for a group of one): ring or NCCL's tree."""
+        calls, per_call = _split(nbytes, calls)
+        wire = 2.0 * self.f * per_call * self.inv_bw
+        return calls * self.reader.call_s(self.curves, wire, per_call, tree=True)
 
     def allgather_s(self, nbytes, calls=1):
-        """All-gather or reduce-scatter of `nbytes` (the unsharded size)."""
-        return self.f * nbytes * self.inv_bw + calls * self.lat
+        """All-gathers or reduce-scatters of `nbytes` in total (the unsharded size), ring only."""
+        calls, per_call = _split(nbytes, calls)
+        wire = self.f * per_call * self.inv_bw
+        return calls * self.reader.call_s(self.curves, wire, per_call, tree=False)
 
     def node_bytes(self, nbytes, factor: float):
         """Bytes one node sends across the network for a collective (0 inside a node);
         factor: 2 for all-reduce, 1 for all-gather / reduce-scatter."""
         return self.spans * (factor * self.f * self.node_scale) * nbytes
+
+
+def _split(nbytes, calls) -> tuple[np.ndarray, np.ndarray]:
+    """(calls, bytes per call): at least one call."""
+    calls = np.maximum(np.asarray(calls, dtype=np.float64), 1.0)
+    return calls, np.asarray(nbytes, dtype=np.float64) / calls
 
 
 def p2p_s(links: Links, nbytes, inter_node) -> np.ndarray:

@@ -34,6 +34,20 @@ def gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:
     return np.where(f8, c - linear_share * (c - 1.0), c)
 
 
+def buckets(layout: Layout, P, gbytes, prof, dp) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """NCCL calls of (the DDP all-reduce, the ZeRO-1/2 reduce-scatter, the ZeRO-1/2 all-gather) per
+    step of a GPU holding `P` parameters and `gbytes` gradient bytes: the stack's own bucket rule
+    (Megatron-Core's max(40M, 1M x dp) parameters, one flat buffer for Megatron-LM's local DDP:
+    planner/grad_buckets.py), else PyTorch DDP's bucket_cap_mb (the profile's ddp_bucket_mib) and
+    DeepSpeed's reduce/allgather_bucket_size (the plan's)."""
+    own = np.asarray(prof["grad_bucket_params"], dtype=np.float64) > 0
+    ddp = np.where(own, grad_buckets.count(P, 1.0, dp, prof),
+                   np.maximum(np.ceil(gbytes / (prof["ddp_bucket_mib"] * 2.0**20)), 1.0))
+    rs = grad_buckets.count(P, layout.reduce_bucket_elems, dp, prof)
+    ag = grad_buckets.count(P, layout.allgather_bucket_elems, dp, prof)
+    return ddp, rs, ag
+
+
 def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
     """Share of a bucketed gradient reduction that no backward is left to hide: the last bucket, which holds
     the input embedding (its gradient is ready when backward ends; DDP fills buckets in reverse
@@ -57,15 +71,14 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     P = params_per_gpu(spec, layout)
     gbytes = P * grad_bytes(layout, prof.get("grad_reduce_bytes"))
     pbytes = P * gather_bytes(spec, layout, prof)
-    nb_r = grad_buckets.count(P, layout.reduce_bucket_elems, dp, prof)  # the stack's own buckets, else the knobs
-    nb_g = grad_buckets.count(P, layout.allgather_bucket_elems, dp, prof)
+    nb_ddp, nb_r, nb_g = buckets(layout, P, gbytes, prof, dp)
     L = np.maximum(np.ceil(spec.n_layers / layout.pp), 1.0)
     is_ = {name: s == code for name, code in SHARD.items()}
 
     # DDP: one bucketed all-reduce at the accumulation boundary, pipelined behind the last backward
     # (Li et al. VLDB 2020; planner/grad_buckets.py).
-    ar = g.allreduce_s(gbytes, nb_r)
-    ddp = grad_buckets.pipelined_s(ar, prof["overlap_ddp"] * bwd_micro, nb_r, _last_bucket_share(spec, layout, nb_r))
+    ar = g.allreduce_s(gbytes, nb_ddp)
+    ddp = grad_buckets.pipelined_s(ar, prof["overlap_ddp"] * bwd_micro, nb_ddp, _last_bucket_share(spec, layout, nb_ddp))
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro

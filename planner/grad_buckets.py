@@ -21,19 +21,17 @@ megatron/core/distributed/distributed_data_parallel.py and distributed_data_para
 its parameter all-gather (`--overlap-param-gather`) uses the same buckets. A stack profile states that rule with
 `grad_bucket_params` > 0 (and `grad_bucket_params_per_rank`); 0 keeps the plan's DeepSpeed-style bucket knobs
 (reduce/allgather_bucket_elems). The dp term keeps each rank's chunk of a ring reduce-scatter, whose latency
-grows as n - 1 steps, the same size. planner/comm.py charges 2 log2(n) steps a call instead, so with the dp term
-more data-parallel GPUs would make the step shorter (fewer calls at nearly the same latency each: the sanity
-sweep's weak-scaling checks fail 45 times, by up to 0.5%); the catalog and the runs' facts keep the 40M floor only
-(per-rank 0) until the latency is a ring's.
+grows as n - 1 steps (planner/comm.py, busbw_curve.py), the same size.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# Megatron-Core's default bucket floor, parameters (megatron/core/distributed/distributed_data_parallel.py,
-# `ddp_config.bucket_size = max(40000000, 1000000 * dp_size)`; the dp term is left out, see above).
+# Megatron-Core's default bucket, parameters (megatron/core/distributed/distributed_data_parallel.py,
+# `ddp_config.bucket_size = max(40000000, 1000000 * dp_size)`).
 MEGATRON_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_RANK = 1_000_000
 
 
 def count(params, plan_bucket_elems, dp, prof) -> np.ndarray:

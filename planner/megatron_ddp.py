@@ -15,7 +15,7 @@ A runs-file row says so with a `ddp_impl` column (local/torch), or in its notes 
 
 The local wrapper all-reduces its contiguous buffer in one call per dtype (one bucket). A row whose notes
 state `--overlap-grad-reduce` ran Megatron-Core's DDP, whose buckets are max(40M, 1M x dp) parameters
-(planner/grad_buckets.py: the 40M floor is applied). Megatron-LM's fp16 gradients are reduced in fp16: fp32
+(planner/grad_buckets.py). Megatron-LM's fp16 gradients are reduced in fp16: fp32
 only with `--fp32-allreduce` ("All-reduce in fp32", store_true, 2019-2020) or
 `--accumulate-allreduce-grads-in-fp32` (2021 on), so a Megatron-LM fp16 row moves 2 bytes a gradient, not the
 4 of PyTorch AMP's fp32 gradients. These are facts of the run, kept whatever stack profile predicts it
@@ -61,7 +61,7 @@ def core_buckets_of(row: dict, notes: list[str]) -> bool:
     """True when the row ran Megatron-Core's overlapped, bucketed DDP (`--overlap-grad-reduce` in its notes)."""
     if not _OVERLAP_GRAD_REDUCE.search(row.get("notes") or ""):
         return False
-    notes.append("Megatron-Core DDP buckets: 40M parameters (--overlap-grad-reduce)")
+    notes.append("Megatron-Core DDP buckets: max(40M, 1M x dp) parameters (--overlap-grad-reduce)")
     return True
 
 
@@ -92,7 +92,7 @@ def with_ddp_overlap(prof: dict, after_backward: bool, core_buckets: bool = Fals
     elif core_buckets:
         shape = np.shape(prof["grad_bucket_params"])
         out["grad_bucket_params"] = np.full(shape, float(grad_buckets.MEGATRON_BUCKET_PARAMS))
-        out["grad_bucket_params_per_rank"] = np.zeros(shape)  # planner/grad_buckets.py: the 40M floor only
+        out["grad_bucket_params_per_rank"] = np.full(shape, float(grad_buckets.MEGATRON_BUCKET_PARAMS_PER_RANK))
     if reduce_bytes:
         out["grad_reduce_bytes"] = np.full(np.shape(prof["grad_bucket_params"]), float(reduce_bytes))
     return out

@@ -91,6 +91,8 @@ def resolve_system(scenario: Scenario, catalog: Catalog | None = None) -> System
         internode_gbps=scenario.internode_gbps or cluster.internode_gbps,
         # a bandwidth given by hand describes another network: the default NCCL efficiency then
         internode_efficiency=None if scenario.internode_gbps else cluster.internode_collective_efficiency,
+        intranode_link=catalog.links[gpu.intranode_link],
+        internode_link=catalog.links[cluster.internode_link],
         unified_memory=cluster.unified_memory,
     )
 

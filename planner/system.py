@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from hardware.links import CollectiveLink
 from hardware.models import GPU
 from planner.scenario import Frozen
 
@@ -23,6 +24,11 @@ class System(Frozen):
     # numbers above in the comm model when present.
     measured_intranode_busbw_gbps: float | None = None
     measured_internode_busbw_gbps: float | None = None
+    # Collective busbw by message size inside a node / between nodes (catalog/links; None: the catalog's
+    # for the GPU's intranode_link and the default network): planner/busbw_curve.py. Not written out
+    # with the system (reports, --json): catalog data, named by the GPU and the cluster.
+    intranode_link: CollectiveLink | None = Field(default=None, exclude=True)
+    internode_link: CollectiveLink | None = Field(default=None, exclude=True)
     # The job runs with CUDA_LAUNCH_BLOCKING=1 (every kernel launch waits for its kernel; the
     # host's per-op time adds to the GPU's: planner/launch_sync.py)
     launch_blocking: bool = False

@@ -51,6 +51,22 @@ def continuous(check: str, rs: list[Result], key: str, label: str, jump: float =
             flag(check, f"{key} jumps {va:.4g} -> {vb:.4g} ({vb / va - 1:+.0%}) with {label}", a, b)
 
 
+def node_continuous(check: str, rs: list[Result], label: str) -> None:
+    """Continuity along the node count of the step less its data-parallel collectives. Doubling the
+    nodes doubles a ring's steps (NCCL src/graph/tuning.cc: ring latency linear in the ranks; all-gather
+    and reduce-scatter have no tree), so a step whose DP/ZeRO/FSDP collectives are latency-bound can
+    lose up to half its speed per doubling (more where the exposure subtracts the hiding compute:
+    tests/planner/test_dp_exposure.py): a steep power law of the node count, not a discontinuity. The
+    collectives' own scaling is tested in tests/planner/test_comm.py (never faster with more nodes, at
+    most the ring's step ratio, (2n - 1) / (n - 1), slower for twice the ranks); here the rest of the
+    step must stay continuous."""
+    for r in rs:
+        if not r.refused:
+            rest = r["step_time_s"] - r["dp_comm_s"]
+            r.perf["tokens_per_s_per_gpu_less_dp"] = r["tokens_per_s_per_gpu"] * r["step_time_s"] / rest
+    continuous(check, rs, "tokens_per_s_per_gpu_less_dp", label)
+
+
 def weak_scaling(check: str, rs: list[Result]) -> None:
     """More data-parallel GPUs at the same work per GPU are never faster per GPU, except for the
     optimizer step, which ZeRO/FSDP shard over dp (it shrinks as 1/dp): the step without it never

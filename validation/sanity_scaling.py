@@ -6,8 +6,8 @@ sequence lengths x GPU counts."""
 from __future__ import annotations
 
 from validation.sanity_plans import catalog, model_columns
-from validation.sanity_record import (COUNTS, GPUS, STACK_LAYOUTS, _ok, continuous, flag, gpt, monotonic, prec, run,
-                                      weak_scaling)
+from validation.sanity_record import (COUNTS, GPUS, STACK_LAYOUTS, _ok, continuous, flag, gpt, monotonic,
+                                      node_continuous, prec, run, weak_scaling)
 
 def check_grad_accum() -> None:
     for gpu in ("a100-80gb", "h100-80gb", "mi250x", "b200"):
@@ -58,8 +58,8 @@ def check_weak_scaling() -> None:
             # DP collectives grows 1.5x from dp 2 to 4 (0 -> 1/2 from dp 1 to 2): a step whose DP
             # traffic outgrows its compute drops up to 33% there (B200 torchtitan 70B tp8 pp8: -24%);
             # the check starts at dp 4, where (n-1)/n grows at most 1.14x per doubling.
-            continuous("node_continuity", [r for r in rs if r.knobs["gpus"] > 8 and dp_of(r, tp, pp) >= 4],
-                       "tokens_per_s_per_gpu", "node count doubled")
+            node_continuous("node_continuity", [r for r in rs if r.knobs["gpus"] > 8 and dp_of(r, tp, pp) >= 4],
+                            "node count doubled")
 
 
 def check_model_size() -> None:
@@ -135,9 +135,8 @@ def check_broad_grid() -> None:
                         # appears, and a ring's (n-1)/n share goes 1/2 -> 3/4 from dp 2 to 4 (1T FSDP
                         # on B200: -25%, all of it in the gathers): real steps, like the NVLink -> NIC
                         # step from 1 to 2 nodes; the check starts at dp 4
-                        continuous("grid_node_continuity", [r for r in rs if r.knobs["gpus"] > 8
-                                                            and r["gpus_dp"] > 2], "tokens_per_s_per_gpu",
-                                   "node count doubled")
+                        node_continuous("grid_node_continuity", [r for r in rs if r.knobs["gpus"] > 8
+                                                                 and r["gpus_dp"] > 2], "node count doubled")
 
 
 def dp_of(r, tp: int, pp: int) -> int:
