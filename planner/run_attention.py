@@ -14,6 +14,11 @@ _STATED = (
                 r"|flash[ -_]?attn[ -_]?triton|flash[ -_]?attention[ -_]?(in|with)[ -_]?triton"), "triton"),
     (re.compile(r"flash[ -_]?attention[ -_]?-?2|flash[ -_]?attn[ -_]?2|flash_attention_2|\bfa-?2\b"), "flash2"),
     (re.compile(r"cudnn[ -_]?(fused[ -_]?)?(attention|attn|sdpa)|attn_impl\W*cudnn"), "cudnn"),
+    # Transformer Engine named (e.g. NeMo's "fp8 (Transformer Engine)"): its DotProductAttention prefers cuDNN's
+    # fused attention on Hopper (transformer_engine/pytorch/attention.py get_attention_backend: "Disabling
+    # FlashAttention to give FusedAttention preference on Hopper+"); off Hopper `cudnn` falls back to the FA2
+    # curve (planner/attention_kernel.curves), so the row keeps its kernel on any stack, `generic` included
+    (re.compile(r"transformer[ -_]?engine"), "cudnn"),
 )
 
 

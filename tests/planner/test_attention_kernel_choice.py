@@ -72,7 +72,7 @@ class _S:
     ("Triton flash attention", "triton"), ("flash_attn_triton kernel", "triton"),
     ("FlashAttention-2", "flash2"), ("flash-attn 2.5.8", "flash2"), ("attn_implementation=flash_attention_2", "flash2"),
     ("FA2", "flash2"), ("cuDNN fused attention (TE)", "cudnn"), ("attn_impl: cudnn", "cudnn"),
-    ("flash attention", "flash"), ("eager attention", "eager"),
+    ("flash attention", "flash"), ("eager attention", "eager"), ("fp8 (Transformer Engine) + bf16", "cudnn"),
     ("Liger Triton RMSNorm kernels", "flash"),  # a Triton kernel that is not attention: the default
 ])
 def test_reader_maps_a_stated_kernel(notes, kernel):
@@ -80,7 +80,7 @@ def test_reader_maps_a_stated_kernel(notes, kernel):
     assert run_columns.attention_of(row, _S("a100-80gb"), []) == kernel
 
 
-def test_dev_data_rows_state_no_kernel_and_keep_the_stack_default():
+def test_dev_data_rows_state_no_kernel_but_transformer_engine_and_keep_the_stack_default():
     # llm-foundry's benchmark rows ran attn_impl='triton' (submit_benchmarks.py default), but the FA2 paper's
     # 1.8x on them worsens leave-one-origin-out CV from 8.1% to 17.4% (validation/worst_rows.md, round 26 K):
     # the reader maps only a kernel a row states
@@ -89,4 +89,25 @@ def test_dev_data_rows_state_no_kernel_and_keep_the_stack_default():
     from planner.runs import load_runs
 
     runs = load_runs(Path("validation/data/published_dev.csv"), load_catalog())
-    assert {r.plan.attention for r in runs} <= {"flash", "eager"}
+    assert {r.plan.attention for r in runs if not r.id.startswith("nemo_perf")} <= {"flash", "eager"}
+    # NeMo's rows name Transformer Engine: cuDNN's kernel, on their own stack as on `generic` (leave-one-stack-out)
+    nemo = [r for r in runs if r.id.startswith("nemo_perf")]
+    assert nemo and {r.plan.attention for r in nemo} == {"cudnn"}
+
+
+def test_a_transformer_engine_row_keeps_cudnn_on_the_generic_profile():
+    from dataclasses import replace
+    from pathlib import Path
+
+    from planner import profile_fit
+    from planner.runs import load_runs
+
+    cat = load_catalog()
+    assert not cat.stacks["generic"].cudnn_attention
+    row = next(r for r in load_runs(Path("validation/data/published_dev.csv"), cat) if r.id == "nemo_perf_011")
+    on_generic = replace(row, plan=row.plan.model_copy(update={"stack": "generic"}))
+    as_flash = replace(on_generic, plan=on_generic.plan.model_copy(update={"attention": "flash"}))
+    i = [p[1] for p in profile_fit.PARAMS].index("raw_attention_s")
+    own, gen, fa2 = (profile_fit._design([r], cat.stacks).A[0, i] for r in (row, on_generic, as_flash))
+    assert gen == pytest.approx(own, rel=1e-9)
+    assert fa2 > 1.4 * gen  # FlashAttention-2's curve on H100: ~1.6x slower than cuDNN's at 8192 (FA3 paper)
