@@ -42,8 +42,10 @@ def _perf(stack, sharding, cluster, gpus, update=None, **plan):
     return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items() if k != "bottleneck"}
 
 
-@XFAIL
-@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES])
+# Round 27: with collectives costed at their message size and the refitted profiles, the dgx-a100 case holds
+# (its DP time sits on the exposure floor at every k); the Jean Zay cases still fail.
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c[0]}-{c[1]}-{c[3]}", marks=() if c[2] == "dgx-a100" else XFAIL)
+                                  for c in CASES])
 def test_more_compute_never_shortens_the_step(case):
     """Slower attention or GEMM kernels, or recompute, add compute: the step never gets shorter, however
     slow the stack's collectives (k = 1 to 3)."""
