@@ -76,6 +76,12 @@ def _load(stamp: tuple[tuple[str, str, int], ...]) -> Catalog:
     for kind, field, scope in (("gpus", "intranode_link", "intranode"), ("clusters", "internode_link", "internode")):
         for eid, entry in (gpus if kind == "gpus" else clusters).items():
             _check_link(tables[kind][eid][0], field, getattr(entry, field), scope, links)
+    for gid, gpu in gpus.items():
+        if gpu.nvls_link is not None:
+            _check_link(tables["gpus"][gid][0], "nvls_link", gpu.nvls_link, "intranode", links)
+            if links[gpu.nvls_link].algorithm != "nvls":
+                raise CatalogError(tables["gpus"][gid][0], "nvls_link",
+                                   f"links/{gpu.nvls_link} is a {links[gpu.nvls_link].algorithm} link, not an nvls one")
     models = {i: ModelTable(path=str(p), data=t) for i, (p, t) in tables["models"].items()}
     stacks = {i: _validate(StackProfile, p, i, t) for i, (p, t) in tables["stacks"].items()}
     recipes = {i: _validate(FP8Recipe, p, i, t) for i, (p, t) in tables["fp8_recipes"].items()}

@@ -29,10 +29,20 @@ class BusbwPoint(_Entry):
     source: str = Field(min_length=1)
 
 
+class NvlsShare(_Entry):
+    """NVLS all-reduce busbw plateau of a group of `ranks` GPUs in one node, as a share of a GPU's line rate."""
+
+    ranks: int = Field(ge=2)
+    share: float = Field(gt=0, le=2, description="busbw / the GPU's intranode line rate")
+    source: str = Field(min_length=1)
+
+
 class CollectiveLink(_Entry):
     id: str
     name: str
     scope: Literal["intranode", "internode"]
+    # "nvls": NVLink SHARP all-reduce inside a node (GPU.nvls_link; planner/nvls.py), read at the wire time
+    algorithm: Literal["ring", "nvls"] = "ring"
     ranks: int = Field(ge=2, description="GPUs of the measured all-reduce")
     nodes: int = Field(ge=1, description="nodes they sat on")
     plateau_busbw_gbytes_per_s: float = Field(gt=0, description="the sweep's busbw at its largest sizes")
@@ -44,7 +54,25 @@ class CollectiveLink(_Entry):
     # step, 2((GPUs per node - 1) x intra + log2(nodes) x inter). Inter-node links only.
     tree_intranode_step_us: float | None = Field(default=None, ge=0, validate_default=True)
     tree_internode_step_us: float | None = Field(default=None, ge=0, validate_default=True)
+    # NVLS only: busbw plateau by group size, as shares of the GPU's line rate; groups smaller than the first
+    # entry run the ring (NVLS measured no faster there), larger than the last read the last.
+    nvls_busbw_share: list[NvlsShare] = Field(default_factory=list, validate_default=True)
     source: str
+
+    @field_validator("nvls_busbw_share")
+    @classmethod
+    def _nvls_table(cls, points: list[NvlsShare], info: ValidationInfo) -> list[NvlsShare]:
+        if info.data.get("algorithm") == "nvls":
+            if info.data.get("scope") != "intranode":
+                raise ValueError("an nvls link is an intranode one (NVLink SHARP reduces in the node's NVSwitch)")
+            if not points:
+                raise ValueError("an nvls link needs its busbw plateau by group size (nvls_busbw_share)")
+        elif points:
+            raise ValueError("only an algorithm = \"nvls\" link has nvls_busbw_share")
+        ranks = [p.ranks for p in points]
+        if any(b <= a for a, b in zip(ranks, ranks[1:])):
+            raise ValueError("ranks must increase from entry to entry")
+        return points
 
     @field_validator("busbw_efficiency")
     @classmethod
@@ -70,4 +98,4 @@ class CollectiveLink(_Entry):
         return value
 
 
-__all__ = ["BusbwPoint", "CollectiveLink"]
+__all__ = ["BusbwPoint", "CollectiveLink", "NvlsShare"]

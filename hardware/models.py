@@ -84,6 +84,9 @@ class GPU(_Entry):
     # Its GPUs' link inside a node: a catalog/links/<id>.toml sweep of collective busbw by message size
     # (hardware/links.py; planner/busbw_curve.py).
     intranode_link: str = Field(default="nvlink", min_length=1)
+    # Its nodes' NVSwitches reduce in the fabric (NVLink SHARP): a catalog/links/<id>.toml with
+    # algorithm = "nvls" (planner/nvls.py); None: all-reduce inside a node runs the ring only.
+    nvls_link: str | None = Field(default=None, min_length=1)
     source: str
 
     def peak_tflops(self, precision: str) -> float:

@@ -5,13 +5,15 @@ Cost of one collective (Thakur et al. 2005; NCCL's busbw convention, nccl-tests 
     reduce-scatter/all-gather:  (n-1)/n * bytes / busbw
 where busbw is the link's plateau times the share NCCL reaches at the call's message size, group
 size and node count (planner/busbw_curve.py: a measured sweep read at the ring's per-step chunk,
-NCCL's tree across nodes for all-reduce). A collective of `calls` calls moving `bytes` in total
+NCCL's tree across nodes for all-reduce; NVLink SHARP inside a node where the GPU's NVSwitches have it,
+planner/nvls.py). A collective of `calls` calls moving `bytes` in total
 costs calls x the time of one call of bytes / calls. The plateau is the intra-node link when the
 group fits in a node; when it spans nodes, each node's NICs are shared by the gpus_per_node / m
 groups running at once (m = members of one group on a node), so the group gets
 internode_bw * m / gpus_per_node, never more than the intra-node link. A measured busbw (`plan
 allreduce-bench --json`, its largest size, 1 GiB by default, where the sweeps are within 3-4% of
-their top) is that plateau, and the sweep's shape still applies below it.
+their top) is that plateau, and the sweep's shape still applies below it; it is what NCCL reached with
+its own choice of algorithm, so NVLS is then not added on top of it.
 
 Rank order is Megatron's: tp innermost, then dp, then pp.
 All functions take numpy arrays (one entry per candidate) and return seconds or bytes.
@@ -25,6 +27,7 @@ import numpy as np
 
 from hardware.catalog import load_catalog
 from hardware.models import Cluster
+from planner import nvls as nvls_model
 from planner.busbw_curve import Curves, Reader
 from planner.settings import Settings
 from planner.system import System
@@ -56,6 +59,8 @@ class Links:
     host_Bps: float  # host<->GPU, per GPU, one direction (achievable: x HOST_LINK_EFFICIENCY)
     # busbw share by message size, inside a node and across nodes (default: the built-in sweeps)
     curves: Curves = field(default_factory=lambda: default_curves())
+    # NVLink SHARP all-reduce inside a node (planner/nvls.py); None: the ring only
+    nvls: nvls_model.Nvls | None = None
 
     @classmethod
     def of(cls, system: System, settings: Settings) -> "Links":
@@ -74,6 +79,7 @@ class Links:
             gpus_per_node=system.gpus_per_node,
             host_Bps=system.host_to_gpu_gbps * HOST_LINK_EFFICIENCY * 1e9 / 8,
             curves=_curves(system),
+            nvls=_nvls(system, k),
         )
 
 
@@ -85,6 +91,14 @@ def _curves(system: System) -> Curves:
         intra = intra or links[system.gpu.intranode_link]
         inter = inter or links[DEFAULT_INTERNODE_LINK]
     return Curves.of(intra, inter)
+
+
+def _nvls(system: System, k: float) -> nvls_model.Nvls | None:
+    """The GPU's NVLS link at its line rate; None without one, or where a measured intra-node busbw
+    (NCCL's own choice on the node, NVLS included) sets the plateau."""
+    if system.gpu.nvls_link is None or system.measured_intranode_busbw_gbps:
+        return None
+    return nvls_model.Nvls.of(load_catalog().links[system.gpu.nvls_link], system.intranode_gbps * k * 1e9 / 8)
 
 
 def default_curves() -> Curves:
@@ -123,6 +137,8 @@ class Group:
     node_scale: np.ndarray  # gpus_per_node / m: groups sharing a node's NICs
     reader: Reader  # busbw share by message size for this group's size, nodes and link
     curves: Curves
+    n: np.ndarray | None = None  # group size (for NVLS)
+    nvls: nvls_model.Nvls | None = None
 
     @classmethod
     def of(cls, links: Links, group, m) -> "Group":
@@ -130,19 +146,29 @@ class Group:
         bw = group_busbw_Bps(links, group, m)
         return cls(f=(n - 1) / n, inv_bw=1.0 / bw, spans=np.asarray(group > m),
                    node_scale=links.gpus_per_node / np.asarray(m, dtype=np.float64),
-                   reader=Reader.of(links.curves, n, m, bw), curves=links.curves)
+                   reader=Reader.of(links.curves, n, m, bw), curves=links.curves, n=n, nvls=links.nvls)
 
     def allreduce_s(self, nbytes, calls=1):
-        """`calls` all-reduces moving `nbytes` in total (0 for a group of one): ring or NCCL's tree."""
+        """`calls` all-reduces moving `nbytes` in total (0 for a group of one): ring, NCCL's tree, or NVLS
+        inside a node, whichever is faster at the call's size (NCCL's tuner, NVIDIA/nccl#457)."""
         calls, per_call = _split(nbytes, calls)
         wire = 2.0 * self.f * per_call * self.inv_bw
-        return calls * self.reader.call_s(self.curves, wire, per_call, tree=True)
+        t = self.reader.call_s(self.curves, wire, per_call, tree=True)
+        if self.nvls is not None:
+            t = np.minimum(t, nvls_model.allreduce_s(self.nvls, self.n, per_call, ~self.spans))
+        return calls * t
 
     def allgather_s(self, nbytes, calls=1):
         """All-gathers or reduce-scatters of `nbytes` in total (the unsharded size), ring only."""
         calls, per_call = _split(nbytes, calls)
         wire = self.f * per_call * self.inv_bw
         return calls * self.reader.call_s(self.curves, wire, per_call, tree=False)
+
+    def tp_exchange_s(self, nbytes, calls, sequence_parallel):
+        """Tensor-parallel exchanges: all-reduces, or with sequence parallelism as many reduce-scatter +
+        all-gather pairs (Korthikanti et al. 2022), ring only (NVLS is slower there, NVIDIA/nccl#1083)."""
+        return np.where(sequence_parallel, self.allgather_s(2.0 * np.asarray(nbytes), 2.0 * np.asarray(calls)),
+                        self.allreduce_s(nbytes, calls))
 
     def node_bytes(self, nbytes, factor: float):
         """Bytes one node sends across the network for a collective (0 inside a node);

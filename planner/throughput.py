@@ -242,7 +242,7 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     calls = layers * parallel_block.tp_calls_per_block(spec, block)
     m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
     act = act * fp8.tp_bytes_factor(layout, prof, block)
-    tp_raw = comm.Group.of(links, layout.tp, m_tp).allreduce_s(calls * act, calls)
+    tp_raw = comm.Group.of(links, layout.tp, m_tp).tp_exchange_s(calls * act, calls, layout.sequence_parallel == 1)
     ov_tp = np.where(layout.async_tp == 1, prof["overlap_async_tp"], prof["overlap_tp"])
     gemm_micro = parts["gemm"] * prof["gemm_time_factor"]
     # overlapped TP collectives beside all GEMMs (TE userbuffers): at most ov_tp of their time is hidden, the

@@ -135,3 +135,46 @@ def test_a_user_sweep_overrides_the_builtin_and_reaches_the_planner(tmp_path: Pa
     g = comm.Group.of(links, np.array(64), np.array(8))
     wire = 63 / 64 * 2**24 * float(g.inv_bw)
     assert float(g.allgather_s(2**24)) == pytest.approx(wire / 0.999, rel=1e-3)
+
+
+def test_the_nvls_link_and_who_names_it() -> None:
+    """NVLS (NVLink SHARP) on NVSwitch-3 GPUs only; its plateau table rises with the group (NVIDIA/nccl#1455)."""
+    cat = load_catalog()
+    nvls = cat.links["nvls"]
+    assert nvls.algorithm == "nvls" and nvls.scope == "intranode"
+    shares = [p.share for p in nvls.nvls_busbw_share]
+    assert shares == sorted(shares) and shares[-1] > 1.0  # 8 GPUs: 480 of 450 GB/s
+    assert all(p.source.strip() for p in nvls.nvls_busbw_share)
+    assert {g for g, v in cat.gpus.items() if v.nvls_link} >= {"h100-80gb", "h200-141gb"}
+    for gid in ("a100-80gb", "v100-32gb", "h100-nvl", "h100-pcie-80gb", "mi300x"):
+        assert cat.gpus[gid].nvls_link is None
+    assert cat.links["nvlink"].algorithm == "ring" and not cat.links["nvlink"].nvls_busbw_share
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("share = 0.9333,", "share = 3.0,", "nvls_busbw_share.0.share"),
+    ("{ ranks = 6,", "{ ranks = 4,", "nvls_busbw_share"),
+    ('algorithm = "nvls"', 'algorithm = "ring"', "nvls_busbw_share"),
+    ('algorithm = "nvls"', 'algorithm = "sharp"', "algorithm"),
+])
+def test_a_malformed_nvls_link_names_its_file_and_field(tmp_path: Path, old: str, new: str, field: str) -> None:
+    text = (BUILTIN / "nvls.toml").read_text()
+    assert old in text
+    path = _write(tmp_path, "links", "nvls", text.replace(old, new, 1))
+    with pytest.raises(CatalogError) as e:
+        load_catalog([tmp_path])
+    assert (e.value.path, e.value.field) == (str(path), field)
+
+
+def test_a_gpu_naming_a_ring_link_as_its_nvls_link(tmp_path: Path) -> None:
+    gpu = read_table(Path(load_catalog().paths["gpus/h100-80gb"]))
+    text = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in gpu.items()
+                   if not isinstance(v, list) and k != "nvls_link")
+    path = _write(tmp_path, "gpus", "h100-80gb", text + 'nvls_link = "nvlink"\n')
+    with pytest.raises(CatalogError) as e:
+        load_catalog([tmp_path])
+    assert (e.value.path, e.value.field) == (str(path), "nvls_link") and "not an nvls one" in e.value.message
+    path.write_text(text + 'nvls_link = "nvls5"\n')
+    with pytest.raises(CatalogError) as e:
+        load_catalog([tmp_path])
+    assert (e.value.path, e.value.field) == (str(path), "nvls_link")
