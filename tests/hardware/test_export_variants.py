@@ -4,6 +4,7 @@ reach them, with the base part's compute and the variant's NVLink."""
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from hardware.catalog import load_catalog
@@ -47,3 +48,14 @@ def test_estimate_takes_the_variants_and_charges_their_slower_nvlink() -> None:
 def test_cli_estimate_accepts_the_variant_ids() -> None:
     r = CliRunner().invoke(app, ["estimate", "--model", "llama2-7b", "--gpu", "h800", "--gpus", "16", "--top", "1"])
     assert r.exit_code == 0, r.output
+
+
+def test_h800_collective_plateau_keeps_the_measured_ratio_to_h100() -> None:
+    """nccl-tests all_reduce busbw on 8 GPUs: H800 215 GB/s (NVIDIA/nccl #1374) vs 480.7 GB/s on the H200 sweep
+    (catalog/links/nvlink.toml, same NVLink 4 / NVSwitch generation): the planner's plateaus keep that ratio."""
+    from planner.comm import INTRANODE_LINK_EFFICIENCY
+
+    cat = load_catalog()
+    h800, h100 = (cat.gpu(g) for g in ("h800", "h100-80gb"))
+    plateau = [g.intranode_gbps * (g.intranode_collective_efficiency or INTRANODE_LINK_EFFICIENCY) for g in (h800, h100)]
+    assert plateau[0] / plateau[1] == pytest.approx(215.0 / cat.links["nvlink"].plateau_busbw_gbytes_per_s, rel=0.05)
