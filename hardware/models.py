@@ -87,7 +87,18 @@ class GPU(_Entry):
     # Its nodes' NVSwitches reduce in the fabric (NVLink SHARP): a catalog/links/<id>.toml with
     # algorithm = "nvls" (planner/nvls.py); None: all-reduce inside a node runs the ring only.
     nvls_link: str | None = Field(default=None, min_length=1)
+    # Fused attention kernels the GPU can run (planner/scenario.py Attention: flash, flash2, cudnn, triton,
+    # eager). Unset: all of them. V100 (sm70) has no FlashAttention-2 and no cuDNN fused flash attention.
+    attention_kernels: list[str] | None = Field(default=None, min_length=1)
     source: str
+
+    @field_validator("attention_kernels")
+    @classmethod
+    def _known_kernels(cls, v: list[str] | None) -> list[str] | None:
+        known = ("flash", "flash2", "cudnn", "triton", "eager")
+        if v is not None and (bad := [x for x in v if x not in known]):
+            raise ValueError(f"unknown attention kernels {bad} (known: {', '.join(known)})")
+        return v
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for a training precision (bf16/fp16 mixed use the 16-bit tensor cores)."""

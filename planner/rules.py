@@ -24,7 +24,7 @@ import numpy as np
 
 from planner import context_parallel, stage_split
 from planner.errors import PlanError
-from planner.layout import _BOOLEAN, _CATEGORICAL, CKPT, OFFLOAD, PREC, SHARD, Layout
+from planner.layout import _BOOLEAN, _CATEGORICAL, ATTN, CKPT, OFFLOAD, PREC, SHARD, Layout
 from planner import moe_parallel, ssm_time, zeropp_rules
 from planner.stacks import unsupported
 
@@ -81,6 +81,11 @@ _SPLIT = ("pp", "first_stage_layers", "last_stage_layers", "embedding_in_split",
 
 def _split(k: Knobs) -> tuple:
     return tuple(getattr(k, name) for name in _SPLIT)
+
+
+def _barred_kernels(gpu) -> list[int]:
+    """Codes of the attention kernels the GPU's catalog entry does not list (none barred if it lists none)."""
+    return [code for name, code in ATTN.items() if gpu.attention_kernels and name not in gpu.attention_kernels]
 
 
 def _zero12(s):
@@ -168,6 +173,10 @@ RULES: tuple[Rule, ...] = (
     Rule("bf16_gpu", "the GPU has no bf16", "precision", ("precision", "system"),
          lambda k: ((k.precision == PREC["bf16"]) | (k.precision == PREC["bf16_pure"])) & (not k.system.gpu.bf16_tflops),
          lambda k: f"{k.system.gpu.id} has no bf16 support (allowed: fp16, fp32)"),
+    Rule("attention_gpu", "the GPU cannot run this attention kernel", "attention", ("attention", "system"),
+         lambda k: np.isin(k.attention, _barred_kernels(k.system.gpu)),
+         lambda k: f"{k.system.gpu.id} cannot run this attention kernel (allowed: "
+                   f"{', '.join(k.system.gpu.attention_kernels or ATTN)})"),
     Rule("batch_divisible", "global_batch not divisible by micro_batch x dp", "global_batch",
          ("micro_batch", "grad_accum", "dp", "global_batch"),
          lambda k: (k.global_batch is not None) & (_batch(k) != (k.global_batch or 0)),

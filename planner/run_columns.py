@@ -226,6 +226,10 @@ def attention_of(row, system, notes) -> str:
     if re.search(r"eager|no flash|without flash", text):
         return "eager"
     named = run_attention.stated(f"{text} {row.get('framework') or ''}".lower())
+    allowed = system.gpu.attention_kernels
+    if named and allowed and named not in allowed:  # e.g. FlashAttention-2 / cuDNN named on a V100 (sm70)
+        notes.append(f"attention {named} does not run on {system.gpu.id}: the stack's fused kernel (flash)")
+        return "flash"
     if named:
         return named
     if "flash" in text:

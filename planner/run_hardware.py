@@ -30,6 +30,9 @@ ALLOWED = ("V100 (16/32 GB, SXM/PCIe), A100/A800 (40/64/80 GB, SXM/PCIe), H100/H
 # export-control variants: the same silicon with NVLink cut to 400 GB/s in total, i.e. 1600 Gbps per
 # direction (NVIDIA A800 and H800 product briefs) -> (part it reads as, NVLink Gbps per direction)
 _VARIANTS = {"H800": ("H100", 1600.0), "A800": ("A100", 1600.0)}
+# variants with a catalog entry of their own (catalog/gpus/h800.toml, a800-80gb.toml): part key -> (GPU id,
+# part key); the others (PCIe cards, A800 40 GB) keep the base part with the NVLink above
+_OWN_ENTRY = {"H800": ("h100", "h800"), "A800": ("a100-80", "a800-80gb")}
 # reference cluster per part key when the row names no machine
 _DEFAULT_CLUSTER = {
     "v100-16": "dgx-v100", "v100-32": "dgx-v100", "a100-40": "dgx-a100-40gb", "a100-80": "dgx-a100",
@@ -37,7 +40,7 @@ _DEFAULT_CLUSTER = {
     "gh200-96": "jupiter-booster", "gh200-144": "jupiter-booster", "h200": "dgx-h200", "b200": "dgx-b200",
     "gb200": "gb200-nvl72", "l40s": "dgx-a100", "mi250x": "adastra-mi250x", "mi300x": "mi300x-8",
     "mi300a": "el-capitan", "mi325x": "mi325x-8", "b300": "dgx-b300", "gb300": "gb300-nvl72", "mi355x": "mi355x-8",
-    "mi350x": "mi350x-8",
+    "mi350x": "mi350x-8", "h800": "hgx-h800", "a800-80gb": "hgx-a800",
 }
 # parts without a reference node of their own: whose node stands in, said in the row's notes
 _STAND_IN = {"h100-nvl": "PCIe gen5 host link", "l40s": "PCIe gen4 host link"}
@@ -147,6 +150,11 @@ def resolve(gpu_type: str, machine_text: str, gpu_ids: set[str]) -> RowHardware:
         gpu, key = _part(family, text, mem, notes)
         if mem is None and family in ("v100", "a100", "gh200"):
             notes.append(f"{family.upper()} memory not stated: {key.split('-')[1]} GB")
+    own = next((_OWN_ENTRY[v] for v in _OWN_ENTRY if v in text and "PCIE" not in text), None)
+    if own is not None and own[0] == key and own[1] in gpu_ids:  # the variant's own entry: its NVLink is in it
+        gpu = key = own[1]
+        nvlink = None
+        notes = [n for n in notes if "read as" not in n]
     if gpu not in gpu_ids:
         raise UnknownGpu(f"{raw} (catalog GPU {gpu} missing)")
     cluster = next((m.clusters[key] for m in machines if key in m.clusters), None)

@@ -15,17 +15,17 @@ GPU_IDS = {
     "v100-16gb", "v100-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "a100-40gb", "a100-80gb",
     "a100-pcie-40gb", "a100-pcie-80gb", "h100-80gb", "h100-pcie-80gb", "h100-96gb", "h200-141gb",
     "b200", "gb200", "mi250x", "mi300x", "mi325x", "gh200-96gb", "gh200-144gb", "a100-64gb", "h100-nvl", "l40s",
-    "mi300a", "b300", "gb300", "mi355x", "mi350x",
+    "mi300a", "b300", "gb300", "mi355x", "mi350x", "a800-80gb", "h800",
 }
 CLUSTER_IDS = {
     "dgx-v100", "dgx2-v100", "dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "hgx-h200",
     "dgx-b200", "gb200-nvl72", "grand-teton-h100-96gb", "jean-zay-v100-16gb", "jean-zay-v100-32gb",
     "jean-zay-a100", "adastra-mi250x", "lumi-g", "frontier", "mi300x-8", "mi325x-8", "perlmutter", "polaris",
     "juwels-booster", "leonardo-booster", "summit", "alps", "jupiter-booster", "eos", "selene", "el-capitan",
-    "dgx-b300", "gb300-nvl72", "mi355x-8", "mi350x-8",
+    "dgx-b300", "gb300-nvl72", "mi355x-8", "mi350x-8", "hgx-a800", "hgx-h800",
 }
 NO_FP8 = {"v100-16gb", "v100-32gb", "v100-pcie-16gb", "v100-pcie-32gb", "a100-40gb", "a100-80gb",
-          "a100-pcie-40gb", "a100-pcie-80gb", "mi250x", "a100-64gb"}
+          "a100-pcie-40gb", "a100-pcie-80gb", "mi250x", "a100-64gb", "a800-80gb"}
 CLUSTER = ('name = "c"\ngpu = "h100-80gb"\ngpus_per_node = 4\nhost_ram_gib = 1\nhost_to_gpu_gbps = 1\n'
            'internode_gbps = 1\nsource = "t"\n')
 

@@ -25,7 +25,10 @@ IDS = set(load_catalog().gpus)
     ("H100-80GB (DGX-H100)", "", "h100-80gb", "dgx-h100"),
     ("H100 SXM5", "", "h100-80gb", "dgx-h100"),
     ("H100-96GB-HBM2e (500W)", "", "h100-96gb", "grand-teton-h100-96gb"),
-    ("H800", "", "h100-80gb", "dgx-h100"),
+    ("H800", "", "h800", "hgx-h800"),
+    ("H800 SXM5", "", "h800", "hgx-h800"),
+    ("A800-80GB", "", "a800-80gb", "hgx-a800"),
+    ("NVIDIA A800-SXM4-80GB", "", "a800-80gb", "hgx-a800"),
     ("H200", "", "h200-141gb", "dgx-h200"),
     ("B200", "", "b200", "dgx-b200"),
     ("AMD Instinct MI250X", "", "mi250x", "adastra-mi250x"),
@@ -62,8 +65,16 @@ def test_a_bare_a100_is_not_taken_for_the_slow_omnipath_cluster():
 
 
 def test_export_variants_keep_the_gpu_but_not_its_nvlink():
+    """A800 / H800 SXM: their own catalog entries (NVLink 1600 Gbps per direction in the entry); the
+    variants without one (PCIe cards, A800 40 GB) read as the base part with the NVLink cut."""
+    cat = load_catalog()
     hw = resolve("8x A800-SXM4-80GB", "", IDS)
-    assert hw.gpu_id == "a100-80gb" and hw.intranode_gbps == 1600.0 and "A800" in hw.notes[0]
+    assert (hw.gpu_id, hw.intranode_gbps) == ("a800-80gb", None)
+    assert cat.gpu("a800-80gb").intranode_gbps == cat.gpu("h800").intranode_gbps == 1600.0
+    pcie = resolve("H800 PCIe", "", IDS)
+    assert pcie.gpu_id == "h100-pcie-80gb" and pcie.intranode_gbps == 1600.0 and "H800" in pcie.notes[0]
+    forty = resolve("A800 40GB", "", IDS)
+    assert forty.gpu_id == "a100-40gb" and forty.intranode_gbps == 1600.0
     assert resolve("A100-SXM4-80GB", "", IDS).intranode_gbps is None
 
 

@@ -268,7 +268,7 @@ def test_offload_spellings(sharding, offload, expected):
     ("A100-SXM4-40GB", "a100-40gb", "dgx-a100-40gb"), ("A100 40G", "a100-40gb", "dgx-a100-40gb"),
     ("A100 (80GB)", "a100-80gb", "dgx-a100"), ("NVIDIA A100-SXM4-80GB", "a100-80gb", "dgx-a100"),
     ("H100 SXM5", "h100-80gb", "dgx-h100"), ("H100-SXM", "h100-80gb", "dgx-h100"), ("H100 80GB HBM3", "h100-80gb", "dgx-h100"),
-    ("H800", "h100-80gb", "dgx-h100"), ("H200 SXM", "h200-141gb", "dgx-h200"), ("H200 141GB", "h200-141gb", "dgx-h200"),
+    ("H800", "h800", "hgx-h800"), ("H200 SXM", "h200-141gb", "dgx-h200"), ("H200 141GB", "h200-141gb", "dgx-h200"),
     ("GH200", "gh200-96gb", "jupiter-booster"), ("MI250X GCD", "mi250x", "adastra-mi250x"), ("MI300X", "mi300x", "mi300x-8"),
     ("V100-SXM3-32GB", "v100-32gb", "dgx-v100"), ("Tesla V100 32GB", "v100-32gb", "dgx-v100"),
     ("V100-SXM2-16GB", "v100-16gb", "dgx-v100"),
