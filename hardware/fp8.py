@@ -41,6 +41,9 @@ class FP8Recipe(BaseModel):
         "writing fp8 (the inputs of qkv, up and down, the output gradient of up); None: no such fused kernels")
     tp_fp8_grad_allgather: bool = Field(
         default=False, description="the backward TP all-gather of a row-parallel linear's output gradient carries fp8")
+    saved_input_bytes: float | None = Field(
+        default=None, gt=0, description="bytes per element a linear keeps of its input for backward (TE: its fp8 "
+        "cast, 1); None: the 16-bit input (planner/fp8_saved.py)")
     source: str
 
 

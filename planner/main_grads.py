@@ -24,3 +24,15 @@ def buffer_on(layout: Layout, main_fp32) -> np.ndarray:
     bf16 = (layout.precision == PREC["bf16"]) | (layout.precision == PREC["fp8"])
     ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
     return (np.asarray(main_fp32) > 0) & bf16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
+
+
+def core_bucket_views(layout: Layout, core_buckets) -> np.ndarray:
+    """The plans whose DDP buckets are views of one contiguous gradient buffer in any dtype: a stack
+    with Megatron-Core's own buckets (`core_buckets`: its profile's grad_bucket_params > 0) under DDP
+    or the distributed optimizer. megatron/core/distributed/param_and_grad_buffer.py allocates the
+    stage's gradients as one `grad_data` tensor (grad_dtype: fp32 or, grad_reduce_in_fp32 off, the
+    param dtype) and each bucket's grads are a view into it, reduce-scattered in place; with the
+    distributed optimizer the all-gathered params land in the contiguous `param_data` buffer the model
+    uses. No staging buffers, unlike DeepSpeed's overlap_comm (4.5 x bucket sizes) or torch DDP."""
+    ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
+    return (np.asarray(core_buckets) > 0) & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])

@@ -336,7 +336,7 @@ def transient_bytes(spec: ModelSpec, layout: Layout, grad_bytes_per_logit=4.0) -
 
 # ---------------------------------------------------------------------------------------
 # buffers, overhead, total
-def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False) -> np.ndarray:
+def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False, core_buckets=0.0) -> np.ndarray:
     """Communication buffers.
 
     - DDP: gradient buckets are views of the grads (gradient_as_bucket_view); 2 x 25 MiB
@@ -346,7 +346,8 @@ def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False) -> np.nd
     - ZeRO-3: reduce bucket (2 B x 2 for double buffering) + prefetch bucket (2 B).
     - FSDP: one unit's fp32 reduce-scatter output is counted in grads; 2 x unit staging.
     - none where the stack's fp32 main-gradient buffer is the bucket store (`main_fp32`,
-      planner/main_grads.py: its buckets are views of it, reduce-scattered in place).
+      planner/main_grads.py: its buckets are views of it, reduce-scattered in place), nor where the
+      stack is Megatron-Core's DDP in any gradient dtype (`core_buckets`: main_grads.core_bucket_views).
     """
     s = layout.sharding
     ddp = np.full(np.shape(s), 2 * 25 * 2**20, dtype=np.float64)
@@ -358,13 +359,14 @@ def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False) -> np.nd
         [ddp, zero12, zero3],
         default=fsdp,
     ).astype(np.float64)
-    return np.where(main_grads.buffer_on(layout, main_fp32), 0.0, out)
+    views = main_grads.buffer_on(layout, main_fp32) | main_grads.core_bucket_views(layout, core_buckets)
+    return np.where(views, 0.0, out)
 
 
 def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
     """Every memory term for every plan in `layout` (bytes), plus totals and capacities. A mixture-of-
     experts model: the terms of its active view plus its experts' (planner/moe_memory.py)."""
-    from planner import memory_savings as ms, moe, moe_memory, zeropp  # ms: DeepSeek-V3's options
+    from planner import fp8_saved, memory_savings as ms, moe, moe_memory, zeropp  # ms: DeepSeek-V3's options
 
     moe_spec, spec = spec, moe.dense_view(spec)
     shape = np.shape(layout.tp)
@@ -389,8 +391,9 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
                                               prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"],
-                                              ms.block_bytes_saved(spec, layout, settings)),
-        "comm_buffers_bytes": comm_buffer_bytes(spec, layout, prof["main_grads_fp32"])
+                                              ms.block_bytes_saved(spec, layout, settings)
+                                              + fp8_saved.block_bytes_less(spec, layout, settings, moe_spec is spec)),
+        "comm_buffers_bytes": comm_buffer_bytes(spec, layout, prof["main_grads_fp32"], prof["grad_bucket_params"])
         + cp_buffer_bytes(spec, layout, system.gpus_per_node)
         + zeropp.buffer_bytes(layout),
         "runtime_bytes": np.full(shape, settings.runtime_overhead_gib * GIB),

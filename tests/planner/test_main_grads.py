@@ -37,13 +37,16 @@ def test_megatron_bytes_per_parameter_follow_its_table(dp):
 
 
 def test_deepspeed_zero1_keeps_its_own_rule():
-    """DeepSpeed ZeRO-1 (its estimator: 2P 16-bit grads + the 4P/N fp32 partition): 4 + 16/d; so does the
-    catalog's megatron profile (main_grads_fp32 off), and its bucket buffers stay counted."""
-    assert _states_per_param("megatron_deepspeed", "zero1", "bf16", 8)[0] == pytest.approx(4 + 16 / 8)
+    """DeepSpeed ZeRO-1 (its estimator: 2P 16-bit grads + the 4P/N fp32 partition): 4 + 16/d, with its
+    overlap_comm bucket buffers; the catalog's megatron profile (main_grads_fp32 off: bf16 grads) has the
+    same states, but its buckets are views of Megatron-Core's contiguous grad buffer (no buffers)."""
+    ds_per_param, ds_mem, _ = _states_per_param("megatron_deepspeed", "zero1", "bf16", 8)
+    assert ds_per_param == pytest.approx(4 + 16 / 8)
     with_buffer = _states_per_param("megatron", "zero1", "bf16", 8)[1]
     per_param, catalog_mem, _ = _states_per_param("megatron", "zero1", "bf16", 8, Settings(stacks=_STACKS))
     assert per_param == pytest.approx(4 + 16 / 8)
-    assert float(catalog_mem["comm_buffers_bytes"][0]) > 0.0 == float(with_buffer["comm_buffers_bytes"][0])
+    assert float(ds_mem["comm_buffers_bytes"][0]) > 0.0
+    assert float(catalog_mem["comm_buffers_bytes"][0]) == 0.0 == float(with_buffer["comm_buffers_bytes"][0])
 
 
 def test_the_buffer_is_resident_not_step_only():
