@@ -78,6 +78,14 @@ class StackProfile(BaseModel):
     # 1024-token micro batch at grad_accum 64-256 (shared/seeds/003: 258 vs 147 days per 100B tokens).
     step_overhead_s: float = Field(default=0.0, ge=0, description="per optimizer step")
     # --- overlap of collectives with the compute they can hide behind (fractions) ------
+    # One physical quantity: the share of the compute beside a collective that hides it. A concurrent NCCL
+    # collective slows the compute beside it 18.9% on average (40% at most; GPT/Llama layers on A100/H100/
+    # MI250/MI210, Lee et al. 2025, arXiv 2507.03114), so C seconds of collective beside T >= C of compute end
+    # C x 0.189/1.189 after it: max(C - o T, 0) gives the same at the balance C = T with o = 1/1.189 = 0.84.
+    # `generic` (a framework without data) takes 0.84 for every bucketed/prefetched data-parallel collective
+    # (DDP, ZeRO-1/2 reduce-scatter and parameter all-gather, FSDP); stacks with data keep their own values.
+    # Leave-one-stack-out, megatron held out: 0.8-0.9 -> 0.84 moves its MAPE 0.1 point, all of them at 1.0
+    # only 0.3: the overlap priors do not decide it (validation/worst_rows.md, round 28).
     overlap_ddp: float = Field(default=0.90, ge=0, le=1)
     overlap_zero12: float = Field(default=0.80, ge=0, le=1)
     # ZeRO-1's gradient reduction at the accumulation boundary. DeepSpeed (HF + DeepSpeed,

@@ -22,9 +22,21 @@ _STATED = (
 )
 
 
+# Megatron-Core's training script runs Transformer Engine unless `--transformer-impl local` is given:
+# `group.add_argument('--transformer-impl', default='transformer_engine', choices=['local', 'transformer_engine'])`
+# (megatron/training/arguments.py of core_v0.7.0, as traced in github.com/shifang99/Megatron-LM_core_v0.7.0_trace);
+# a framework cell "Megatron-Core r0.7" or later names TE as plainly as "fp8 (Transformer Engine)" does
+TE_DEFAULT_FROM = (0, 7)
+_CORE_VERSION = re.compile(r"megatron[- _]?core\s*(?:r|v|core_r|core_v)?(\d+)\.(\d+)")
+_LOCAL_IMPL = re.compile(r"transformer[-_]impl\W*local")
+
+
 def stated(text: str) -> str | None:
     """The kernel the (lower-cased) text names, None if none."""
     for pattern, kernel in _STATED:
         if pattern.search(text):
             return kernel
+    m = _CORE_VERSION.search(text)
+    if m and (int(m.group(1)), int(m.group(2))) >= TE_DEFAULT_FROM and not _LOCAL_IMPL.search(text):
+        return "cudnn"  # Transformer Engine by default (above): its cuDNN fused attention on Hopper
     return None

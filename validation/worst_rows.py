@@ -10,6 +10,7 @@ of several origins points at a physical cause rather than one team's setup. Note
 
     python -m validation.worst_rows                 # leave-one-origin-out and leave-one-stack-out, 25 rows each
     python -m validation.worst_rows --rows 40 --json out.json
+    python -m validation.worst_rows --split megatron   # a stack's rows: held out on `generic` vs its own fit
 """
 
 from __future__ import annotations
@@ -133,6 +134,30 @@ def correlations(rows: list[Row]) -> None:
           + ", ".join(f"{k} {_spearman(np.asarray(v, dtype=float), err):+.2f}" for k, v in feats.items() if np.std(v) > 0))
 
 
+def split(runs: list[Run], priors: dict[str, StackProfile], stack: str) -> None:
+    """Each published row of `stack`: its predicted step split into parts (x the measured step) on `generic`
+    fitted without the stack (leave-one-stack-out) and on the stack's own profile fitted on every row, and
+    the mean difference per part: which of the pooled terms decides the held-out error."""
+    scored = [r for r in runs if r.scored and r.layout_stated]
+    gen = profile_fit.fit([r for r in scored if r.plan.stack != stack], priors)
+    own = profile_fit.fit(scored, priors)
+    print(f"factors: generic fitted without {stack} | {stack} fitted on all rows")
+    for name, *_ in profile_fit.PARAMS:
+        print(f"  {name:24} {getattr(gen[profile_fit.GENERIC], name):9.4g} | {getattr(own[stack], name):9.4g}")
+    test = [r for r in scored if r.plan.stack == stack and not fit_weights.is_seed(r)]
+    diff = dict.fromkeys(PARTS, 0.0)
+    print(f"  {'id':24} {'generic':>7} {'own':>6}  parts on generic - parts on own (x measured step)")
+    for r in test:
+        measured = r.plan.global_batch * r.plan.seq_len / (r.measured_tokens_per_s_per_gpu * r.plan.gpus)
+        moved = replace(r, plan=r.plan.model_copy(update={"stack": profile_fit.GENERIC}))
+        (sg, shg, _), (so, sho, _) = breakdown(moved, gen), breakdown(r, own)
+        d = {k: (shg[k] * sg - sho[k] * so) / measured for k in PARTS}
+        diff = {k: diff[k] + d[k] / len(test) for k in PARTS}
+        print(f"  {r.id[:24]:24} {100 * (measured / sg - 1):+6.1f}% {100 * (measured / so - 1):+5.1f}%  "
+              + " ".join(f"{k} {v:+.2f}" for k, v in d.items() if abs(v) >= 0.005))
+    print("  mean: " + " ".join(f"{k} {v:+.3f}" for k, v in diff.items() if abs(v) >= 0.0005))
+
+
 def main(argv=None) -> int:
     from hardware.catalog import load_catalog
     from validation.fit_profiles import load_all
@@ -140,8 +165,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=25)
     ap.add_argument("--json", type=Path, help="write id -> {looo, lost, shares} here")
+    ap.add_argument("--split", metavar="STACK", help="only the split of STACK's rows: generic (held out) vs own")
     args = ap.parse_args(argv)
     runs, priors = load_all(), load_catalog().stacks
+    if args.split:
+        split(runs, priors, args.split)
+        return 0
     looo = held_out(runs, priors, fit_weights.origin)
     table(looo, args.rows, "Leave-one-ORIGIN-out")
     correlations(looo)

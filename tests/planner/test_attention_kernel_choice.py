@@ -89,10 +89,23 @@ def test_dev_data_rows_state_no_kernel_but_transformer_engine_and_keep_the_stack
     from planner.runs import load_runs
 
     runs = load_runs(Path("validation/data/published_dev.csv"), load_catalog())
-    assert {r.plan.attention for r in runs if not r.id.startswith("nemo_perf")} <= {"flash", "eager"}
-    # NeMo's rows name Transformer Engine: cuDNN's kernel, on their own stack as on `generic` (leave-one-stack-out)
-    nemo = [r for r in runs if r.id.startswith("nemo_perf")]
-    assert nemo and {r.plan.attention for r in nemo} == {"cudnn"}
+    te = ("nemo_perf", "megatron_core_h100")
+    assert {r.plan.attention for r in runs if not r.id.startswith(te)} <= {"flash", "eager"}
+    # NeMo's rows name Transformer Engine, Megatron-Core r0.8.0's run it by default (--transformer-impl):
+    # cuDNN's kernel, on their own stack as on `generic` (leave-one-stack-out)
+    for prefix in te:
+        rows = [r for r in runs if r.id.startswith(prefix)]
+        assert rows and {r.plan.attention for r in rows} == {"cudnn"}, prefix
+
+
+@pytest.mark.parametrize("framework, notes, kernel", [
+    ("Megatron-Core r0.8.0", "", "cudnn"), ("Megatron-Core v0.7", "", "cudnn"), ("megatron-core r0.10.0", "", "cudnn"),
+    ("Megatron-Core r0.5.0", "", "flash"),  # before the verified default: the stack's own kernel
+    ("Megatron-Core r0.8.0", "--transformer-impl local", "flash"), ("Megatron-LM", "", "flash"),
+])
+def test_megatron_core_runs_transformer_engine_by_default(framework, notes, kernel):
+    row = {"id": "x", "source": "README, 2024", "notes": notes, "framework": framework}
+    assert run_columns.attention_of(row, _S("h100-80gb"), []) == kernel
 
 
 def test_a_transformer_engine_row_keeps_cudnn_on_the_generic_profile():
