@@ -5,13 +5,14 @@ import pytest
 
 from planner.runs import load_runs
 
+import spelling_check as sc
 import unseen_spellings as us
 
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     path = tmp_path_factory.mktemp("unseen") / "unseen.csv"
-    ids = [rid for rid, _ in us.write(path)]
+    ids = [rid for rid, _ in sc.write(path)]
     missed: list = []
     runs = {r.id: r for r in load_runs(path, None, missed)}
     return ids, runs, {m.id: m for m in missed}
@@ -20,7 +21,7 @@ def loaded(tmp_path_factory):
 @pytest.mark.parametrize("index", range(len(us.CASES)), ids=[f"{c.column}={c.cell!r}" for c in us.CASES])
 def test_spelling_reads_as_named(loaded, index):
     ids, runs, missed = loaded
-    failure = us.check(us.CASES[index], ids[index], runs, missed)
+    failure = sc.check(us.CASES[index], ids[index], runs, missed)
     assert failure is None, failure
 
 
@@ -39,7 +40,7 @@ def test_garbage_cells_are_read_or_not_predicted_never_a_crash(tmp_path):
     from planner.validate import validate
 
     path = tmp_path / "garbage.csv"
-    n = us.write_garbage(path)
+    n = sc.write_garbage(path)
     missed: list = []
     report = validate(load_runs(path, None, missed), None, missed)
     assert len(report.runs) + len(report.not_predicted) == n
@@ -54,7 +55,7 @@ def test_spreadsheet_exports_read_like_the_plain_file(tmp_path, encoding, delimi
 
     cases = [c for c in us.CASES[:40] if not isinstance(c.expected, us.Refused)]
     plain = tmp_path / "plain.csv"
-    us.write(plain, cases)
+    sc.write(plain, cases)
     rows = list(csv.DictReader(open(plain, encoding="utf-8")))
     other = tmp_path / "other.csv"
     with open(other, "w", newline="", encoding=encoding) as f:
