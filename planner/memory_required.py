@@ -30,6 +30,17 @@ from planner.model import ModelSpec
 from planner.system import System
 
 
+# The memory model's error: MAPE of its prediction against the 49 measured peaks of
+# validation/data/published_dev.csv (`plan validate validation/data/published_dev.csv`, round 28: 6.9%).
+MEMORY_ERROR_PCT = 6.9
+
+
+def is_tight(need_bytes, capacity_bytes, error_pct: float = MEMORY_ERROR_PCT) -> np.ndarray:
+    """Plans that fit by less than the memory model's error: what must fit, grown by that error, exceeds
+    the capacity (a coin toss whether they run)."""
+    return np.asarray(need_bytes) * (1 + error_pct / 100) > np.asarray(capacity_bytes)
+
+
 def step_only_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=False) -> tuple[np.ndarray, np.ndarray]:
     """(the fp32 gradient partition `memory.grads_bytes` counts, the step's own peak with the
     flattened 16-bit partition it is cast from); 0 where the fp32 copy lives on the host (offload)
