@@ -163,6 +163,20 @@ class StackProfile(BaseModel):
     eager_softmax_fp32: bool = Field(
         default=False, description="eager attention's softmax runs in fp32 and keeps its fp32 output next to the "
                                    "16-bit probabilities (Hugging Face: F.softmax(..., dtype=torch.float32).to(dtype))")
+    # SwiGLU MLP tensors (s*b*ffn/t each) a block keeps for backward. Autograd on
+    # down(silu(gate(x)) * up(x)) keeps 4: silu's input (gate's output), the mul's two operands (silu's
+    # output, up's output) and down's input (the product): Hugging Face LlamaMLP, torchtitan FeedForward
+    # `w2(F.silu(w1(x)) * w3(x))`, llm-foundry MPTGLU, Megatron-DeepSpeed's swiglu (`F.silu(x[0]) * x[1]` on
+    # chunks of one fc1 output) and the bundled trainer. Megatron-Core's fused kernel keeps 3: SwiGLUFunction
+    # saves only its input, the fc1 output [gate; up] (2), recomputing silu in backward, and linear_fc2 its
+    # output (1) (megatron/core/fusions/fused_bias_swiglu.py, `ctx.save_for_backward(input)`; used by
+    # transformer/mlp.py when config.bias_activation_fusion, which Megatron-LM's `--no-bias-swiglu-fusion`
+    # (store_false, "available only when using megatron-core") leaves on, as NeMo 24.07's launcher configs
+    # do: base_configs/llama3_8b.yaml `activation: fast-swiglu`, `bias_activation_fusion: true`).
+    swiglu_saved_sbf: float = Field(
+        default=4.0, ge=2, le=4,
+        description="SwiGLU MLP tensors (s*b*ffn) a block keeps for backward (4: autograd on silu(gate)*up; "
+                    "3: Megatron-Core's fused bias_swiglu keeps only its input)")
     pipeline_outputs_kept: float = Field(
         default=0.0, ge=0, le=4,
         description="stage outputs (s*b*h) the pipeline engine keeps per micro batch in flight until its backward "

@@ -77,6 +77,8 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
                     force_terminal=console.is_terminal).print(table, crop=False)
         else:
             console.print(table)
+        for line in _memory_notes(fitting):
+            console.print(line, highlight=False)
     else:
         console.print("[bold red]No configuration fits.[/] Closest misses:")
         for e in report.results[:5]:
@@ -91,7 +93,7 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
 
 # The layout wraps (at its spaces) when the terminal is narrow; every other column keeps its full width.
 TEXT_COLUMNS = {"layout"}
-NUMERIC_COLUMNS = {"#", "mb x ga", "GiB/GPU", "tokens/s", "MFU", "days", "mb", "ga", "batch", "w/g/opt/act",
+NUMERIC_COLUMNS = {"#", "mb x ga", "GiB/GPU", "reserved", "tokens/s", "MFU", "days", "mb", "ga", "batch", "w/g/opt/act",
                    "host GiB/node", "TFLOPs/GPU", "step s", "cost"}
 _SHORT = {"none": "-", "fsdp_full_shard": "fsdp-full", "fsdp_shard_grad_op": "fsdp-grad-op",
           "fsdp_hybrid": "fsdp-hybrid", "optimizer": "opt", "optimizer+params": "opt+params", "selective": "sel"}
@@ -127,6 +129,25 @@ def _speed(perf) -> str:
     return f"{perf.tokens_per_s:,.0f}{band}"
 
 
+def _must_fit(m, capacity: str) -> str:
+    """What must fit (planner/memory_required.py; the reserved peak where it is not known) of the capacity,
+    marked `*` where that is within the memory model's error of the capacity."""
+    need = m.total_bytes if m.required_bytes is None else m.required_bytes
+    return f"{_gib(need)}/{capacity}" + ("*" if m.tight else "")
+
+
+def _memory_notes(fitting) -> list[str]:
+    """The footnotes under the ranked plans: what GiB/GPU shows, and what `*` means where a plan has it."""
+    from planner.memory_required import MEMORY_ERROR_PCT
+
+    notes = ["GiB/GPU: bytes alive at once at the peak (what must fit) / capacity; the reserved peak "
+             "nvidia-smi shows is higher (--wide: reserved, --explain)."]
+    if any(e.memory.tight for e in fitting):
+        notes.append(f"* tight: within the memory model's error ({MEMORY_ERROR_PCT:g}% on measured peaks) of "
+                     "capacity; it may not fit. --objective memory-headroom ranks by headroom.")
+    return notes
+
+
 def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
     has_days = any(e.performance and e.performance.days for e in fitting)
     columns = ["#", "layout", "shard/offload/ckpt", "mb x ga", "GiB/GPU", "tokens/s", "MFU"] + (["days"] if has_days else [])
@@ -135,7 +156,7 @@ def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
         p, m, perf = e.plan, e.memory, e.performance
         strategy = "/".join(_SHORT.get(x, x) for x in (_sharding(p, short=True), p.offload, p.activation_checkpointing))
         row = [str(i), _compact_layout(p), strategy, f"{p.micro_batch} x {p.grad_accum}",
-               f"{_gib(m.total_bytes)}/{m.capacity_bytes / GIB:.0f}",
+               _must_fit(m, f"{m.capacity_bytes / GIB:.0f}"),
                _speed(perf), f"{perf.mfu:.0%}" if perf else ""]
         if has_days:
             row.append(f"{perf.days:.1f}" if perf and perf.days else "")
@@ -146,15 +167,15 @@ def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
 def _wide_rows(fitting) -> tuple[list[str], list[list[str]]]:
     has_perf = any(e.performance for e in fitting)
     has_days = any(e.performance and e.performance.days for e in fitting)
-    columns = ["#", "stack", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "w/g/opt/act",
-               "host GiB/node"]
+    columns = ["#", "stack", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "reserved",
+               "w/g/opt/act", "host GiB/node"]
     if has_perf:
         columns += ["tokens/s", "TFLOPs/GPU", "MFU", "step s", "bottleneck"] + (["days", "cost"] if has_days else [])
     rows = []
     for i, e in enumerate(fitting, 1):
         p, m = e.plan, e.memory
         row = [str(i), p.stack, _knobs(p), _sharding(p), p.offload, p.activation_checkpointing, str(p.micro_batch),
-               str(p.grad_accum), str(p.global_batch), f"{_gib(m.total_bytes)}/{_gib(m.capacity_bytes)}",
+               str(p.grad_accum), str(p.global_batch), _must_fit(m, _gib(m.capacity_bytes)), _gib(m.total_bytes),
                "/".join(_gib(x) for x in (m.weights_bytes, m.grads_bytes, m.optimizer_bytes, m.activations_bytes)),
                f"{m.host_bytes_per_node / GIB:.0f}"]
         if has_perf:

@@ -226,14 +226,15 @@ def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=N
 
 # ---------------------------------------------------------------------------------------
 # activations
-def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) -> np.ndarray:
+def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0, swiglu_sbf=4.0) -> np.ndarray:
     """Bytes one transformer block saves for backward, per micro batch, without recompute.
 
     Korthikanti et al. 2022 sec. 4.1, tensor by tensor (a dropout-free model; their 34sbh +
     5as^2b counts dropout masks too): norm inputs 2x sbh, attention and MLP inputs 2x sbh,
     q/k/v (GQA: k and v are kv_heads/heads of q), attention output sbh; eager attention keeps
     the softmax probabilities (a s^2 b per head), SDPA/flash keeps the output and the
-    log-sum-exp instead (Dao et al. 2022); GELU MLP 2 sbf, SwiGLU 4 sbf. Tensor parallelism
+    log-sum-exp instead (Dao et al. 2022); GELU MLP 2 sbf, SwiGLU `swiglu_sbf` sbf (the stack's
+    swiglu_saved_sbf: 4 under autograd, 3 with a fused kernel, hardware/stacks.py). Tensor parallelism
     splits everything inside attention and MLP by t; sequence parallelism also splits the
     norm/residual tensors (Korthikanti eq. 4-5); context parallelism splits the sequence by cp
     (ring attention, Liu et al. 2023). Norms also keep fp32 mean/rstd per token.
@@ -253,7 +254,7 @@ def layer_activation_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) ->
         qkv = sb * (mla.saved_elements_per_token(spec, t, sp_div) * a + 4.0 * mla.latent_norm_stats_per_token(spec))
         attn_out = 0.0
     core = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), heads * sb * 4)
-    mlp = sb * spec.ffn * a / t * (4 if spec.mlp == "swiglu" else 2)
+    mlp = sb * spec.ffn * a / t * (swiglu_sbf if spec.mlp == "swiglu" else 2)
     if spec.layer_pattern is not None:  # a hybrid stack's layer mean (planner/ssm_memory.py)
         from planner.ssm_memory import hybrid_layer_bytes
 
@@ -270,7 +271,7 @@ def _eager_core_bytes(spec: ModelSpec, layout: Layout, softmax_fp32=0.0) -> np.n
 
 
 def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
-                     pipeline_outputs_kept=0.0, softmax_fp32=0.0, block_saved_less=0.0) -> np.ndarray:
+                     pipeline_outputs_kept=0.0, softmax_fp32=0.0, block_saved_less=0.0, swiglu_sbf=4.0) -> np.ndarray:
     """Activation bytes on the busiest GPU.
 
     - full recompute keeps each block's input (sbh, /t with sequence parallelism) and
@@ -291,7 +292,7 @@ def activation_bytes(spec: ModelSpec, layout: Layout, loss_bytes_per_logit=4.0,
     a = compute_dtype_bytes(layout)
     sb = (s * b).astype(np.float64)
     sp_div = np.where(layout.sequence_parallel == 1, t, 1)
-    per_layer = layer_activation_bytes(spec, layout, softmax_fp32) - block_saved_less
+    per_layer = layer_activation_bytes(spec, layout, softmax_fp32, swiglu_sbf) - block_saved_less
     eager = np.where(layout.attention == ATTN["eager"], _eager_core_bytes(spec, layout, softmax_fp32), 0.0)
     eager = eager * ssm.attention_share(spec)  # a hybrid stack: its attention layers' share (planner/ssm.py)
     layer_input = sb * h * a / sp_div
@@ -384,6 +385,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     else:  # the stack's caching-allocator model
         cached = prof["allocator_transient_factor"] * transient_bytes(spec, layout, prof["loss_grad_bytes_per_logit"])
         reserve = prof["allocator_fraction"] * capacity + cached
+    saved_less = (ms.block_bytes_saved(spec, layout, settings, prof["swiglu_saved_sbf"])
+                  + fp8_saved.block_bytes_less(spec, layout, settings, moe_spec is spec))
     out = {
         "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings)
         + zeropp.secondary_partition_bytes(spec, layout, compute_dtype_bytes(layout)),
@@ -391,8 +394,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         "optimizer_bytes": optimizer_bytes(spec, layout, system),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
                                               prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"],
-                                              ms.block_bytes_saved(spec, layout, settings)
-                                              + fp8_saved.block_bytes_less(spec, layout, settings, moe_spec is spec)),
+                                              saved_less, prof["swiglu_saved_sbf"]),
         "comm_buffers_bytes": comm_buffer_bytes(spec, layout, prof["main_grads_fp32"], prof["grad_bucket_params"])
         + cp_buffer_bytes(spec, layout, system.gpus_per_node)
         + zeropp.buffer_bytes(layout),
@@ -403,7 +405,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         out = moe_memory.with_experts(moe_spec, spec, layout, system, out, settings)
     out["optimizer_bytes"] = out["optimizer_bytes"] * ms.optimizer_factor(spec, layout, settings)
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
-    out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof)
+    out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof, saved_less)
     out["capacity_bytes"] = np.full(shape, capacity)
     from planner.host_memory import with_host  # it builds on this module
     return with_host(out, moe_spec, spec, layout, system, settings)

@@ -30,6 +30,17 @@ from planner.model import ModelSpec
 from planner.system import System
 
 
+# The memory model's error: MAPE of its prediction against the 49 measured peaks of
+# validation/data/published_dev.csv (`plan validate validation/data/published_dev.csv`, round 28: 6.9%).
+MEMORY_ERROR_PCT = 6.9
+
+
+def is_tight(need_bytes, capacity_bytes, error_pct: float = MEMORY_ERROR_PCT) -> np.ndarray:
+    """Plans that fit by less than the memory model's error: what must fit, grown by that error, exceeds
+    the capacity (a coin toss whether they run)."""
+    return np.asarray(need_bytes) * (1 + error_pct / 100) > np.asarray(capacity_bytes)
+
+
 def step_only_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=False) -> tuple[np.ndarray, np.ndarray]:
     """(the fp32 gradient partition `memory.grads_bytes` counts, the step's own peak with the
     flattened 16-bit partition it is cast from); 0 where the fp32 copy lives on the host (offload)
@@ -48,7 +59,8 @@ def step_only_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=F
     return fp32, fp32 + flattened
 
 
-def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_grad_cached, prof) -> np.ndarray:
+def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_grad_cached, prof,
+                        block_saved_less=0.0) -> np.ndarray:
     """Activation bytes alive at once in backward, from `memory.activation_bytes`' sum.
 
     The logits' gradient (as far as the reserve holds it: `logits_grad_cached`) is alive at the
@@ -57,14 +69,16 @@ def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_gra
     rebuilt (autograd frees a node's saved tensors once its backward has run), so with recompute
     the rebuilt block and the loss's backward are not alive together: max, not sum. With
     pipeline stages the busiest stage is not the one with the loss: the logits' gradient beyond
-    the rebuilt block is added, as alive at once.
+    the rebuilt block is added, as alive at once. The rebuilt block keeps what a kept block keeps:
+    `block_saved_less` (what the stack's recipe keeps less, as `memory.activation_bytes` subtracts).
     """
     from planner.memory import compute_dtype_bytes, layer_activation_bytes
 
     sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
     ck = layout.activation_checkpointing
     recompute = (ck == CKPT["full"]) | (ck == CKPT["blocks"])
-    rebuilt = np.where(recompute, layer_activation_bytes(spec, layout, prof["eager_softmax_fp32"]), 0.0)
+    block = layer_activation_bytes(spec, layout, prof["eager_softmax_fp32"], prof["swiglu_saved_sbf"])
+    rebuilt = np.where(recompute, block - block_saved_less, 0.0)
     logits_saved = prof["loss_saved_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
     sp_div = np.where(layout.sequence_parallel == 1, layout.tp, 1)
     final = sb * spec.hidden * compute_dtype_bytes(layout) * 2 / sp_div  # final norm input + output
@@ -75,18 +89,19 @@ def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_gra
 
 
 def required_bytes(spec: ModelSpec, layout: Layout, system: System, terms: dict[str, np.ndarray],
-                   cached_transient_bytes, prof: dict[str, np.ndarray]) -> np.ndarray:
+                   cached_transient_bytes, prof: dict[str, np.ndarray], block_saved_less=0.0) -> np.ndarray:
     """Bytes alive at once at the step's peak, once the allocator has flushed its cache.
 
     `terms`: memory_arrays' terms with their `total_bytes`; `cached_transient_bytes`: the part of
     `fragmentation_bytes` that is freed transients (0 with a fixed fragmentation margin, which
-    then stands for them); `prof`: the stack profiles' fields per candidate.
+    then stands for them); `prof`: the stack profiles' fields per candidate; `block_saved_less`: as
+    for `memory.activation_bytes`.
     """
     cached = np.asarray(cached_transient_bytes, dtype=np.float64)
     sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
     logits_grad = prof["loss_grad_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
     activations = np.asarray(terms["activations_bytes"], dtype=np.float64)
-    live = backward_live_bytes(spec, layout, activations, np.minimum(cached, logits_grad), prof)
+    live = backward_live_bytes(spec, layout, activations, np.minimum(cached, logits_grad), prof, block_saved_less)
     fp32_grads, step_peak = step_only_bytes(spec, layout, system, prof["main_grads_fp32"])
     gathered = gathered_bytes(spec, layout)
     resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - activations - gathered

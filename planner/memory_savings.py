@@ -13,8 +13,8 @@ DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437):
   (1) "Inputs of the Linear after the attention operator ... a customized E5M6 data format" (12 bits,
   1.5 B); (2) "Inputs of the SwiGLU operator in MoE ... we cache the inputs of the SwiGLU operator and
   recompute its output in the backward pass. These activations are also stored in FP8": a SwiGLU MLP
-  keeps 2 sbf bytes (gate and up outputs, FP8) of the 4 sbf elements planner/memory.py counts (its
-  inputs, output and the down-projection's input); the norm outputs (linear inputs) in FP8 where not
+  keeps 2 sbf bytes (gate and up outputs, FP8) of the sbf elements planner/memory.py counts (the stack's
+  swiglu_saved_sbf: 4 under autograd, its inputs, silu's output and the down-projection's input); the norm outputs (linear inputs) in FP8 where not
   recomputed. FP8 tensors carry one fp32 scale per 1x128 tile (sec. 3.3.1). The routed copies of an MoE
   layer received in FP8 (sec. 3.3.2, "quantize the activation before MoE up-projections into FP8 and
   then apply dispatch components") are kept as received: planner/moe_memory.py.
@@ -47,9 +47,10 @@ def fp8_cached(layout: Layout, settings) -> np.ndarray:
     return np.asarray(bool(getattr(settings, "fp8_activation_cache", False)) & (layout.precision == PREC["fp8"]))
 
 
-def block_bytes_saved(spec, layout: Layout, settings) -> np.ndarray:
+def block_bytes_saved(spec, layout: Layout, settings, swiglu_sbf=4.0) -> np.ndarray:
     """Bytes per micro batch that one block (of the dense or active view) keeps less than
-    planner/memory.layer_activation_bytes counts, under the options of this module."""
+    planner/memory.layer_activation_bytes counts, under the options of this module; `swiglu_sbf`: the
+    SwiGLU tensors it counts (the stack's swiglu_saved_sbf)."""
     from planner.memory import compute_dtype_bytes
 
     t = np.asarray(layout.tp, dtype=np.float64)
@@ -71,8 +72,8 @@ def block_bytes_saved(spec, layout: Layout, settings) -> np.ndarray:
         saved = saved + fp8 * norm_out * (a - fp8_el)
     out_width = spec.n_heads * spec.v_head_dim if mla.is_mla(spec) else spec.hidden  # o_proj's input
     saved = saved + fp8 * sb * out_width / t * np.maximum(a - E5M6_BYTES, 0.0)
-    if spec.mlp == "swiglu":  # 4 sbf elements counted; 2 sbf kept in FP8
-        saved = saved + fp8 * sb * spec.ffn / t * np.maximum(4.0 * a - 2.0 * fp8_el, 0.0)
+    if spec.mlp == "swiglu":  # swiglu_sbf sbf elements counted; 2 sbf kept in FP8
+        saved = saved + fp8 * sb * spec.ffn / t * np.maximum(swiglu_sbf * a - 2.0 * fp8_el, 0.0)
     return saved
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, computed_field, create_model
 
 from planner.units import Count, IntCount
 
@@ -189,6 +189,15 @@ class MemoryBreakdown(Frozen):
     def headroom_bytes(self) -> float:
         """Capacity left over what must fit (the reserved peak where that is not known)."""
         return self.capacity_bytes - (self.total_bytes if self.required_bytes is None else self.required_bytes)
+
+    @computed_field(description="what must fit is within the memory model's error (planner/memory_required.py "
+                                "MEMORY_ERROR_PCT) of the capacity: the plan may not fit")
+    @property
+    def tight(self) -> bool:
+        from planner.memory_required import is_tight
+
+        need = self.total_bytes if self.required_bytes is None else self.required_bytes
+        return bool(is_tight(need, self.capacity_bytes))
 
 
 class StepTimeBreakdown(Frozen):

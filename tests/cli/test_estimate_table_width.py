@@ -33,7 +33,8 @@ def _report(args: list[str]) -> dict:
 def _numbers(e: dict) -> list[str]:
     """The cells of one fitting plan as the default table prints them."""
     p, m, perf = e["plan"], e["memory"], e["performance"]
-    return [f"{p['micro_batch']} x {p['grad_accum']}", f"{m['total_bytes'] / 2**30:.1f}/{m['capacity_bytes'] / 2**30:.0f}",
+    need = f"{m['required_bytes'] / 2**30:.1f}/{m['capacity_bytes'] / 2**30:.0f}" + ("*" if m["tight"] else "")
+    return [f"{p['micro_batch']} x {p['grad_accum']}", need,
             f"{perf['tokens_per_s']:,.0f}", f"{perf['mfu']:.0%}", f"{perf['days']:.1f}"]
 
 
