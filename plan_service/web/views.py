@@ -30,7 +30,9 @@ class PlanRow(BaseModel):
     grad_accum: int
     global_batch: int
     memory_gib: dict[str, float] = Field(description="per GPU, by term")
-    memory_total_gib: float
+    memory_total_gib: float = Field(description="the reserved peak (what nvidia-smi shows)")
+    memory_required_gib: float = Field(description="bytes alive at once at the peak: what must fit")
+    memory_tight: bool = Field(description="what must fit is within the memory model's error of capacity")
     memory_capacity_gib: float
     host_gib_per_node: float
     time_s: dict[str, float] | None = Field(default=None, description="step time by part")
@@ -90,6 +92,8 @@ def plan_row(rank: int, e: Estimate) -> PlanRow:
         global_batch=p.global_batch,
         memory_gib={k: getattr(m, f"{k}_bytes") / GIB for k in MEMORY_TERMS},
         memory_total_gib=m.total_bytes / GIB, memory_capacity_gib=m.capacity_bytes / GIB,
+        memory_required_gib=(m.total_bytes if m.required_bytes is None else m.required_bytes) / GIB,
+        memory_tight=m.tight,
         host_gib_per_node=m.host_bytes_per_node / GIB,
     )
     if e.time is not None and e.performance is not None:

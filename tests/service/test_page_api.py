@@ -53,6 +53,9 @@ def test_estimate_view_matches_the_planner(client):
         assert row["sharding"] == est.plan.sharding and row["micro_batch"] == est.plan.micro_batch
         assert sum(row["memory_gib"].values()) == pytest.approx(est.memory.total_bytes / 2**30, rel=1e-9)
         assert sum(row["time_s"].values()) == pytest.approx(est.time.step_time_s, rel=1e-9)
+        # the table's GiB/GPU: what must fit (as `plan estimate` prints it), tight as the planner says
+        assert row["memory_required_gib"] == pytest.approx(est.memory.required_bytes / 2**30, rel=1e-9)
+        assert row["memory_required_gib"] <= row["memory_total_gib"] and row["memory_tight"] == est.memory.tight
         assert row["peak_step_time_s"] == pytest.approx(est.time.step_time_s * est.performance.mfu)
         assert row["days"] == pytest.approx(est.performance.days)
 

@@ -19,6 +19,7 @@ function cell(tr, text, cls) {
   td.textContent = text;
   if (cls) td.className = cls;
   tr.appendChild(td);
+  return td;
 }
 function setStatus(el, text, isError) {
   el.textContent = text;
@@ -149,7 +150,9 @@ function showReport(report) {
     cell(tr, p.activation_checkpointing, "text");
     cell(tr, `${p.micro_batch} x ${p.grad_accum}`);
     cell(tr, p.global_batch);
-    cell(tr, `${fmt(p.memory_total_gib)} / ${fmt(p.memory_capacity_gib)}`);
+    const mem = cell(tr, `${fmt(p.memory_required_gib)} / ${fmt(p.memory_capacity_gib)}` + (p.memory_tight ? "*" : ""));
+    if (mem) mem.title = `must fit ${fmt(p.memory_required_gib)} GiB (reserved peak ${fmt(p.memory_total_gib)} GiB)` +
+      (p.memory_tight ? "; tight: within the memory model's error of capacity, it may not fit" : "");
     cell(tr, fmt(p.tokens_per_s, 0) + (p.tokens_per_s_error_pct === null ? "" : ` ±${Math.round(p.tokens_per_s_error_pct)}%`));
     cell(tr, fmt(p.tflops_per_gpu, 0));
     cell(tr, pct(p.mfu));
