@@ -127,8 +127,9 @@ class StackProfile(BaseModel):
     overlap_async_tp: float = Field(default=0.6, ge=0, le=1)
     # Async TP hides each collective behind its own adjacent matmul only (PyTorch micro-pipeline TP:
     # fused all-gather-matmul / matmul-reduce-scatter, torch/_inductor/fx_passes/micro_pipeline_tp.py;
-    # the backward's dX reduce-scatters are not fused): planner/async_tp.py. False: overlap_async_tp
-    # x all GEMM time (Megatron/TE userbuffers, which also overlap the backward's reduce-scatters).
+    # the backward's dX reduce-scatters are not fused): planner/async_tp.py. False: Transformer Engine userbuffers
+    # (Megatron-Core --tp-comm-overlap): every all-gather/reduce-scatter decomposed with its GEMM, ring-exchange,
+    # pipelined or bulk per TE's default ub config (planner/tp_overlap.py).
     async_tp_fused_pairs: bool = Field(
         default=False, description="async TP as PyTorch's micro-pipelined fused matmul+collective pairs")
     # Gradient bucket of a DDP all-reduce (sharding none), MiB: one NCCL call per bucket, whose busbw

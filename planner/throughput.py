@@ -34,7 +34,7 @@ import numpy as np
 from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
                      dp_comm, eager_traffic, flops, fp8, fp8_gemm, gemm_shape, launch_sync, megatron_ddp, mla, moe,
                      moe_time, offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
-from planner import memory_savings, shard_units
+from planner import memory_savings, shard_units, tp_overlap
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
 from planner.memory import compute_dtype_bytes
@@ -245,13 +245,14 @@ def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof)
     tp_raw = comm.Group.of(links, layout.tp, m_tp).tp_exchange_s(calls * act, calls, layout.sequence_parallel == 1)
     ov_tp = np.where(layout.async_tp == 1, prof["overlap_async_tp"], prof["overlap_tp"])
     gemm_micro = parts["gemm"] * prof["gemm_time_factor"]
-    # overlapped TP collectives beside all GEMMs (TE userbuffers): at most ov_tp of their time is hidden, the
-    # net saving under contention (hardware/stacks.py overlap_async_tp)
+    # a stack without its own async TP (generic): at most ov_tp of the TP time hidden beside all GEMMs
     tp_s = np.maximum(tp_raw - ov_tp * gemm_micro, tp_raw * (1 - ov_tp))
-    fused = async_tp.exposed_s(spec, layout, tp_raw, parts["block_gemm"] * prof["gemm_time_factor"], layers,
-                               block, linear_share, ov_tp)
-    micro_pipelined = (layout.async_tp == 1) & np.asarray(prof["async_tp_fused_pairs"], dtype=bool)
-    tp_s = layout.grad_accum * np.where(micro_pipelined, fused, tp_s)
+    block_gemm = parts["block_gemm"] * prof["gemm_time_factor"]
+    # PyTorch's micro-pipelined fused pairs (planner/async_tp.py) or TE userbuffers (planner/tp_overlap.py)
+    args = (spec, layout, tp_raw, block_gemm, layers, block, linear_share)
+    pairs = np.where(np.asarray(prof["async_tp_fused_pairs"], dtype=bool), async_tp.exposed_s(*args, ov_tp),
+                     tp_overlap.exposed_s(*args, system.gpu.sm_count))
+    tp_s = layout.grad_accum * np.where((layout.async_tp == 1) & (prof["async_tp"] > 0), pairs, tp_s)
 
     attn_micro = parts["attention"] * prof["attention_time_factor"]
     cp_s = layout.grad_accum * context_parallel.exposed_s(spec, layout, links, layers, attn_micro, prof["overlap_cp"])

@@ -1,4 +1,4 @@
-"""Async TP as overlapped collectives beside all GEMMs (Megatron/TE userbuffers, `generic`): at most
+"""Async TP on a stack without its own overlap model (`generic`): overlapped collectives beside all GEMMs, at most
 `overlap_async_tp` of the TP collectives' time is hidden, however long the GEMMs (planner/throughput.py)."""
 
 import numpy as np
