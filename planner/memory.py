@@ -15,9 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from planner import main_grads, mla, parallel_block, ssm, stage_split
+from planner.comm_buffers import comm_buffer_bytes  # noqa: F401 (re-exported)
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
+from planner.shard_units import unit_params as _unit_params
 from planner.settings import Settings
 from planner.system import System
 
@@ -76,13 +78,6 @@ def shard_degree(layout: Layout, system: System) -> np.ndarray:
     hybrid = np.gcd(dp, per_node)
     sharded = np.where(layout.sharding == SHARD["fsdp_hybrid"], hybrid, dp)
     return np.where(layout.sharding == SHARD["none"], 1, sharded)
-
-
-def _unit_params(spec: ModelSpec, layout: Layout) -> np.ndarray:
-    """Parameters gathered at once, per tp rank: ZeRO-3 fetches one module's own parameters at a
-    time (an embedding or a linear), FSDP one wrapped unit (a block, or the root's embedding)."""
-    zero3 = layout.sharding == SHARD["zero3"]
-    return np.where(zero3, spec.largest_module_params, spec.largest_layer_params) / layout.tp
 
 
 # ---------------------------------------------------------------------------------------
@@ -337,33 +332,6 @@ def transient_bytes(spec: ModelSpec, layout: Layout, grad_bytes_per_logit=4.0) -
 
 # ---------------------------------------------------------------------------------------
 # buffers, overhead, total
-def comm_buffer_bytes(spec: ModelSpec, layout: Layout, main_fp32=False, core_buckets=0.0) -> np.ndarray:
-    """Communication buffers.
-
-    - DDP: gradient buckets are views of the grads (gradient_as_bucket_view); 2 x 25 MiB
-      staging (bucket_cap_mb=25).
-    - ZeRO-1/2 with overlap_comm: 4.5 x (reduce + allgather bucket) x 2 B (DeepSpeed config
-      docs: "overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size").
-    - ZeRO-3: reduce bucket (2 B x 2 for double buffering) + prefetch bucket (2 B).
-    - FSDP: one unit's fp32 reduce-scatter output is counted in grads; 2 x unit staging.
-    - none where the stack's fp32 main-gradient buffer is the bucket store (`main_fp32`,
-      planner/main_grads.py: its buckets are views of it, reduce-scattered in place), nor where the
-      stack is Megatron-Core's DDP in any gradient dtype (`core_buckets`: main_grads.core_bucket_views).
-    """
-    s = layout.sharding
-    ddp = np.full(np.shape(s), 2 * 25 * 2**20, dtype=np.float64)
-    zero12 = 4.5 * 2 * (layout.reduce_bucket_elems + layout.allgather_bucket_elems)
-    zero3 = 2 * 2 * layout.reduce_bucket_elems + 2 * layout.stage3_prefetch_elems
-    fsdp = 2 * 2 * _unit_params(spec, layout) * np.ones(np.shape(s))
-    out = np.select(
-        [s == SHARD["none"], (s == SHARD["zero1"]) | (s == SHARD["zero2"]), s == SHARD["zero3"]],
-        [ddp, zero12, zero3],
-        default=fsdp,
-    ).astype(np.float64)
-    views = main_grads.buffer_on(layout, main_fp32) | main_grads.core_bucket_views(layout, core_buckets)
-    return np.where(views, 0.0, out)
-
-
 def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
     """Every memory term for every plan in `layout` (bytes), plus totals and capacities. A mixture-of-
     experts model: the terms of its active view plus its experts' (planner/moe_memory.py)."""

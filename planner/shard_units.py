@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.layout import SHARD, Layout
+from planner.model import ModelSpec
 
 # shardings whose parameters are gathered unit by unit
 GATHERED_PER_UNIT = (SHARD["zero3"], SHARD["fsdp_full_shard"], SHARD["fsdp_shard_grad_op"], SHARD["fsdp_hybrid"])
@@ -29,3 +30,10 @@ def gathers_per_unit(layout: Layout) -> np.ndarray:
 def raw_s(layout: Layout, layers) -> np.ndarray:
     """Per micro batch: units of the busiest stage x 1e-6 (x unit_overhead_us gives seconds), 0 unsharded."""
     return gathers_per_unit(layout) * np.asarray(layers, dtype=np.float64) * 1e-6
+
+
+def unit_params(spec: ModelSpec, layout: Layout) -> np.ndarray:
+    """Parameters gathered at once, per tp rank: ZeRO-3 fetches one module's own parameters at a
+    time (an embedding or a linear), FSDP one wrapped unit (a block, or the root's embedding)."""
+    zero3 = layout.sharding == SHARD["zero3"]
+    return np.where(zero3, spec.largest_module_params, spec.largest_layer_params) / layout.tp

@@ -31,10 +31,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import (adafactor, async_tp, attention_kernel, attn_window, comm, context_parallel, deepspeed_era,
+from planner import (adafactor, attention_kernel, attn_window, comm, deepspeed_era,
                      dp_comm, eager_traffic, flops, fp8, fp8_gemm, gemm_shape, launch_sync, megatron_ddp, mla, moe,
                      moe_time, offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
-from planner import memory_savings, shard_units, tp_overlap
+from planner import memory_savings, mp_comm, shard_units
 from planner.activation_offload import activation_offload_s
 from planner.layout import ATTN, CKPT, OFFLOAD, OPTIM, PREC, Layout
 from planner.memory import compute_dtype_bytes
@@ -227,45 +227,6 @@ def _optimizer_step_s(spec, layout, system, settings) -> np.ndarray:
     return (layout.offload == OFFLOAD["none"]) * shard * per_param / _hbm_Bps(system, settings)
 
 
-def _tp_cp_pp_comm(spec, layout, links: comm.Links, system: System, parts, prof):
-    """Exposed seconds per step of TP collectives (2 forward + 2 backward per block, 2 more when
-    recomputing; Shoeybi et al. 2019; half of them in a parallel attention+MLP block:
-    planner/parallel_block.py), the context-parallel exchange of the plan's cp_impl (ring
-    K/V chunks, Ulysses all-to-alls, all-gathered K/V: planner/context_parallel.py) and PP
-    activation exchanges (planner/pipeline_comm.py: 1 or 2 per micro batch and model chunk), and
-    the seconds of one exchange."""
-    tokens = layout.micro_batch * layout.seq_len / layout.cp
-    c = compute_dtype_bytes(layout)
-    act = c * tokens * spec.hidden
-    layers = parts["layers"]
-    block, _, linear_share = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
-    calls = layers * parallel_block.tp_calls_per_block(spec, block)
-    m_tp = comm.members_per_node(layout.tp, 1, links.gpus_per_node)
-    act = act * fp8.tp_bytes_factor(layout, prof, block)
-    tp_raw = comm.Group.of(links, layout.tp, m_tp).tp_exchange_s(calls * act, calls, layout.sequence_parallel == 1)
-    ov_tp = np.where(layout.async_tp == 1, prof["overlap_async_tp"], prof["overlap_tp"])
-    gemm_micro = parts["gemm"] * prof["gemm_time_factor"]
-    # a stack without its own async TP (generic): at most ov_tp of the TP time hidden beside all GEMMs
-    tp_s = np.maximum(tp_raw - ov_tp * gemm_micro, tp_raw * (1 - ov_tp))
-    block_gemm = parts["block_gemm"] * prof["gemm_time_factor"]
-    # PyTorch's micro-pipelined fused pairs (planner/async_tp.py) or TE userbuffers (planner/tp_overlap.py)
-    args = (spec, layout, tp_raw, block_gemm, layers, block, linear_share)
-    pairs = np.where(np.asarray(prof["async_tp_fused_pairs"], dtype=bool), async_tp.exposed_s(*args, ov_tp),
-                     tp_overlap.exposed_s(*args, system.gpu.sm_count))
-    tp_s = layout.grad_accum * np.where((layout.async_tp == 1) & (prof["async_tp"] > 0), pairs, tp_s)
-
-    attn_micro = parts["attention"] * prof["attention_time_factor"]
-    cp_s = layout.grad_accum * context_parallel.exposed_s(spec, layout, links, layers, attn_micro, prof["overlap_cp"])
-
-    # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor; the
-    # busiest stage's exchanges per micro batch (planner/pipeline_comm.py)
-    p2p_bytes = act / layout.tp
-    inter = layout.gpus > system.gpus_per_node
-    exch = pipeline_comm.exchange_s(links, p2p_bytes, inter)
-    pp_s = layout.grad_accum * parts["pp_exchanges"] * exch
-    return tp_s, cp_s, pp_s, exch
-
-
 _NUMERIC = ("tp", "pp", "vpp", "cp", "dp", "micro_batch", "grad_accum", "seq_len", "reduce_bucket_elems",
             "allgather_bucket_elems", "stage3_prefetch_elems", "stage3_max_live_params")
 
@@ -298,7 +259,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     optimizer_raw = _optimizer_step_s(spec, layout, system, settings)
     compute_s = ga * micro + optimizer_raw * prof["optimizer_time_factor"] + prof["step_overhead_s"]
 
-    tp_s, cp_s, pp_s, exch_s = _tp_cp_pp_comm(spec, layout, links, system, parts, prof)
+    tp_s, cp_s, pp_s, exch_s = mp_comm.exposed_s(spec, layout, links, system, parts, prof)
     dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof,
                                              hbm_Bps=_hbm_Bps(system, settings))
     dp_s = dp_raw * prof["comm_time_factor"]
