@@ -233,6 +233,8 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
         precision=precision, fp8_recipe=run_columns.fp8_recipe_of(row, precision, notes),
         optimizer="adafactor" if "adafactor" in lowered else "adamw",
         compile="compile" in lowered and "no compile" not in lowered,
+        # Megatron-LM: `--tp-comm-overlap` is store_true (off unless given; megatron/training/arguments.py,
+        # core_v0.7.0)
         async_tp="async tp" in lowered or "tp-comm-overlap" in lowered,
         micro_batch=mb, grad_accum=ga, seq_len=seq,
         reduce_bucket_elems=spec.hidden**2, allgather_bucket_elems=spec.hidden**2,
