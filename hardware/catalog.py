@@ -51,13 +51,22 @@ def catalog_dirs(extra_dirs: Sequence[str | Path] | None = None) -> tuple[Path, 
 
 def load_catalog(extra_dirs: Sequence[str | Path] | None = None) -> Catalog:
     """The merged catalog of the built-in folder, PLAN_CATALOG and `extra_dirs`."""
-    files = _catalog_files(catalog_dirs(extra_dirs))
-    stamp = tuple((kind, str(p), p.stat().st_mtime_ns) for kind, p in files)
-    return _load(stamp)
+    return _load(_stamp(catalog_dirs(extra_dirs)))
 
 
-def _catalog_files(dirs: tuple[Path, ...]) -> list[tuple[str, Path]]:
-    return [(kind, p) for d in dirs for kind in KINDS for p in sorted((d / kind).glob("*.toml"))]
+def _stamp(dirs: tuple[Path, ...]) -> tuple[tuple[str, str, int], ...]:
+    """(kind, path, mtime) of every catalog file, in override order: the cache key of `_load`. Called on
+    every load (the planner asks for the catalog thousands of times in a fit), so os.scandir, not pathlib."""
+    stamp = []
+    for d in dirs:
+        for kind in KINDS:
+            try:
+                with os.scandir(d / kind) as it:
+                    entries = sorted((e for e in it if e.name.endswith(".toml")), key=lambda e: e.name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            stamp += [(kind, e.path, e.stat().st_mtime_ns) for e in entries]
+    return tuple(stamp)
 
 
 @functools.lru_cache(maxsize=32)

@@ -47,8 +47,22 @@ def _plan(hf_home: Path, *args: str, offline: bool = True) -> subprocess.Complet
             "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}"}
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    return subprocess.run([sys.executable, "-m", "plan_cli.main", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-c", NO_BACKOFF_WAIT, *args], env=env, capture_output=True,
                           text=True, timeout=120)
+
+
+# The real `plan` CLI, except that huggingface_hub's retry backoff does not sleep: an uncached id with
+# the hub unreachable is retried 5 times (1+2+4+8+8 s = 23 s of waiting) before the same error; the
+# connections, retries and exceptions stay real, only the waits between them go.
+NO_BACKOFF_WAIT = """
+import sys, types
+from huggingface_hub.utils import _http
+if hasattr(_http, "time"):
+    _http.time = types.SimpleNamespace(**{**vars(_http.time), "sleep": lambda s: None})
+sys.argv[0] = "plan"
+import runpy
+runpy.run_module("plan_cli.main", run_name="__main__", alter_sys=True)
+"""
 
 
 def test_hub_id_from_the_cache_offline(tmp_path):
