@@ -223,8 +223,8 @@ def show_explain(report: EstimateReport, rank: int, json_out: bool) -> None:
         for k, v in t.model_dump().items():
             speed.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
         for k, v in perf.model_dump().items():
-            if v is not None:
-                speed.add_row(k, f"{v:,.4g}" if isinstance(v, float) else str(v))
+            if v is not None:  # 403,765 tokens/s, not 4.038e+05
+                speed.add_row(k, (f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}") if isinstance(v, float) else str(v))
         console.print(speed)
 
 

@@ -40,3 +40,12 @@ def test_sweep_without_a_price_has_no_cost_column():
     assert r.exit_code == 0, r.output
     header = next(line for line in r.output.splitlines() if "GPUs" in line)
     assert "batch" in header and "cost" not in header
+
+
+def test_explain_prints_large_speeds_and_gpu_hours_as_whole_numbers():
+    args = ["estimate", "--model", "125m", "--gpus", "16", "--tokens", "100B", "--explain"]
+    r = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    perf = json.loads(runner.invoke(app, [*args, "--json"]).output)["estimate"]["performance"]
+    line = next(ln for ln in r.output.splitlines() if "│ tokens_per_s " in ln)
+    assert f"{perf['tokens_per_s']:,.0f}" in line and "e+" not in line, line
