@@ -223,8 +223,8 @@ def show_explain(report: EstimateReport, rank: int, json_out: bool) -> None:
         for k, v in t.model_dump().items():
             speed.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
         for k, v in perf.model_dump().items():
-            if v is not None:
-                speed.add_row(k, f"{v:,.4g}" if isinstance(v, float) else str(v))
+            if v is not None:  # 403,765 tokens/s, not 4.038e+05
+                speed.add_row(k, (f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}") if isinstance(v, float) else str(v))
         console.print(speed)
 
 
@@ -253,19 +253,27 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
     elif csv_out:
         print_csv(rows)
     else:
-        table = Table(title="best configuration per GPU count", title_justify="left")
-        for col in ("GPUs", "layout", "sharding", "offload", "ckpt", "mb", "ga", "tokens/s", "MFU", "days", "bottleneck"):
+        has_cost = any(pt["best"] and pt["best"].performance and pt["best"].performance.cost is not None
+                       for pt in points)
+        columns = ["GPUs", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "tokens/s",
+                   "MFU", "days"] + (["cost"] if has_cost else []) + ["bottleneck"]
+        table = Table(title="best configuration per GPU count (batch: the global batch each count trains with)",
+                      title_justify="left")
+        for col in columns:
             table.add_column(col)
         for pt in points:
             e = pt["best"]
             if e is None:
-                table.add_row(str(pt["gpus"]), "no configuration fits", *[""] * 9)
+                table.add_row(str(pt["gpus"]), "no configuration fits", *[""] * (len(columns) - 2))
                 continue
-            perf = e.performance
-            table.add_row(str(pt["gpus"]), _knobs(e.plan), _sharding(e.plan), e.plan.offload,
-                          e.plan.activation_checkpointing, str(e.plan.micro_batch), str(e.plan.grad_accum),
-                          f"{perf.tokens_per_s:,.0f}" if perf else "", f"{perf.mfu:.0%}" if perf else "",
-                          f"{perf.days:.1f}" if perf and perf.days else "", e.time.bottleneck if e.time else "")
+            perf, p, m = e.performance, e.plan, e.memory
+            row = [str(pt["gpus"]), _knobs(p), _sharding(p), p.offload, p.activation_checkpointing,
+                   str(p.micro_batch), str(p.grad_accum), str(p.global_batch), _must_fit(m, f"{m.capacity_bytes / GIB:.0f}"),
+                   f"{perf.tokens_per_s:,.0f}" if perf else "", f"{perf.mfu:.0%}" if perf else "",
+                   f"{perf.days:.1f}" if perf and perf.days else ""]
+            if has_cost:
+                row.append(f"{perf.cost:,.0f}" if perf and perf.cost is not None else "")
+            table.add_row(*row, e.time.bottleneck if e.time else "")
         console.print(table)
     if plot is not None:
         from plan_cli.plots import plot_sweep

@@ -12,6 +12,7 @@ import importlib
 import sys
 
 import typer
+from rich.markup import escape
 
 # command name -> module in plan_cli/
 COMMANDS = {
@@ -88,10 +89,35 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(name)
 
 
+# click's exception base, from typer's own (typer >= 0.29 vendors click as typer._click; older ones use click)
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def _usage_error_line(e: Exception) -> str:
+    """A usage error (a bad int, an unknown option, a missing argument) as one line naming the option,
+    instead of typer's multi-line panel; a missing argument also says what it takes (its help)."""
+    ctx, param = getattr(e, "ctx", None), getattr(e, "param", None)
+    takes = f" ({param.help})" if type(e).__name__ == "MissingParameter" and getattr(param, "help", None) else ""
+    where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+    return f"{e.format_message().rstrip('.')}{takes}{where}"  # type: ignore[attr-defined]
+
+
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else None
     _check_environment(command)
-    build_app(only=command)()
+    try:
+        rv = build_app(only=command)(standalone_mode=False)
+    except _CLICK_ERROR as e:
+        if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            from plan_cli.common import err_console
+
+            err_console.print(f"[bold red]error:[/] {escape(_usage_error_line(e))}", highlight=False, soft_wrap=True)
+        raise SystemExit(e.exit_code) from None  # type: ignore[attr-defined]
+    except typer.Abort:
+        sys.stderr.write("Aborted!\n")
+        raise SystemExit(1) from None
+    # without standalone mode, click returns typer.Exit's code, else the command's return value
+    raise SystemExit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

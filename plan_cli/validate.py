@@ -119,7 +119,8 @@ def calibrate(
         return
     factors = ", ".join(f"{f} {getattr(fitted, f):.3g}" for f, *_ in profile_fit.PARAMS)
     console.print(f"fitted {stack} on {len(mine)} runs: {factors}", highlight=False)
-    console.print(f"cross-validated MAPE of tokens/s: {_pct(fitted.cv_mape_pct)} "
-                  f"({len(fitted.cv_by_source)} sources held out in turn)", highlight=False)
+    held_out = (f"{len(fitted.fit_sources)} sources held out in turn" if len(fitted.fit_sources) > 1
+                else f"one source: each of the {len(mine)} runs held out in turn")
+    console.print(f"cross-validated MAPE of tokens/s: {_pct(fitted.cv_mape_pct)} ({held_out})", highlight=False)
     console.print(f"wrote {out}; plan with: plan estimate ... --catalog {out.parent.parent} --stack {stack}",
                   highlight=False)

@@ -68,11 +68,14 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 
 def source_of(row: dict[str, str]) -> str:
-    """`origin:table`: the id's prefix and the table or section the row's `source` names."""
+    """`origin:table`: the id's prefix and the table or section the row's `source` names. A row whose
+    id has no `origin_` prefix (a user's own file: ids r1, r2 ...) is grouped by its `source` text."""
     rid, text = row["id"], row.get("source") or ""
     if rid.startswith("s00"):
         rest = re.sub(r"^\S+\.txt\s*", "", text).strip()
         return f"seed{rid[1:4]}:{rest or 'log'}"
+    if "_" not in rid and text.strip():
+        return text.strip()
     prefix = rid.rsplit("_", 1)[0]
     m = (re.search(r"table\s+'([^']+)'", text, re.I) or re.search(r"section\s+'([^']+)'", text, re.I)
          or re.search(r"\b(Tables?\s+[\d\-]+)", text))

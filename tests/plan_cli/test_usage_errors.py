@@ -1,0 +1,46 @@
+"""Usage errors that click catches before a command runs (a bad number, an unknown option, a
+missing argument, an unknown command) are one line naming the option, exit code 2, no panel
+and no traceback: the same contract as the commands' own errors (README "Commands")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def plan(*args: str) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(REPO), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "plan_cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("estimate", "--model", "7b", "--gpus", "8", "--tp", "abc"), ["'--tp'", "integer", "estimate --help`"]),
+    (("estimate", "--model", "7b", "--internode-gbps", "100Gbps"), ["'--internode-gbps'", "number"]),
+    (("estimate", "--model", "7b", "--top", "0"), ["'--top'", "greater than or equal to 1"]),
+    (("estimate", "--model", "7b", "--no-such-flag"), ["--no-such-flag"]),
+    (("export",), ["'format'", "deepspeed | fsdp"]),
+    (("calibrate", "runs.csv", "--out", "x/stacks/fsdp.toml"), ["'--stack'", "megatron|"]),
+    (("no-such-command",), ["'no-such-command'", "--help`"]),
+])
+def test_usage_errors_are_one_line_exit_2(args, words):
+    r = plan(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr and "╭" not in r.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def test_help_and_a_plain_run_keep_their_exit_codes():
+    assert plan("estimate", "--help").returncode == 0
+    assert plan().returncode == 2  # no command: the help, as click's no_args_is_help does
+    r = plan("estimate", "--model", "125m", "--gpus", "8", "--top", "1", "--json")
+    assert r.returncode == 0 and r.stdout.lstrip().startswith("{"), r.stderr
