@@ -31,6 +31,8 @@ def serve(
     max_tune_ranks: Annotated[Optional[int], Opt(min=1, help="POST /tune: most ranks (default: this machine's devices)")] = None,
     max_tune_budget: Annotated[str, Opt(help="POST /tune: longest budget (e.g. 24h)")] = "24h",
     max_tune_jobs: Annotated[int, Opt(min=1, help="POST /tune: studies running at once")] = 2,
+    curve_budget_s: Annotated[float, Opt(min=0, help="The page's days/cost curve: planner seconds per request "
+                                         "(counts nearest the form's first; the rest are skipped)")] = 30.0,
 ) -> None:
     """Serve the planner over HTTP: the planning page at /, POST /estimate, GET /catalog, POST /tune, GET /export/..."""
     import uvicorn
@@ -47,7 +49,7 @@ def serve(
                         max_jobs=max_tune_jobs)
     config = ServiceConfig(storage=storage, workdir=workdir, api_token=token, insecure=insecure,
                            max_body_bytes=max_body_kib * 1024, catalog_dirs=list(catalog or []),
-                           tune_limits=limits)
+                           tune_limits=limits, curve_budget_s=curve_budget_s)
     app = create_app(config)
     app.state.dashboard_url = dashboard_url
     uvicorn.run(app, host=host, port=port, log_level="info")

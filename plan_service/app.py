@@ -52,6 +52,9 @@ class ServiceConfig:
     max_body_bytes: int = 64 * 1024
     catalog_dirs: list[Path] = field(default_factory=list)
     tune_limits: TuneLimits = field(default_factory=TuneLimits)
+    # the planning page's days/cost curve: planner seconds one POST /ui/curve may spend (points nearest the
+    # form's GPU count first; the rest come back `skipped`): a MoE model's search is ~20 s per count
+    curve_budget_s: float = 30.0
 
 
 def create_app(config: ServiceConfig | None = None) -> FastAPI:

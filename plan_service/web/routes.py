@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -97,17 +98,22 @@ def web_router() -> APIRouter:
 
         catalog = _catalog(request)
         settings = request_settings(req)
-        points = []
+        budget_s = request.app.state.config.curve_budget_s
+        points, started = [], time.monotonic()
         with _FormScenario(req, request) as scenario:
             system = resolve_system(scenario, catalog)
-            for n in views.curve_gpu_counts(system.gpus, system.gpus_per_node):
+            counts = views.curve_gpu_counts(system.gpus, system.gpus_per_node)
+            for n in views.curve_order(counts, system.gpus):
+                if points and time.monotonic() - started > budget_s:  # the form's own count is always planned
+                    points.append(views.CurvePoint(gpus=n, fits=False, skipped=True))
+                    continue
                 try:
                     report = api.estimate(scenario.model_copy(update={"gpus": n}), catalog=catalog,
                                           objective=req.objective, top=1, settings=settings)
                 except PlanError:  # e.g. a pinned batch that this count cannot divide
                     report = None
                 points.append(views.curve_point(n, report))
-        return points
+        return sorted(points, key=lambda p: p.gpus)
 
     @router.post("/ui/export/{fmt}")
     def export(fmt: Literal["deepspeed", "accelerate", "slurm", "torchrun"], req: ExportRequest,

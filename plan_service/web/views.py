@@ -68,6 +68,7 @@ class PageReport(BaseModel):
 class CurvePoint(BaseModel):
     gpus: int
     fits: bool
+    skipped: bool = Field(default=False, description="not planned: the server's curve budget was spent")
     layout: str | None = None
     tokens_per_s: float | None = None
     days: float | None = None
@@ -131,6 +132,13 @@ def curve_gpu_counts(gpus: int, gpus_per_node: int) -> list[int]:
     if gpus < gpus_per_node:
         counts.add(gpus)
     return sorted(c for c in counts if c >= min(gpus, gpus_per_node))
+
+
+def curve_order(counts: list[int], gpus: int) -> list[int]:
+    """The curve's counts nearest the form's first (by ratio), so a spent budget drops the far ends."""
+    import math
+
+    return sorted(counts, key=lambda n: (abs(math.log(n / gpus)), n))
 
 
 def curve_point(gpus: int, report: EstimateReport | None) -> CurvePoint:

@@ -22,7 +22,9 @@ FORM = {"model": "7b", "gpus": 48, "tokens": "100B", "price_per_gpu_hour": 2.0}
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("page-api")
-    with TestClient(create_app(ServiceConfig(storage=f"sqlite:///{tmp / 'tune.db'}", workdir=tmp / "work"))) as c:
+    # no curve budget here: which points a budget leaves out depends on the machine's speed
+    config = ServiceConfig(storage=f"sqlite:///{tmp / 'tune.db'}", workdir=tmp / "work", curve_budget_s=1e9)
+    with TestClient(create_app(config)) as c:
         yield c
 
 
@@ -67,6 +69,17 @@ def test_curve_covers_whole_nodes_around_the_count(client):
     fit = [p for p in points if p["fits"]]
     days = [p["days"] for p in fit]
     assert len(fit) >= 5 and days[0] > days[-1]  # more GPUs, fewer days
+
+
+def test_a_spent_curve_budget_plans_the_forms_count_and_marks_the_rest_skipped(tmp_path):
+    config = ServiceConfig(storage=f"sqlite:///{tmp_path / 'tune.db'}", workdir=tmp_path / "work", curve_budget_s=0.0)
+    with TestClient(create_app(config)) as c:
+        points = c.post("/ui/curve", json=FORM).json()
+    gpus = [p["gpus"] for p in points]
+    assert gpus == sorted(gpus) and len(gpus) >= 5
+    planned = [p for p in points if not p["skipped"]]
+    assert [p["gpus"] for p in planned] == [48] and planned[0]["fits"] and planned[0]["days"] > 0
+    assert all(not p["fits"] and p["days"] is None for p in points if p["skipped"])
 
 
 @pytest.mark.parametrize("fmt, name, marker", [

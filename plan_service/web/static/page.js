@@ -226,6 +226,7 @@ async function drawCurve(req) {
   try {
     const points = await (await postJSON("/ui/curve", req)).json();
     const fit = points.filter((p) => p.fits);
+    const skipped = points.filter((p) => p.skipped).map((p) => p.gpus);
     const haveDays = fit.some((p) => p.days !== null);
     const traces = [];
     if (haveDays) {
@@ -240,7 +241,8 @@ async function drawCurve(req) {
                     x: fit.map((p) => p.gpus), y: fit.map((p) => p.cost), text: fit.map((p) => p.layout) });
     }
     Plotly.newPlot(el, traces, {
-      title: { text: haveDays ? "Days and cost to train against GPUs" : "Tokens/s against GPUs (add tokens for days)" },
+      title: { text: (haveDays ? "Days and cost to train against GPUs" : "Tokens/s against GPUs (add tokens for days)") +
+               (skipped.length ? `<br><sub>not planned (the server's curve budget, plan serve --curve-budget-s): ${skipped.join(", ")} GPUs</sub>` : "") },
       xaxis: { title: { text: "GPUs" }, type: "log", tickvals: points.map((p) => p.gpus), ticktext: points.map((p) => String(p.gpus)) },
       yaxis: { title: { text: haveDays ? "days" : "tokens/s" }, rangemode: "tozero" },
       yaxis2: { title: { text: "cost ($)" }, overlaying: "y", side: "right", rangemode: "tozero" },
