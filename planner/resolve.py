@@ -47,7 +47,8 @@ def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = 
         spec = _rebuild(base, {**block, **overrides})
     if scenario.seq_len and scenario.seq_len > spec.max_positions and spec.position == "learned":
         raise PlanError("seq_len", f"{scenario.seq_len} exceeds the model's {spec.max_positions} "
-                        "learned positions")
+                        f"learned positions (allowed: <= {spec.max_positions}; longer sequences need rotary "
+                        "positions: a preset such as llama2-7b or a config.json)")
     return spec
 
 

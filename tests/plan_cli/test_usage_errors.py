@@ -28,6 +28,8 @@ def plan(*args: str) -> subprocess.CompletedProcess:
     (("export",), ["'format'", "deepspeed | fsdp"]),
     (("calibrate", "runs.csv", "--out", "x/stacks/fsdp.toml"), ["'--stack'", "megatron|"]),
     (("no-such-command",), ["'no-such-command'", "--help`"]),
+    # a command's own error: what is allowed and what to do instead
+    (("estimate", "--model", "7b", "--gpus", "8", "--seq-len", "4096"), ["seq_len", "<= 2048", "rotary", "llama2-7b"]),
 ])
 def test_usage_errors_are_one_line_exit_2(args, words):
     r = plan(*args)
