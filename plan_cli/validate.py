@@ -68,7 +68,7 @@ def validate(
     console.print(f"OOM runs flagged: {report.oom_flagged}/{report.oom_runs}; runs that ran called infeasible: "
                   f"{report.false_alarms_memory} for memory, {report.false_alarms_structural} structural "
                   f"(of {report.ran})" + (f"; {report.inconsistent_rows} rows not scored: their layout contradicts "
-                                          "their GPU count (--rows says which)" if report.inconsistent_rows else ""),
+                                          "their GPU count or their speed is above the GPU's peak (--rows says which)" if report.inconsistent_rows else ""),
                   highlight=False)
     console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)} "
                   "(each against the prediction in its source's convention: nvidia-smi, reserved, allocated)",

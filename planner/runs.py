@@ -340,11 +340,31 @@ def _run(row, catalog: Catalog) -> Run:
         inconsistent = (f"tp {plan.tp} x pp {plan.pp} x cp {plan.cp} x dp {plan.dp} = {plan.gpus} GPUs, "
                         f"the row says {system.gpus}: not scored")
         notes.append(inconsistent)
+    if inconsistent is None:
+        inconsistent = _above_peak(spec, plan, system, tps)
+        if inconsistent:
+            notes.append(inconsistent)
     if not stated:
         notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
     return Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
                (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
                stated, inconsistent, peak_memory.convention_of(row, notes), ep_stated, capacity)
+
+
+def _above_peak(spec: ModelSpec, plan: ExecutionPlan, system: System, tps: float | None) -> str | None:
+    """Why a row's measured speed is impossible (its model FLOPs per GPU above the GPU's dense peak in the
+    row's precision; 6N + attention, planner/flops.py), else None: a typo or a sparse/per-node figure."""
+    if not tps:
+        return None
+    try:
+        peak = system.gpu.peak_tflops(plan.precision)
+    except ValueError:  # a precision the GPU lacks is refused elsewhere
+        return None
+    achieved = tps * float(flops.model_flops_per_token(spec, plan.seq_len)) / 1e12
+    if achieved <= peak:
+        return None
+    return (f"measured {tps:,.0f} tokens/s per GPU = {achieved:,.0f} TFLOPs/GPU of model FLOPs, above the "
+            f"GPU's dense {plan.precision} peak {peak:,.0f}: not scored (check the row's units)")
 
 
 def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[NotPredicted] | None = None) -> list[Run]:

@@ -92,3 +92,20 @@ def test_a_layout_that_contradicts_the_gpu_count_is_reported_not_scored(tmp_path
     assert runs[1].inconsistent is None and runs[1].scored
     rep = validate(runs)
     assert rep.inconsistent_rows == 1 and rep.ran == 1
+
+
+def test_a_speed_above_the_gpus_peak_is_reported_not_scored(tmp_path):
+    """1.3B GPT on 8 V100s: 20k tokens/s per GPU is ~160 model TFLOPs/GPU, above the V100's 125 fp16 peak
+    (a per-node figure, or a typo); 2k tokens/s per GPU is plausible. Every published row stays scored."""
+    head = ("id,source,model_name,n_params_B,n_layers,hidden,n_heads,vocab,seq_len,gpu_type,n_gpus,gpus_per_node,"
+            "framework,tp,pp,dp,sharding,activation_checkpointing,precision,micro_batch,global_batch,"
+            "measured_tokens_per_sec_per_gpu,outcome\n")
+    rows = ("fast,t,gpt,1.3,24,2048,16,50257,2048,V100-32GB,8,8,megatron,1,1,8,none,none,fp16,4,32,20000,ok\n"
+            "fine,t,gpt,1.3,24,2048,16,50257,2048,V100-32GB,8,8,megatron,1,1,8,none,none,fp16,4,32,2000,ok\n")
+    f = tmp_path / "runs.csv"
+    f.write_text(head + rows)
+    fast, fine = load_runs(f)
+    assert fast.inconsistent and "above the GPU's dense fp16 peak 125" in fast.inconsistent and not fast.scored
+    assert fine.inconsistent is None and fine.scored
+    assert validate([fast, fine]).inconsistent_rows == 1
+    assert all(r.inconsistent is None for r in load_runs(DATA / "published_dev.csv"))
