@@ -100,9 +100,16 @@ def test_network_needed_and_measured_busbw():
 
 
 def test_calibration_compute_scales_compute_time():
-    a = _perf(dict(sharding="zero1", micro_batch=2))
-    b = _perf(dict(sharding="zero1", micro_batch=2), settings=Settings(calibration=Calibration(compute=0.5)))
-    assert b["compute_s"] == pytest.approx(2 * a["compute_s"])
+    """Calibration.compute scales the GPU's achievable throughput: every compute part doubles at 0.5 except
+    the stack's fixed per-step host time (step_overhead_s), which no GPU speed changes."""
+    from planner.settings import stack_profiles
+
+    plan = dict(sharding="zero1", micro_batch=2)
+    a = _perf(plan)
+    b = _perf(plan, settings=Settings(calibration=Calibration(compute=0.5)))
+    fixed = stack_profiles(Settings())[ExecutionPlan(dp=8, **plan).stack].step_overhead_s
+    assert b["compute_s"] - fixed == pytest.approx(2 * (a["compute_s"] - fixed))
+    assert b["compute_s"] > 1.9 * a["compute_s"]
 
 
 def _many_plans(n: int) -> Layout:
