@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 DTYPES = ("fp32", "bf16", "fp16")
+MAX_MATMUL_S = 1.0  # one matmul slower than this: larger sizes of that dtype are not measured
 
 
 class MatmulPoint(BaseModel):
@@ -114,13 +115,23 @@ def probe_device(nproc: int, sizes: list[int] | None, copy_bytes: int, rounds: i
     sizes = sizes or ([1024, 2048, 4096, 8192] if gpu else [256, 512, 1024])
     # a robust peak: every shape in `rounds` interleaved rounds, the best of each (other
     # processes' load only ever slows a round down; one 512^3 matmul under load was ~2x low)
+    # a dtype the CPU only emulates (fp16 without AVX512-FP16/AMX: ~100x slower than fp32) stops growing where
+    # one matmul would take over MAX_MATMUL_S (the last size's time x the n^3 ratio): larger sizes add nothing
+    # to its flat peak and took minutes (the smallest size is always measured)
     best: dict[tuple[str, int], float] = {}
+    skip: set[tuple[str, int]] = set()
     for _ in range(rounds):
         for dtype in DTYPES:
             if not supported(dtype, device):
                 continue
-            for n in sizes:
-                best[dtype, n] = max(best.get((dtype, n), 0.0), matmul_tflops(n, dtype, device, min_time_s))
+            last = None
+            for n in sorted(sizes):
+                if (dtype, n) in skip or (last and last[1] * (n / last[0]) ** 3 > MAX_MATMUL_S):
+                    skip.add((dtype, n))
+                    continue
+                tflops = matmul_tflops(n, dtype, device, min_time_s)
+                best[dtype, n] = max(best.get((dtype, n), 0.0), tflops)
+                last = (n, 2 * n**3 / (tflops * 1e12))
     points = [MatmulPoint(dtype=d, n=n, gemm_gflop=2 * n**3 / 1e9, tflops=t) for (d, n), t in best.items()]
     peaks = {d: max(p.tflops for p in points if p.dtype == d) for d in {p.dtype for p in points}}
     if gpu:

@@ -76,3 +76,32 @@ def test_probe_writes_a_catalog_the_planner_reads(tmp_path):
     assert cat.clusters["local"].gpus_per_node == 2
     system = resolve_system(Scenario(gpu="local", cluster="local", gpus=2), cat)
     assert system.gpu.id == "local" and system.gpus == 2
+
+
+def test_probe_stops_growing_a_dtype_where_one_matmul_would_take_over_a_second(monkeypatch):
+    """An emulated dtype (fp16 on most CPUs, ~1 GFLOP/s) is measured at the sizes it can do in under
+    MAX_MATMUL_S each; the others at every size. The rates are given (the rule is what is tested, not timing)."""
+    from trainer import probe
+
+    rate = {"fp32": 0.1, "bf16": 0.2, "fp16": 0.001}  # TFLOP/s
+    calls = []
+
+    def fixed_rate(n, dtype, device, min_time_s=0.2):
+        calls.append((dtype, n))
+        return rate[dtype]
+
+    monkeypatch.setattr(probe, "matmul_tflops", fixed_rate)
+    monkeypatch.setattr(probe, "copy_gbytes_per_s", lambda device, size: 10.0)
+    monkeypatch.setattr(probe, "host_to_device_gbps", lambda device: None)
+    import torch
+
+    threads = torch.get_num_threads()  # probe_device sets a CPU rank's share of the cores
+    try:
+        report = probe.probe_device(1, [256, 512, 1024], 2**20, rounds=2)
+    finally:
+        torch.set_num_threads(threads)
+    measured = {(p.dtype, p.n) for p in report.matmul}
+    # fp16: 256 takes 0.034 s, 512 0.27 s, 1024 would take 2.1 s: not measured, in any round
+    assert measured == {(d, n) for d in ("fp32", "bf16") for n in (256, 512, 1024)} | {("fp16", 256), ("fp16", 512)}
+    assert ("fp16", 1024) not in calls and calls.count(("fp32", 1024)) == 2
+    assert report.peak_tflops == rate
