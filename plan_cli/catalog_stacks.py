@@ -15,11 +15,11 @@ from hardware.stacks import StackProfile
 # The profile's fields in the order of its TOML (hardware/stacks.py writes them in model order), cut into
 # the sections hardware/stacks.py's StackProfile marks: (title, first field of the section).
 SECTIONS = (
-    ("what the stack can run", "shardings"),
-    ("time multipliers on the analytic model's parts", "gemm_time_factor"),
-    ("overlap of collectives with compute (fractions)", "overlap_ddp"),
+    ("what it can run", "shardings"),
+    ("time multipliers", "gemm_time_factor"),
+    ("overlap (fractions)", "overlap_ddp"),
     ("fused kernels, fp8", "compile_elementwise_factor"),
-    ("memory: the caching allocator", "allocator_transient_factor"),
+    ("memory (allocator)", "allocator_transient_factor"),
     ("how it was fitted", "fit_method"),
 )
 HEADER_FIELDS = ("id", "name", "description")
