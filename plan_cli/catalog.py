@@ -1,4 +1,4 @@
-"""`plan catalog list|show`: the GPUs, clusters and model presets the planner knows.
+"""`plan catalog list|show`: the GPUs, clusters, model presets and stack profiles the planner knows.
 
 User folders (`--catalog DIR`, repeatable, or the env var PLAN_CATALOG) add or override entries.
 """
@@ -11,20 +11,21 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from plan_cli import catalog_stacks
 from plan_cli.common import console, handle_errors, print_json
 from planner.units import format_params
 
-KINDS = ("gpus", "clusters", "models")
+KINDS = ("gpus", "clusters", "models", "stacks")
 
 CatalogOpt = Annotated[
     list[Path] | None,
-    typer.Option("--catalog", help="Extra catalog folder (gpus/, clusters/, models/); repeatable."),
+    typer.Option("--catalog", help="Extra catalog folder (gpus/, clusters/, models/, stacks/); repeatable."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(help="Hardware and model catalog: GPUs, clusters, model presets.", no_args_is_help=True)
+    sub = typer.Typer(help="Hardware and model catalog: GPUs, clusters, model presets, stack profiles.", no_args_is_help=True)
     sub.command("list")(list_cmd)
     sub.command("show")(show_cmd)
     app.add_typer(sub, name="catalog")
@@ -32,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def list_cmd(
-    kind: Annotated[str | None, typer.Option("--kind", help="gpus, clusters or models (default: all).")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="gpus, clusters, models or stacks (default: all).")] = None,
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -52,7 +53,7 @@ def list_cmd(
 
 @handle_errors
 def show_cmd(
-    entry_id: Annotated[str, typer.Argument(metavar="ID", help="A GPU, cluster or model id; or a size like 7b; or a config.json.")],
+    entry_id: Annotated[str, typer.Argument(metavar="ID", help="A GPU, cluster, model or stack id; or a size like 7b; or a config.json.")],
     catalog: CatalogOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -60,6 +61,10 @@ def show_cmd(
     shown = _find(entry_id, catalog)
     if json_out:
         print_json(shown)
+        return
+    if isinstance(shown, catalog_stacks.StackShown):
+        for table in catalog_stacks.show_tables(shown):
+            console.print(table)
         return
     table = Table(title=f"{shown['kind']} {shown['id']}", show_header=False)
     table.add_column("field", style="bold")
@@ -80,6 +85,7 @@ def _rows(dirs: list[Path] | None) -> dict[str, list[dict[str, Any]]]:
         "gpus": [g.model_dump(mode="json") for g in cat.gpus.values()],
         "clusters": [c.model_dump(mode="json") for c in cat.clusters.values()],
         "models": [{"id": i, **_model_json(m)} for i, m in list_presets(dirs).items()],
+        "stacks": [r.model_dump(mode="json") for r in catalog_stacks.rows(cat.stacks, cat.paths)],
     }
 
 
@@ -87,9 +93,9 @@ def _model_json(spec: Any) -> dict[str, Any]:
     return {**spec.model_dump(mode="json"), "n_params": spec.n_params, "vocab_padded": spec.vocab_padded}
 
 
-def _find(entry_id: str, dirs: list[Path] | None) -> dict[str, Any]:
+def _find(entry_id: str, dirs: list[Path] | None) -> dict[str, Any] | catalog_stacks.StackShown:
     from hardware.catalog import load_catalog
-    from hardware.errors import unknown_id
+    from hardware.errors import CatalogError, unknown_id
     from planner.presets import resolve_model
     from planner.sizes import parse_size
 
@@ -98,11 +104,14 @@ def _find(entry_id: str, dirs: list[Path] | None) -> dict[str, Any]:
         if entry_id in entries:
             return {"kind": kind, "id": entry_id, "path": cat.paths[f"{kind}s/{entry_id}"],
                     "entry": entries[entry_id].model_dump(mode="json")}
+    if entry_id in cat.stacks:
+        return catalog_stacks.shown(entry_id, cat.stacks[entry_id], cat.paths[f"stacks/{entry_id}"])
     if entry_id in cat.models or parse_size(entry_id) is not None or entry_id.endswith(".json") or "/" in entry_id:
         spec = resolve_model(entry_id, dirs)
         path = cat.paths.get(f"models/{entry_id}", spec.source)
         return {"kind": "model", "id": entry_id, "path": path, "entry": _model_json(spec)}
-    raise unknown_id("id", entry_id, [*cat.gpus, *cat.clusters, *cat.models])
+    err = unknown_id("id", entry_id, [*cat.gpus, *cat.clusters, *cat.models, *cat.stacks])
+    raise CatalogError(None, "id", f"{err.message}; ids of one kind: plan catalog list --kind {'|'.join(KINDS)}")
 
 
 def _gpu_table(rows: list[dict[str, Any]]) -> Table:
@@ -145,4 +154,4 @@ def _n(value: Any) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-_TABLES = {"gpus": _gpu_table, "clusters": _cluster_table, "models": _model_table}
+_TABLES = {"gpus": _gpu_table, "clusters": _cluster_table, "models": _model_table, "stacks": catalog_stacks.list_table}

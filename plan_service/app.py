@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from hardware.errors import CatalogError
 from hardware.models import GPU, Cluster
+from hardware.stacks import StackProfile
 from plan_service.guards import (LimitError, TuneLimits, check_model_ref, check_scenario, check_tune, request_settings,
                                  service_model)
 from plan_service.limits import BodySizeLimit
@@ -109,7 +110,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     @app.get("/catalog", response_model=CatalogSummary)
     def catalog() -> CatalogSummary:
         cat = _catalog(config)
-        return CatalogSummary(gpus=cat.gpus, clusters=cat.clusters, models=sorted(cat.models))
+        return CatalogSummary(gpus=cat.gpus, clusters=cat.clusters, models=sorted(cat.models), stacks=cat.stacks)
 
     @app.get("/catalog/gpus/{gpu_id}", response_model=GPU, responses={404: {"model": ErrorBody}})
     def catalog_gpu(gpu_id: Name) -> GPU:
@@ -118,6 +119,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     @app.get("/catalog/clusters/{cluster_id}", response_model=Cluster, responses={404: {"model": ErrorBody}})
     def catalog_cluster(cluster_id: Name) -> Cluster:
         return _entry(_catalog(config).clusters, "cluster", cluster_id)
+
+    @app.get("/catalog/stacks/{stack_id}", response_model=StackProfile, responses={404: {"model": ErrorBody}})
+    def catalog_stack(stack_id: Name) -> StackProfile:
+        return _entry(_catalog(config).stacks, "stack", stack_id)
 
     @app.post("/tune", status_code=202, response_model=TuneStarted, dependencies=[Depends(require_token)],
               responses={**ERRORS, 401: {"model": ErrorBody}, 409: {"model": ErrorBody},

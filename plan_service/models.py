@@ -1,5 +1,5 @@
 """Request and response bodies of the HTTP API (the planner's own pydantic models where they
-exist: Scenario, EstimateReport, GPU, Cluster, TuneReport)."""
+exist: Scenario, EstimateReport, GPU, Cluster, StackProfile, TuneReport)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hardware.models import GPU, Cluster
+from hardware.stacks import StackProfile
 from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
@@ -21,6 +22,7 @@ class CatalogSummary(BaseModel):
     gpus: dict[str, GPU]
     clusters: dict[str, Cluster]
     models: list[str]
+    stacks: dict[str, StackProfile]  # profiles by id: factors, fit sources and method, CV error
 
 
 class EstimateRequest(Scenario, MoeOptions, MemoryRecipe):

@@ -34,7 +34,7 @@ def test_list_json_has_all_kinds() -> None:
     result = runner.invoke(app, ["catalog", "list", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"gpus", "clusters", "models"}
+    assert set(data) == {"gpus", "clusters", "models", "stacks"}
     gpus = {g["id"]: g for g in data["gpus"]}
     assert gpus["mi250x"]["devices_per_package"] == 2
     models = {m["id"]: m for m in data["models"]}

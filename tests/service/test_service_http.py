@@ -18,6 +18,7 @@ def base(tmp_path_factory):
 def test_openapi_is_served(base):
     spec = httpx.get(base + "/openapi.json").json()
     for path in ("/estimate", "/catalog", "/catalog/gpus/{gpu_id}", "/catalog/clusters/{cluster_id}",
+                 "/catalog/stacks/{stack_id}",
                  "/tune", "/tune/{study}", "/export/{study}/deepspeed"):
         assert path in spec["paths"], path
     assert "Scenario" in spec["components"]["schemas"]
@@ -81,6 +82,18 @@ def test_catalog(base):
     assert cluster["gpus_per_node"] == 8
     r = httpx.get(base + "/catalog/gpus/h100")
     assert r.status_code == 404 and "h100-80gb" in r.json()["detail"]
+
+
+def test_catalog_stacks(base):
+    """Stack profiles: each with its fitted factors, fit sources and cross-validated error (the +-N%)."""
+    stacks = httpx.get(base + "/catalog").json()["stacks"]
+    assert {"fsdp", "megatron", "hf", "generic"} <= set(stacks)
+    assert all(s["cv_mape_pct"] > 0 for i, s in stacks.items() if i != "bundled")
+    fsdp = httpx.get(base + "/catalog/stacks/fsdp").json()
+    assert fsdp == stacks["fsdp"] and fsdp["fit_sources"] and fsdp["cv_by_source"]
+    assert "fsdp_full_shard" in fsdp["shardings"] and not fsdp["tensor_parallel"]
+    r = httpx.get(base + "/catalog/stacks/fsdp2")
+    assert r.status_code == 404 and "did you mean fsdp" in r.json()["detail"]
 
 
 def test_tune_needs_the_token(base):
