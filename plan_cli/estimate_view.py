@@ -58,14 +58,21 @@ def _header(report: EstimateReport) -> str:
     where = s.cluster_id or s.gpu.id
     rule = f"\n{report.global_batch_rule}" if report.global_batch_rule else ""
     return (f"{report.model.describe()}\n{s.gpus} x {s.gpu.name} ({where}, {s.gpus_per_node}/node, "
-            f"{s.internode_gbps:g} Gbps between nodes)\n{_training(report)}{rule}")
+            f"{s.internode_gbps:g} Gbps between nodes){_measured(s)}\n{_training(report)}{rule}")
+
+
+def _measured(s) -> str:
+    """The all-reduce bus bandwidths `--network-from` gave the plans (they replace the catalog's links)."""
+    parts = [f"{v:.3g} Gbps {where}" for v, where in ((s.measured_intranode_busbw_gbps, "within a node"),
+                                                     (s.measured_internode_busbw_gbps, "between nodes")) if v]
+    return f"\nmeasured all-reduce busbw (--network-from): {', '.join(parts)}" if parts else ""
 
 
 def _sweep_header(report: EstimateReport) -> str:
     """A sweep's model, GPU (the counts are the rows), sequence length and precision."""
     s = report.system
     return (f"{report.model.describe()}\n{s.gpu.name} ({s.cluster_id or s.gpu.id}, {s.gpus_per_node}/node, "
-            f"{s.internode_gbps:g} Gbps between nodes)\n{_training(report)}")
+            f"{s.internode_gbps:g} Gbps between nodes){_measured(s)}\n{_training(report)}")
 
 
 def _training(report: EstimateReport) -> str:

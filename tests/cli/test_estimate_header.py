@@ -59,3 +59,16 @@ def test_explain_of_a_dense_model_has_no_moe_rows():
     assert "step_time_s" in out and "moe_" not in out and "None" not in out
     moe = _run("--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80gb", "--seq-len", "4096", "--explain")
     assert "moe_a2a_s" in moe
+
+
+def test_measured_network_is_in_the_header(tmp_path):
+    """`--network-from` replaces the catalog's link rates: the header says by what (it showed only the
+    catalog's 1600 Gbps while the plans used a 5 Gbps CPU measurement)."""
+    net = tmp_path / "net.json"
+    net.write_text(json.dumps({"busbw_gbps": {"intranode": 5.18, "internode": None}}))
+    out = _run("--model", "1.3b", "--gpus", "16", "--network-from", str(net), "--top", "1")
+    assert "\nmeasured all-reduce busbw (--network-from): 5.18 Gbps within a node\n" in out
+    net.write_text(json.dumps({"busbw_gbps": {"intranode": 900.0, "internode": 180.0}}))
+    out = _run("--model", "1.3b", "--gpus", "8:16", "--network-from", str(net))
+    assert "measured all-reduce busbw (--network-from): 900 Gbps within a node, 180 Gbps between nodes\n" in out
+    assert "measured" not in _run("--model", "1.3b", "--gpus", "16", "--top", "1")
