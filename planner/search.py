@@ -221,7 +221,8 @@ def default_global_batch(spec: ModelSpec, gpus: int, seq_len: int) -> tuple[int,
         odd //= 2
     k = max(round(np.log2(target / odd)), 0)
     batch = odd * 2**k
+    size = f"{spec.n_params / 1e9:.3g}B" if spec.n_params >= 1e9 else f"{spec.n_params / 1e6:.3g}M"  # not 0.000479B
     rule = (f"global batch {batch} sequences ({batch * seq_len / 1e6:.2g}M tokens): GPT-3's "
-            f"{target_tokens / 1e6:.2g}M tokens for {spec.n_params / 1e9:.3g}B parameters, rounded to "
+            f"{target_tokens / 1e6:.2g}M tokens for {size} parameters, rounded to "
             f"{odd} x 2^k sequences; pin --global-batch to plan another")
     return batch, rule
