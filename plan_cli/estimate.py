@@ -101,7 +101,7 @@ def estimate(
         _exit_if_nothing_fits(reports)
         return
     report = reports[0]
-    _raise_if_only_structural(report)
+    _raise_if_only_structural(report, cat.stacks)
     if explain:
         view.show_explain(report, rank, json_out=json_out)
     elif json_out:
@@ -121,16 +121,21 @@ def estimate(
     _exit_if_nothing_fits(reports)
 
 
-def _raise_if_only_structural(report) -> None:
+def _raise_if_only_structural(report, stacks: dict | None = None) -> None:
     """Nothing fits and no candidate got as far as the memory check: the pinned knobs rule out
-    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3)."""
+    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3); a pinned
+    stack that cannot run another pinned knob is named as such (planner/stack_pins.py)."""
     from planner.search import GPU_OOM, HOST_OOM, REASONS
+    from planner.stack_pins import pinned_conflict
 
     memory = {REASONS[GPU_OOM], REASONS[HOST_OOM]}
     if report.results and any(e.fits for e in report.results) or not report.rejected:
         return
     if memory & set(report.rejected):
         return
+    stack = report.scenario.stack
+    if stack and stack in (stacks or {}) and (why := pinned_conflict(report.scenario, stacks[stack])) is not None:
+        raise why
     reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
     raise PlanError("scenario", f"no plan satisfies the pinned knobs: {reason} "
                     f"({count:,} of {report.evaluated:,} candidates)")
