@@ -111,8 +111,9 @@ def estimate(
     else:
         view.show_table(report, top, wide=wide)
     if save is not None and not (json_out or csv_out):
-        console.print(f"scenario saved to {save}: run `plan tune --budget 2h` in {save.parent.resolve()} to tune it",
-                      highlight=False)
+        from plan_cli.scenario_file import tune_hint
+
+        console.print(f"scenario saved to {save}: {tune_hint(save)}", highlight=False)
     if plot is not None:
         from plan_cli.plots import plot_breakdown
 
