@@ -60,6 +60,8 @@ def estimate(
     from planner import api
     from planner.units import parse_gpu_range
 
+    if json_out and csv_out:
+        raise PlanError("csv", "--json and --csv each print the whole report: give one")
     cat = load_catalog(catalog)
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
@@ -82,6 +84,8 @@ def estimate(
     if base["model"] is None and base["n_layers"] is None:
         base["model"] = "7b"
     gpu_counts = [None] if gpus is None else parse_gpu_range(gpus, _node_size(base, cat))
+    if explain and len(gpu_counts) > 1:
+        raise PlanError("explain", f"explains one configuration: give one GPU count, not the sweep {gpus}")
     reports = []
     for count in gpu_counts:
         scenario = Scenario(**base, gpus=count)
