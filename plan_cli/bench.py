@@ -50,9 +50,9 @@ def allreduce_bench(
         else:
             table.add_row(r.op, _size(r.size_bytes), f"{r.time_s * 1e3:.3f}", f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}")
     console.print(table)
-    console.print(_summary(report), highlight=False)
     if json_out is not None:
         json_out.write_text(report.model_dump_json(indent=2))
+    console.print(_summary(report, json_out), highlight=False, soft_wrap=True)  # a path is never cut
 
 
 def _size(n: int) -> str:
@@ -62,13 +62,16 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _summary(report) -> str:
-    """The last line: what the planner will use (`plan estimate --network-from`), in words."""
+def _summary(report, json_out: Path | None = None) -> str:
+    """The last line: what the planner will use (`plan estimate --network-from`), in words, and where the
+    JSON it reads went (or how to write it)."""
     reduces = [r for r in report.results if r.op == "all_reduce" and r.busbw_gbps is not None]
     if not reduces:
         return (f"No all-reduce was measured over {report.backend} ({report.nproc} ranks): "
                 "nothing for `plan estimate --network-from`.")
     largest = max(reduces, key=lambda r: r.size_bytes)
     where = "within one node" if report.nnodes == 1 else f"between {report.nnodes} nodes"
+    then = (f"wrote {json_out}: plan with `plan estimate ... --network-from {json_out}`." if json_out is not None
+            else "save it with --json FILE for `plan estimate --network-from FILE`.")
     return (f"All-reduce bus bandwidth {where}: {largest.busbw_gbps:.1f} Gbps at {_size(largest.size_bytes)} "
-            f"over {report.nproc} ranks ({report.backend}); save it with --json FILE for `plan estimate --network-from FILE`.")
+            f"over {report.nproc} ranks ({report.backend}); {then}")

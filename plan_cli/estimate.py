@@ -60,6 +60,8 @@ def estimate(
     from planner import api
     from planner.units import parse_gpu_range
 
+    if json_out and csv_out:
+        raise PlanError("csv", "--json and --csv each print the whole report: give one")
     cat = load_catalog(catalog)
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
@@ -82,6 +84,8 @@ def estimate(
     if base["model"] is None and base["n_layers"] is None:
         base["model"] = "7b"
     gpu_counts = [None] if gpus is None else parse_gpu_range(gpus, _node_size(base, cat))
+    if explain and len(gpu_counts) > 1:
+        raise PlanError("explain", f"explains one configuration: give one GPU count, not the sweep {gpus}")
     reports = []
     for count in gpu_counts:
         scenario = Scenario(**base, gpus=count)
@@ -101,7 +105,7 @@ def estimate(
         _exit_if_nothing_fits(reports)
         return
     report = reports[0]
-    _raise_if_only_structural(report)
+    _raise_if_only_structural(report, cat.stacks)
     if explain:
         view.show_explain(report, rank, json_out=json_out)
     elif json_out:
@@ -111,8 +115,9 @@ def estimate(
     else:
         view.show_table(report, top, wide=wide)
     if save is not None and not (json_out or csv_out):
-        console.print(f"scenario saved to {save}: run `plan tune --budget 2h` in {save.parent.resolve()} to tune it",
-                      highlight=False)
+        from plan_cli.scenario_file import tune_hint
+
+        console.print(f"scenario saved to {save}: {tune_hint(save)}", highlight=False)
     if plot is not None:
         from plan_cli.plots import plot_breakdown
 
@@ -121,16 +126,21 @@ def estimate(
     _exit_if_nothing_fits(reports)
 
 
-def _raise_if_only_structural(report) -> None:
+def _raise_if_only_structural(report, stacks: dict | None = None) -> None:
     """Nothing fits and no candidate got as far as the memory check: the pinned knobs rule out
-    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3)."""
+    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3); a pinned
+    stack that cannot run another pinned knob is named as such (planner/stack_pins.py)."""
     from planner.search import GPU_OOM, HOST_OOM, REASONS
+    from planner.stack_pins import pinned_conflict
 
     memory = {REASONS[GPU_OOM], REASONS[HOST_OOM]}
     if report.results and any(e.fits for e in report.results) or not report.rejected:
         return
     if memory & set(report.rejected):
         return
+    stack = report.scenario.stack
+    if stack and stack in (stacks or {}) and (why := pinned_conflict(report.scenario, stacks[stack])) is not None:
+        raise why
     reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
     raise PlanError("scenario", f"no plan satisfies the pinned knobs: {reason} "
                     f"({count:,} of {report.evaluated:,} candidates)")

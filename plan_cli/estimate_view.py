@@ -58,7 +58,45 @@ def _header(report: EstimateReport) -> str:
     where = s.cluster_id or s.gpu.id
     rule = f"\n{report.global_batch_rule}" if report.global_batch_rule else ""
     return (f"{report.model.describe()}\n{s.gpus} x {s.gpu.name} ({where}, {s.gpus_per_node}/node, "
-            f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}{rule}")
+            f"{s.internode_gbps:g} Gbps between nodes){_measured(s)}\n{_training(report)}{rule}")
+
+
+def _measured(s) -> str:
+    """The all-reduce bus bandwidths `--network-from` gave the plans (they replace the catalog's links)."""
+    parts = [f"{v:.3g} Gbps {where}" for v, where in ((s.measured_intranode_busbw_gbps, "within a node"),
+                                                     (s.measured_internode_busbw_gbps, "between nodes")) if v]
+    return f"\nmeasured all-reduce busbw (--network-from): {', '.join(parts)}" if parts else ""
+
+
+def _sweep_header(report: EstimateReport) -> str:
+    """A sweep's model, GPU (the counts are the rows), sequence length and precision."""
+    s = report.system
+    return (f"{report.model.describe()}\n{s.gpu.name} ({s.cluster_id or s.gpu.id}, {s.gpus_per_node}/node, "
+            f"{s.internode_gbps:g} Gbps between nodes){_measured(s)}\n{_training(report)}")
+
+
+def _training(report: EstimateReport) -> str:
+    """The sequence length (and where an unpinned one came from) and the precision every plan runs in."""
+    seq = f"seq_len {report.seq_len}" + ("" if report.scenario.seq_len else " (the model's maximum; --seq-len to plan another)")
+    p = report.results[0].plan if report.results else None
+    if p is None:
+        return seq
+    return seq + f", {p.precision}" + (f" ({p.fp8_recipe} recipe)" if p.precision == "fp8" else "")
+
+
+def _tier_note(report: EstimateReport, fitting) -> list[str]:
+    """Why a plan ranks above a faster one, where the table shows one: plans within 2% of each
+    other (well inside the model's error) go to the simpler setup (planner/api.py)."""
+    from planner.api import TIE_FRACTION
+
+    speeds = [e.performance.tokens_per_s for e in fitting if e.performance]
+    out_of_order = any(b > a for a, b in zip(speeds, speeds[1:]))
+    if report.objective == "memory-headroom" or not out_of_order:
+        return []
+    offload = any(e.plan.offload != "none" for e in fitting)
+    return [f"Ranked in {TIE_FRACTION:.0%} tiers of {report.objective} (inside the model's error): within a tier the "
+            "simpler plan comes first (less sharding, no offload, less recompute, smaller tp/pp, bigger micro batch)"
+            + ("; offload plans count as slower by their stack's error." if offload else ".")]
 
 
 def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
@@ -77,7 +115,7 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
                     force_terminal=console.is_terminal).print(table, crop=False)
         else:
             console.print(table)
-        for line in _memory_notes(fitting):
+        for line in _memory_notes(fitting) + _tier_note(report, fitting):
             console.print(line, highlight=False)
     else:
         console.print("[bold red]No configuration fits.[/] Closest misses:")
@@ -221,7 +259,8 @@ def show_explain(report: EstimateReport, rank: int, json_out: bool) -> None:
         t, perf = e.time, e.performance
         speed = Table(title="step time and speed", title_justify="left", show_header=False)
         for k, v in t.model_dump().items():
-            speed.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+            if v is not None:  # the MoE terms of a dense model
+                speed.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
         for k, v in perf.model_dump().items():
             if v is not None:  # 403,765 tokens/s, not 4.038e+05
                 speed.add_row(k, (f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}") if isinstance(v, float) else str(v))
@@ -257,6 +296,7 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
                        for pt in points)
         columns = ["GPUs", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "tokens/s",
                    "MFU", "days"] + (["cost"] if has_cost else []) + ["bottleneck"]
+        console.print(_sweep_header(reports[0]), highlight=False)
         table = Table(title="best configuration per GPU count (batch: the global batch each count trains with)",
                       title_justify="left")
         for col in columns:

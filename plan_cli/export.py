@@ -97,6 +97,9 @@ def export(
         typer.echo(result.files[0].content, nl=False)
         for path in written:  # companions (the DeepSpeed JSON a script points at)
             err_console.print(f"wrote {path}", highlight=False)
+        for note in result.notes:  # on stderr: stdout stays the file
+            if note != f"plan from {result.source}":
+                err_console.print(f"  {note}", highlight=False)
     else:
         for path in written:
             err_console.print(f"wrote {path}", highlight=False)

@@ -184,9 +184,7 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
         console.print(rep.winner, highlight=False)
     fr = rep.final_ranking
     if fr:
-        rows = "; ".join(f"#{r['trial']} {r['median_tokens_per_s']:,.0f} tok/s ±{r['spread_pct']:.0f}% "
-                         f"({len(r['samples_tokens_per_s'])} runs)" for r in fr["rows"])
-        console.print(f"re-measured top candidates (interleaved, median ± half-range): {rows}; "
+        console.print(f"re-measured top candidates (interleaved, median ± half-range): {remeasured(fr['rows'])}; "
                       f"noise {fr['noise_pct']:.1f}%, tie window {fr['tie_window_pct']:.1f}%", highlight=False)
     if rep.by_backend:
         console.print("trials per backend: " + "; ".join(
@@ -219,3 +217,13 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
     return str(v)
+
+
+def remeasured(rows: list[dict]) -> str:
+    """The final re-measurements, one per candidate: "#1 12,854 tok/s ±23% (2 runs)"; a candidate run once
+    has no spread to show ("#0 11,485 tok/s (1 run)", was "±0% (1 runs)")."""
+    def one(r: dict) -> str:
+        n = len(r["samples_tokens_per_s"])
+        spread = f" ±{r['spread_pct']:.0f}%" if n > 1 else ""
+        return f"#{r['trial']} {r['median_tokens_per_s']:,.0f} tok/s{spread} ({n} run{'s' if n != 1 else ''})"
+    return "; ".join(one(r) for r in rows)

@@ -59,16 +59,16 @@ def validate(
     console.print(f"{total} runs, {len(report.runs)} predicted ({len(report.not_predicted)} not predicted). Stack profiles: "
                   "catalog/stacks (in-sample on the runs they were fitted on, their fit_sources; "
                   "cross-validated errors: validation/fit_profiles.py)", highlight=False)
-    console.print(f"{'source':60} {'runs':>4} {'speed':>5} {'MAPE':>7} {'bias':>7} {'iter MAPE':>9}")
+    console.print(f"{'source':60} {'runs':>4} {'scored':>6} {'MAPE':>7} {'bias':>7} {'iter MAPE':>9}")
     for s in report.sources:
-        console.print(f"{s.source[:60]:60} {s.rows:4} {s.speed_rows:5} {_pct(s.mape_pct):>7} "
+        console.print(f"{s.source[:60]:60} {s.rows:4} {s.speed_rows:6} {_pct(s.mape_pct):>7} "
                       f"{_pct(s.bias_pct, '{:+.1f}%'):>7} {_pct(s.iter_mape_pct):>9}", highlight=False)
     console.print(f"all: MAPE {_pct(report.overall_mape_pct)}, bias {_pct(report.overall_bias_pct, '{:+.1f}%')} "
                   "of tokens/s per GPU", highlight=False)
     console.print(f"OOM runs flagged: {report.oom_flagged}/{report.oom_runs}; runs that ran called infeasible: "
                   f"{report.false_alarms_memory} for memory, {report.false_alarms_structural} structural "
-                  f"(of {report.ran})" + (f"; {report.inconsistent_rows} rows not scored: their layout contradicts "
-                                          "their GPU count or their speed is above the GPU's peak (--rows says which)" if report.inconsistent_rows else ""),
+                  f"(of {report.ran})" + (f"; {_n(report.inconsistent_rows, 'row')} not scored: layout contradicts "
+                                          "the GPU count or speed above the GPU's peak (--rows says which)" if report.inconsistent_rows else ""),
                   highlight=False)
     console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)} "
                   "(each against the prediction in its source's convention: nvidia-smi, reserved, allocated)",
@@ -124,3 +124,7 @@ def calibrate(
     console.print(f"cross-validated MAPE of tokens/s: {_pct(fitted.cv_mape_pct)} ({held_out})", highlight=False)
     console.print(f"wrote {out}; plan with: plan estimate ... --catalog {out.parent.parent} --stack {stack}",
                   highlight=False)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -237,6 +237,9 @@ def estimate_row(est: Estimate, report: EstimateReport | None = None) -> dict:
     for k in ("weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation"):
         row[f"mem_{k}_gib"] = round(getattr(m, f"{k}_bytes") / GIB, 3)
     row["mem_capacity_gib"] = round(m.capacity_bytes / GIB, 3)
+    # what must fit (the table's GiB/GPU; mem_gpu_gib is the reserved peak) and its `*` (within the model's error)
+    row["mem_required_gib"] = None if m.required_bytes is None else round(m.required_bytes / GIB, 3)
+    row["mem_tight"] = m.tight
     row["mem_host_gib_per_node"] = round(m.host_bytes_per_node / GIB, 2)
     if est.time is not None:
         row.update(est.time.model_dump())

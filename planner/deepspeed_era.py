@@ -62,4 +62,6 @@ def with_fetch_overlap(prof: dict, version: str | None) -> dict:
     on every fetch (unchanged otherwise)."""
     if not blocking_fetch(version):
         return prof
-    return {**prof, "overlap_zero3": np.zeros_like(np.asarray(prof["overlap_zero3"], dtype=np.float64))}
+    from planner.stacks import merged
+
+    return merged(prof, {"overlap_zero3": np.zeros_like(np.asarray(prof["overlap_zero3"], dtype=np.float64))})

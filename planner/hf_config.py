@@ -85,6 +85,8 @@ def load_hf_config(path: str | Path, name: str | None = None, source: str | None
         raise PlanError("model", f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(cfg, dict):
         raise PlanError("model", f"{path}: must hold a JSON object")
+    if name is None and not cfg.get("_name_or_path"):  # ./config.json: its folder's name, not ""
+        name = (path.absolute().parent.name if path.name == "config.json" else path.stem) or path.name
     return spec_from_config(cfg, path, name=name, source=source)
 
 
@@ -108,7 +110,7 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
         if model_type in hf_deepseek.READ_TYPES:  # MLA, MoE and MTP keys (planner/hf_deepseek.py)
             fields.update(hf_deepseek.deepseek_fields(r, fields))
         fields.update(_window(r, model_type, fields["n_layers"]))
-    name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
+    name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or path.name
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)
     except ValidationError as e:

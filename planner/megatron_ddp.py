@@ -85,7 +85,9 @@ def with_ddp_overlap(prof: dict, after_backward: bool, core_buckets: bool = Fals
     """The per-candidate profile values with the run's DDP facts: `overlap_ddp` at 0 and one bucket (the local
     DDP's contiguous buffer) when the all-reduce follows backward, Megatron-Core's bucket rule where the run used
     its DDP, and the gradient bytes its framework reduces (`grad_reduce_bytes`, planner/dp_comm.py)."""
-    out = dict(prof)
+    from planner.stacks import merged
+
+    out = {}
     if after_backward:  # one flat buffer, all-reduced in one call (per dtype) once backward has returned
         out["overlap_ddp"] = np.zeros_like(np.asarray(prof["overlap_ddp"], dtype=np.float64))
         out["grad_bucket_params"] = np.full(np.shape(prof["grad_bucket_params"]), np.inf)
@@ -95,4 +97,4 @@ def with_ddp_overlap(prof: dict, after_backward: bool, core_buckets: bool = Fals
         out["grad_bucket_params_per_rank"] = np.full(shape, float(grad_buckets.MEGATRON_BUCKET_PARAMS_PER_RANK))
     if reduce_bytes:
         out["grad_reduce_bytes"] = np.full(np.shape(prof["grad_bucket_params"]), float(reduce_bytes))
-    return out
+    return merged(prof, out)

@@ -292,15 +292,20 @@ class _ModelAndSystem(Frozen):
     gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
     gpus: int | None = Field(default=None, gt=0, le=1_000_000, description="GPU count")
     gpus_per_node: int | None = Field(default=None, gt=0, le=1024, description="GPUs per node (default: the cluster's)")
-    cluster: str | None = Field(default=None, description="Cluster catalog id (default dgx-a100)")
+    cluster: str | None = Field(default=None, description="Cluster catalog id (default: with --gpu, the first "
+                                   "cluster of that GPU; else dgx-a100)")
     internode_gbps: float | None = Field(default=None, gt=0, description="Inter-node bandwidth per node (Gbit/s)")
+
+
+# Where a blank Scenario cell's value comes from, when it is not the planner's search (the help says it)
+_BLANK_MEANS = {"seq_len": "Tokens per sequence (default: the model's maximum positions)"}
 
 
 def _pinned(name: str) -> tuple[object, object]:
     """An ExecutionPlan field as a Scenario column: the same type, bounds and description, blank by default."""
     f = ExecutionPlan.model_fields[name]
     kind = Annotated[f.annotation, *f.metadata] if f.metadata else f.annotation
-    return Optional[kind], Field(default=None, description=f.description)
+    return Optional[kind], Field(default=None, description=_BLANK_MEANS.get(name, f.description))
 
 
 _PinnedKnobs = create_model(

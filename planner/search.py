@@ -159,9 +159,11 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
 
 def _global_batch(scenario: Scenario, seq_len: int) -> int | None:
     if scenario.global_batch_tokens is not None:
-        if scenario.global_batch_tokens % seq_len:
-            raise PlanError("global_batch_tokens", f"{scenario.global_batch_tokens} is not a "
-                            f"multiple of seq_len ({seq_len})")
+        if scenario.global_batch_tokens % seq_len:  # "4M" is 4,000,000: say what is near it
+            lo = scenario.global_batch_tokens // seq_len * seq_len
+            near = " and ".join(f"{t:,} ({t // seq_len:,} sequence{'s' * (t != seq_len)})" for t in (lo, lo + seq_len) if t > 0)
+            raise PlanError("global_batch_tokens", f"{scenario.global_batch_tokens:,} is not a multiple of seq_len "
+                            f"({seq_len}); the nearest: {near}, or pin --global-batch in sequences")
         tokens_batch = scenario.global_batch_tokens // seq_len
         if scenario.global_batch is not None and scenario.global_batch != tokens_batch:
             raise PlanError("global_batch", f"{scenario.global_batch} sequences disagrees with "
@@ -221,7 +223,8 @@ def default_global_batch(spec: ModelSpec, gpus: int, seq_len: int) -> tuple[int,
         odd //= 2
     k = max(round(np.log2(target / odd)), 0)
     batch = odd * 2**k
+    size = f"{spec.n_params / 1e9:.3g}B" if spec.n_params >= 1e9 else f"{spec.n_params / 1e6:.3g}M"  # not 0.000479B
     rule = (f"global batch {batch} sequences ({batch * seq_len / 1e6:.2g}M tokens): GPT-3's "
-            f"{target_tokens / 1e6:.2g}M tokens for {spec.n_params / 1e9:.3g}B parameters, rounded to "
+            f"{target_tokens / 1e6:.2g}M tokens for {size} parameters, rounded to "
             f"{odd} x 2^k sequences; pin --global-batch to plan another")
     return batch, rule

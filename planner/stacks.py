@@ -7,6 +7,8 @@ plan runs on when the scenario does not pin one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from hardware.stacks import StackProfile
@@ -40,10 +42,39 @@ def profile_table(profiles: dict[str, StackProfile]) -> dict[str, np.ndarray]:
     return {k: np.array([float(getattr(r, k)) for r in rows]) for k in NUMERIC}
 
 
-def per_candidate(profiles: dict[str, StackProfile], layout: Layout) -> dict[str, np.ndarray]:
-    table = profile_table(profiles)
-    code = np.asarray(layout.stack)
-    return {k: v[code] for k, v in table.items()}
+class Columns(Mapping):
+    """Per-candidate profile values, each field gathered by the candidates' stack codes on first use:
+    a search reads a fraction of the ~45 fields, and each gather is a float array as long as the
+    candidates (MoE searches: millions). `merged` overrides fields without gathering the others."""
+
+    def __init__(self, table: dict[str, np.ndarray], code: np.ndarray, done: dict | None = None):
+        self._table, self._code, self._done = table, code, dict(done or {})
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._done:
+            self._done[key] = self._table[key][self._code]  # KeyError for an unknown field
+        return self._done[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._done or key in self._table
+
+    def __iter__(self):
+        return iter(dict.fromkeys([*self._table, *self._done]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*self._table, *self._done]))
+
+    def merged(self, updates: Mapping) -> "Columns":
+        return Columns(self._table, self._code, {**self._done, **updates})
+
+
+def merged(prof: Mapping, updates: Mapping) -> Mapping:
+    """`{**prof, **updates}` that leaves a `Columns`' fields not gathered yet lazy."""
+    return prof.merged(updates) if isinstance(prof, Columns) else {**prof, **updates}
+
+
+def per_candidate(profiles: dict[str, StackProfile], layout: Layout) -> Columns:
+    return Columns(profile_table(profiles), np.asarray(layout.stack))
 
 
 def unsupported(profiles: dict[str, StackProfile], layout: Layout) -> np.ndarray:

@@ -41,7 +41,7 @@ from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
 from planner.scenario import PRECISIONS, Performance, StepTimeBreakdown
 from planner.settings import Settings, stack_profiles
-from planner.stacks import per_candidate
+from planner.stacks import merged, per_candidate
 from planner.system import System
 
 # Element-wise kernels (norms, dropout, residuals, activations) touch the activation bytes of
@@ -242,7 +242,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     FLOPs (MFU) count the active parameters (planner/moe.py)."""
     layout = _as_float(layout)
     moe_spec, spec = spec, moe.dense_view(spec)
-    prof = {**per_candidate(stack_profiles(settings), layout), **fp8.per_candidate(fp8.recipes(settings), layout)}
+    prof = merged(per_candidate(stack_profiles(settings), layout), fp8.per_candidate(fp8.recipes(settings), layout))
     prof = deepspeed_era.with_fetch_overlap(prof, system.deepspeed_version)
     prof = megatron_ddp.with_ddp_overlap(prof, system.ddp_after_backward, system.megatron_core_buckets,
                                          system.grad_reduce_bytes)

@@ -84,10 +84,28 @@ def parse_gpu_range(text: str, step_default: int) -> list[int]:
     if hi < lo:
         raise PlanError("gpus", f"range {text!r} goes down ({lo} > {hi})")
     step = nums[2] if len(nums) == 3 else step_default
+    node = step_default  # counts above one node are whole nodes (planner/resolve.py)
+    start, end = _whole(max(lo, node), node), max(node, hi // node * node)  # the whole-node sweep inside lo..hi
+    n = (hi - lo) // step + 1 + ((hi - lo) % step != 0)
+    if n > MAX_SWEEP_COUNTS:
+        wider = _whole(-(-(end - start) // (MAX_SWEEP_COUNTS - 1)), node)
+        raise PlanError("gpus", f"sweep {text!r} has {n:,} GPU counts (at most {MAX_SWEEP_COUNTS}: one search each); "
+                        f"use a larger step, e.g. {start}:{end}:{wider}")
     values = list(range(lo, hi + 1, step))
     if values[-1] != hi:
         values.append(hi)
+    if bad := [v for v in values if v > node and v % node]:
+        raise PlanError("gpus", f"sweep {text!r} reaches {bad[0]} GPUs, not whole nodes of {node}: above one node, "
+                        f"start, end and step must be multiples of {node} (e.g. {start}:{end}:{_whole(step, node)})")
     return values
+
+
+MAX_SWEEP_COUNTS = 256
+
+
+def _whole(n: int, node: int) -> int:
+    """n rounded up to whole nodes."""
+    return -(-n // node) * node
 
 
 def format_params(n: float) -> str:

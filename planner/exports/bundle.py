@@ -148,6 +148,8 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         notes.append(moe_note)
     if fmt in moe_settings.MODEL_CODE_FORMATS:
         notes += moe_routing.model_code_notes(fmt, plan, model, chosen.moe)
+    if (stack_note := other_stack_note(fmt, plan)) is not None:
+        notes.append(stack_note)
     if chosen.deepspeed_json is not None:
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
     if chosen.fsdp_json is not None:
@@ -207,6 +209,24 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         recipe=recipe, deepspeed_config=ds() if ran_deepspeed else None, notes=notes)
     return ExportResult(format=fmt, plan=plan, source=chosen.source, steps=steps, time_limit=limit,
                         notes=notes, files=[ExportFile(name="job.sbatch", content=script)])
+
+
+# The stacks (catalog/stacks) whose software runs each format's file as written: a DeepSpeed JSON under
+# HF/accelerate, Megatron-DeepSpeed or the bundled trainer; FSDP settings under PyTorch FSDP (the bundled
+# trainer's `--fsdp-config`, llm-foundry, HF, torchtitan); torchrun/SLURM scripts launch the bundled trainer.
+RUN_BY = {"deepspeed": ("hf", "megatron_deepspeed", "bundled"), "fsdp": ("bundled", "fsdp", "hf", "torchtitan"),
+          "accelerate": ("hf",), "torchrun": ("bundled",), "slurm": ("bundled",), "megatron": ("megatron", "generic")}
+
+
+def other_stack_note(fmt: str, plan: ExecutionPlan) -> str | None:
+    """A plan ranked and timed as one stack (`plan estimate` picks one by sharding: zero1 -> megatron)
+    but written for another stack's software: its predicted speed (and a SLURM time limit from it)
+    belongs to the first. The note says so and which --stack plans for the file's software."""
+    runs = RUN_BY.get(fmt, ())
+    if not runs or plan.stack in runs:
+        return None
+    return (f"ranked and timed as stack {plan.stack}, not the software this {fmt} file is for "
+            f"({' / '.join(runs)}): add --stack {runs[0]} to rank and time plans for it")
 
 
 def _refuse_hybrid(chosen: Chosen) -> None:

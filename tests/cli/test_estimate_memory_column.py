@@ -48,3 +48,19 @@ def test_wide_table_keeps_the_reserved_peak():
     out = _run(["--wide", "--top", "3"])
     header = next(line for line in out.splitlines() if "w/g/opt/act" in line)
     assert re.search(r"(^|\s)reserved(\s|$)", header)
+
+
+def test_csv_carries_what_must_fit_and_the_tight_mark():
+    """--csv (and --scenarios, sweeps) had only mem_gpu_gib, the reserved peak: not the table's GiB/GPU."""
+    import csv
+    import io
+
+    report = json.loads(_run(["--json"]))
+    rows = list(csv.DictReader(io.StringIO(_run(["--csv"]))))
+    fitting = [e for e in report["results"] if e["fits"]][:10]
+    assert len(rows) == 10 and any(r["mem_tight"] == "True" for r in rows)
+    for row, e in zip(rows, fitting):
+        m = e["memory"]
+        assert float(row["mem_required_gib"]) == round(m["required_bytes"] / 2**30, 3)
+        assert row["mem_tight"] == str(m["tight"])
+        assert float(row["mem_gpu_gib"]) >= float(row["mem_required_gib"])  # the reserved peak is the higher one

@@ -76,3 +76,13 @@ def test_a_file_with_no_predictable_row_is_an_error(tmp_path):
         w.writerow({**BASE, "gpu_type": "TPU v5p"})
     r = runner.invoke(app, ["validate", str(path)])
     assert r.exit_code == 2 and "gpu_type" in r.output and "no row" in r.output
+
+
+def test_summary_counts_read_as_words(odd_csv):
+    """'1 row not scored' (was '1 rows'), and the per-source column of rows scored on speed is named so
+    (was 'speed', which read as a speed)."""
+    r = runner.invoke(app, ["validate", str(odd_csv)], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert "; 1 row not scored: layout contradicts the GPU count" in r.output and "1 rows" not in r.output
+    header = next(line for line in r.output.splitlines() if line.startswith("source "))
+    assert header.split()[1:4] == ["runs", "scored", "MAPE"], header

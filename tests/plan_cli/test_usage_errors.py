@@ -30,6 +30,9 @@ def plan(*args: str) -> subprocess.CompletedProcess:
     (("no-such-command",), ["'no-such-command'", "--help`"]),
     # a command's own error: what is allowed and what to do instead
     (("estimate", "--model", "7b", "--gpus", "8", "--seq-len", "4096"), ["seq_len", "<= 2048", "rotary", "llama2-7b"]),
+    # options that cannot go together: they were silently dropped (--explain over a sweep, --csv beside --json)
+    (("estimate", "--model", "7b", "--gpus", "8:16", "--explain"), ["explain:", "one GPU count", "8:16"]),
+    (("estimate", "--model", "7b", "--gpus", "8", "--json", "--csv"), ["csv:", "give one"]),
 ])
 def test_usage_errors_are_one_line_exit_2(args, words):
     r = plan(*args)

@@ -210,3 +210,20 @@ def test_unreadable_configs(tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "list.json"))
     shutil.copy(FIXTURES / "gpt2.json", tmp_path / "gpt2.json")
     assert resolve_model(str(tmp_path / "gpt2.json")).n_params == 124_439_808
+
+
+def test_a_relative_config_json_is_named_by_its_folder(tmp_path: Path, monkeypatch) -> None:
+    """`--model ./config.json` run inside the model's folder: the folder's name (was "", a header
+    line starting with ": 8.030B params"); a config with another file name: its stem."""
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    cfg = json.loads((FIXTURES / "llama3-8b.json").read_text())
+    cfg.pop("_name_or_path", None)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "my-llama.json").write_text(json.dumps(cfg))
+    monkeypatch.chdir(folder)
+    assert resolve_model("./config.json").name == "Meta-Llama-3-8B"
+    assert resolve_model("config.json").name == "Meta-Llama-3-8B"
+    assert resolve_model("my-llama.json").name == "my-llama"
+    assert resolve_model(".").name == "Meta-Llama-3-8B"
+    assert resolve_model("./config.json").describe().startswith("Meta-Llama-3-8B: 8.030B params")

@@ -31,6 +31,13 @@ def test_pinned_knobs_are_respected():
 def test_global_batch_tokens_must_divide_by_seq_len():
     with pytest.raises(PlanError, match="global_batch_tokens"):
         api.estimate(Scenario(model="7b", gpus=8, seq_len=2048, global_batch_tokens=1000))
+    # "4M" is 4,000,000: the error names the multiples around it (4,194,304 is 4Mi, not 4M)
+    with pytest.raises(PlanError) as e:
+        api.estimate(Scenario(model="llama2-7b", gpus=8, global_batch_tokens="4M"))
+    assert "the nearest: 3,997,696 (976 sequences) and 4,001,792 (977 sequences)" in str(e.value)
+    with pytest.raises(PlanError) as e:
+        api.estimate(Scenario(model="llama2-7b", gpus=8, global_batch_tokens=100))
+    assert "the nearest: 4,096 (1 sequence), or pin --global-batch" in str(e.value)
 
 
 def test_gpus_not_divisible_by_tp_pp_shows_the_product():

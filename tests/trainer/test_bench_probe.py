@@ -44,6 +44,9 @@ def test_allreduce_bench_two_ranks(tmp_path):
     last = [line for line in r.output.splitlines() if line.strip()][-1]  # a sentence, not a dict
     assert last.startswith("All-reduce bus bandwidth within one node: ") and "{" not in last, last
     assert f"{largest['busbw_gbps']:.1f} Gbps at 1M over 2 ranks (gloo)" in " ".join(r.output.split()), r.output
+    # --json was given: the line says where it went, not "save it with --json FILE"
+    assert f"wrote {out}: plan with `plan estimate ... --network-from {out}`" in " ".join(r.output.split()), r.output
+    assert "save it with --json" not in r.output
 
 
 def test_gpu_entry_is_catalog_valid(tmp_path):

@@ -1,0 +1,41 @@
+"""A pinned stack against the other pinned knobs: which knob the stack's profile cannot run
+(catalog/stacks/*.toml: `shardings`, `tensor_parallel`, ..., the same fields planner/stacks.py
+`unsupported` reads for every candidate). `plan estimate` names it when no candidate survives,
+instead of the most common rejection of the search ("DeepSpeed pipeline parallelism supports ZeRO-1
+only" for `--stack torchtitan --sharding zero2`, "the stack cannot run this plan" for the rest)."""
+
+from __future__ import annotations
+
+from hardware.stacks import StackProfile
+from planner.errors import PlanError
+from planner.scenario import Scenario
+
+
+def _flag(name: str, on: bool, field: str, what: str, stack: str) -> PlanError | None:
+    return None if on else PlanError(field, f"stack {stack} does not run {what} ({name} = false in "
+                                            f"catalog/stacks/{stack}.toml)")
+
+
+def pinned_conflict(scenario: Scenario, profile: StackProfile) -> PlanError | None:
+    """The first pinned knob the pinned stack cannot run (None: every pinned knob is one it runs)."""
+    s, stack = scenario, profile.id
+    if s.sharding is not None and s.sharding not in profile.shardings:
+        return PlanError("sharding", f"stack {stack} does not run {s.sharding} (allowed with it: "
+                         f"{', '.join(profile.shardings)})")
+    checks = [
+        ((s.tp or 1) > 1, "tensor_parallel", "tp", "tensor parallelism"),
+        ((s.pp or 1) > 1, "pipeline_parallel", "pp", "pipeline parallelism"),
+        ((s.cp or 1) > 1, "context_parallel", "cp", "context parallelism"),
+        (s.precision == "fp8", "fp8", "precision", "fp8"),
+        (s.offload not in (None, "none"), "offload", "offload", "offload"),
+        (bool(s.compile), "compile", "compile", "torch.compile"),
+        (bool(s.async_tp), "async_tp", "async_tp", "async TP"),
+        (bool(s.activation_offload), "activation_offload", "activation_offload", "activation offload"),
+    ]
+    for pinned, name, field, what in checks:
+        if pinned and (why := _flag(name, bool(getattr(profile, name)), field, what, stack)) is not None:
+            return why
+    if s.cp_impl is not None and (s.cp or 1) != 1 and profile.context_parallel and s.cp_impl not in profile.cp_impls:
+        return PlanError("cp_impl", f"stack {stack} does not run cp_impl {s.cp_impl} (allowed with it: "
+                         f"{', '.join(profile.cp_impls)})")
+    return None
