@@ -154,7 +154,21 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
         stage3_max_live_params=np.full(n, 1_000_000_000),
         **{k: np.full(n, int(v)) for k, v in (zpp or zeropp.OFF).items()},
     )
-    return lay if zpp is not None else zeropp.with_searched(lay, system.gpus_per_node)
+    lay = lay if zpp is not None else zeropp.with_searched(lay, system.gpus_per_node)
+    if scenario.sharding is not None:  # pinned: the user asked for it, even over one rank
+        return lay
+    return lay.take(np.flatnonzero(~moot_sharding(spec, lay, system)))
+
+
+def moot_sharding(spec: ModelSpec, lay: Layout, system: System) -> np.ndarray:
+    """ZeRO / FSDP over a group of one rank (dp x cp = 1, or fsdp_hybrid with one rank per node):
+    nothing is sharded, so the plan is the unsharded one under another name (the same numbers, or
+    only the wrapper's overhead). Kept where it offloads (ZeRO-Offload runs on one GPU: Ren et al.
+    2021) or a mixture-of-experts model still shards its experts over edp > 1."""
+    moot = (lay.sharding != SHARD["none"]) & (memory.shard_degree(lay, system) == 1) & (lay.offload == OFFLOAD["none"])
+    if spec.moe_experts:
+        moot &= moe_parallel.edp(lay) <= 1
+    return moot
 
 
 def _global_batch(scenario: Scenario, seq_len: int) -> int | None:
