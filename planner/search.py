@@ -161,14 +161,17 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
 
 
 def moot_sharding(spec: ModelSpec, lay: Layout, system: System) -> np.ndarray:
-    """ZeRO / FSDP over a group of one rank (dp x cp = 1, or fsdp_hybrid with one rank per node):
-    nothing is sharded, so the plan is the unsharded one under another name (the same numbers, or
-    only the wrapper's overhead). Kept where it offloads (ZeRO-Offload runs on one GPU: Ren et al.
-    2021) or a mixture-of-experts model still shards its experts over edp > 1."""
-    moot = (lay.sharding != SHARD["none"]) & (memory.shard_degree(lay, system) == 1) & (lay.offload == OFFLOAD["none"])
+    """Sharding that repeats a plainer candidate. ZeRO / FSDP over a group of one rank (dp x cp = 1,
+    or fsdp_hybrid with one rank per node) shards nothing: the unsharded plan under another name (the
+    same numbers, or only the wrapper's overhead); kept where it offloads (ZeRO-Offload runs on one
+    GPU: Ren et al. 2021) or a mixture-of-experts model still shards its experts over edp > 1. And
+    fsdp_hybrid whose shard group is the whole data-parallel group replicates nothing: it is
+    fsdp_full_shard (PyTorch HYBRID_SHARD with a replicate group of one)."""
+    degree = memory.shard_degree(lay, system)
+    moot = (lay.sharding != SHARD["none"]) & (degree == 1) & (lay.offload == OFFLOAD["none"])
     if spec.moe_experts:
         moot &= moe_parallel.edp(lay) <= 1
-    return moot
+    return moot | ((lay.sharding == SHARD["fsdp_hybrid"]) & (degree == lay.dp * lay.cp))
 
 
 def _global_batch(scenario: Scenario, seq_len: int) -> int | None:

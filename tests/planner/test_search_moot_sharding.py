@@ -48,3 +48,16 @@ def test_moe_keeps_sharding_where_experts_still_shard():
     assert one.any()  # dp x cp = 1 but the expert data-parallel group is larger: expert states shard
     from planner import moe_parallel
     assert (moe_parallel.edp(lay.take(np.flatnonzero(one))) > 1).all()
+
+
+def test_hybrid_that_replicates_nothing_is_full_shard():
+    # one node (or one GPU): fsdp_hybrid shards over the whole data-parallel group, as fsdp_full_shard
+    r = api.estimate(Scenario(model="llama2-13b", gpus=1, cluster="dgx-h100"), top=None)
+    assert r.results and "fsdp_full_shard" in {e.plan.sharding for e in r.results}
+    assert "fsdp_hybrid" not in {e.plan.sharding for e in r.results}
+    # across nodes it is a plan of its own (replicated over the nodes)
+    r = api.estimate(Scenario(model="llama2-7b", gpus=16, cluster="dgx-a100", stack="torchtitan", tp=1, pp=1),
+                     top=None)
+    assert "fsdp_hybrid" in {e.plan.sharding for e in r.results}
+    pinned = api.estimate(Scenario(model="llama2-13b", gpus=1, cluster="dgx-h100", sharding="fsdp_hybrid"), top=3)
+    assert pinned.results and all(e.plan.sharding == "fsdp_hybrid" for e in pinned.results)
