@@ -26,9 +26,11 @@ def trainer_fields() -> list[CliField]:
 def _own_stack(field: CliField) -> CliField:
     """`--stack`: the trainer runs only its own (trainer/config.py validate_plan); the planner's
     other stacks are not choices here."""
-    return replace(field, choices=(TRAINER_PLAN_DEFAULTS["stack"],),
-                   help="The stack that runs the plan: the bundled trainer is its own, so only bundled "
-                        "(its profile: catalog/stacks/bundled.toml); plan estimate --stack plans the others")
+    from planner.scenario import ExecutionPlan
+
+    own = TRAINER_PLAN_DEFAULTS["stack"]
+    return replace(field, choices=(own,), help=f"{ExecutionPlan.model_fields['stack'].description}: only {own}, "
+                   "the trainer's own (plan estimate --stack plans the others)")
 
 
 def parser() -> argparse.ArgumentParser:
