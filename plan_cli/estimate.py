@@ -131,15 +131,14 @@ def _raise_if_only_structural(report, stacks: dict | None = None) -> None:
     every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3); a pinned
     stack that cannot run another pinned knob is named as such (planner/stack_pins.py)."""
     from planner.search import GPU_OOM, HOST_OOM, REASONS
-    from planner.stack_pins import pinned_conflict
+    from planner.stack_pins import report_conflict
 
     memory = {REASONS[GPU_OOM], REASONS[HOST_OOM]}
     if report.results and any(e.fits for e in report.results) or not report.rejected:
         return
     if memory & set(report.rejected):
         return
-    stack = report.scenario.stack
-    if stack and stack in (stacks or {}) and (why := pinned_conflict(report.scenario, stacks[stack])) is not None:
+    if (why := report_conflict(report, stacks)) is not None:
         raise why
     reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
     raise PlanError("scenario", f"no plan satisfies the pinned knobs: {reason} "

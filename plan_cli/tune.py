@@ -92,8 +92,8 @@ def tune(
         raise PlanError("backend", f"unknown value {backend!r} (allowed: deepspeed, fsdp, any)")
     if sampler not in ("tpe", "random"):
         raise PlanError("sampler", f"unknown value {sampler!r} (allowed: tpe, random)")
-    cfg = TuneConfig(
-        model=model, gpus=gpus, budget_s=budget, steps=steps, storage=storage, study=study,
+    cfg = _tune_config(
+        TuneConfig, model=model, gpus=gpus, budget_s=budget, steps=steps, storage=storage, study=study,
         backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=infeasible_margin,
         device_memory_gib=device_memory_gib, choices=parse_choices(choices or []), global_batch=global_batch,
         seq_len=seq_len, gpu=gpu, cluster=cluster, max_trials=max_trials,
@@ -227,3 +227,21 @@ def remeasured(rows: list[dict]) -> str:
         spread = f" ±{r['spread_pct']:.0f}%" if n > 1 else ""
         return f"#{r['trial']} {r['median_tokens_per_s']:,.0f} tok/s{spread} ({n} run{'s' if n != 1 else ''})"
     return "; ".join(one(r) for r in rows)
+
+
+# TuneConfig fields whose `plan tune` option is spelled otherwise: an error names the option
+CLI_NAMES = {"budget_s": "budget", "trial_timeout_s": "trial_timeout", "heartbeat_interval_s": "heartbeat_interval",
+             "grace_period_s": "grace_period", "calibration_in": "calibration", "measure_network": "no_network"}
+
+
+def _tune_config(config_cls, **fields):
+    """The study's config from the options; a refused value is a PlanError naming the option the
+    user typed (--budget, not the config's budget_s)."""
+    from pydantic import ValidationError
+
+    try:
+        return config_cls(**fields)
+    except ValidationError as e:
+        first = e.errors()[0]
+        name = next((str(p) for p in first.get("loc", ()) if isinstance(p, str)), "input")
+        raise PlanError(CLI_NAMES.get(name, name), first["msg"]) from None

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from plan_cli import options as opts
-from plan_cli.common import console, handle_errors, print_json
+from plan_cli.common import console, err_console, handle_errors, print_json
 from planner.errors import PlanError
 
 
@@ -92,13 +92,14 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="Where to write the profile: DIR/stacks/STACK.toml")],
     catalog: opts.CatalogDirs = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the profile as JSON")] = False,
+    all_rows: Annotated[bool, typer.Option("--all-rows", help="Fit on every run, also those whose framework "
+                                           "column names another stack (default: those are left out)")] = False,
 ) -> None:
     """Fit a stack profile to your own runs; then plan with --catalog DIR --stack STACK."""
-    import dataclasses
-
     from hardware.catalog import load_catalog
     from hardware.stacks import profile_to_toml
     from planner import profile_fit
+    from planner.calibrate_rows import dropped_note, runs_for_stack
     from planner.runs import load_runs
     from planner.scenario import STACKS
 
@@ -107,16 +108,25 @@ def calibrate(
     if out.suffix != ".toml" or out.parent.name != "stacks" or out.stem != stack:
         raise PlanError("out", f"{out}: must be DIR/stacks/{stack}.toml so that --catalog DIR finds it")
     cat = load_catalog(catalog)
-    mine = [dataclasses.replace(r, plan=r.plan.model_copy(update={"stack": stack}))
-            for r in load_runs(runs, cat) if r.scored and r.layout_stated]
-    if not mine:
+    usable = [r for r in load_runs(runs, cat) if r.scored and r.layout_stated]
+    if not usable:
         raise PlanError("runs", f"{runs}: no run with a stated layout, a measured speed and outcome ok")
+    mine, dropped = runs_for_stack(usable, stack, all_rows)
+    if not mine:
+        named = ", ".join(f"{s} {c}" for s, c in dropped.items())
+        raise PlanError("stack", f"{runs}: no run names stack {stack} in its framework column ({named}); "
+                        f"--stack one of those, or --all-rows to fit {stack} on them all")
+    note = dropped_note(stack, len(mine), dropped)
     fitted = profile_fit.fit_one(mine, cat.stacks[stack])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(profile_to_toml(fitted))
     if json_out:
+        if note:
+            err_console.print(note, highlight=False, soft_wrap=True)
         print_json(fitted)
         return
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
     factors = ", ".join(f"{f} {getattr(fitted, f):.3g}" for f, *_ in profile_fit.PARAMS)
     console.print(f"fitted {stack} on {len(mine)} runs: {factors}", highlight=False)
     held_out = (f"{len(fitted.fit_sources)} sources held out in turn" if len(fitted.fit_sources) > 1

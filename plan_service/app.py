@@ -97,6 +97,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
         from planner import memory_recipe
         from planner.moe_options import FIELDS
+        from planner.stack_pins import report_conflict
 
         recipe_fields = set(memory_recipe.FIELDS)
         scenario = Scenario(**req.model_dump(exclude={"hf_config", *FIELDS, *recipe_fields}, exclude_unset=True))
@@ -104,8 +105,11 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         check_scenario(scenario)
         cat = _catalog(config)
         spec = service_model(scenario, req.hf_config, cat, config.catalog_dirs)
-        return api.estimate(scenario, catalog=cat, settings=settings, objective=objective, top=top,
-                            include_rejected=True, spec=spec)
+        report = api.estimate(scenario, catalog=cat, settings=settings, objective=objective, top=top,
+                              include_rejected=True, spec=spec)
+        if (why := report_conflict(report, cat.stacks)) is not None:
+            raise why  # a pinned stack that cannot run another pinned knob: 422, `plan estimate`'s message
+        return report
 
     @app.get("/catalog", response_model=CatalogSummary)
     def catalog() -> CatalogSummary:

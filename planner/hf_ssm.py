@@ -66,7 +66,7 @@ def _dt_rank(r, key: str, hidden: int) -> int:
 
 def _pure(r, model_type: str, hidden: int, layers: int, tied_default: bool) -> Config:
     return dict(family=model_type, n_layers=layers, hidden=hidden, n_heads=1, vocab=r.get_int("vocab_size"),
-                max_positions=r.get_int("max_position_embeddings", default=2048), norm="rmsnorm", position="rope",
+                max_positions=r.get_int("max_position_embeddings", default=2048), norm="rmsnorm", position="none",
                 tied_embeddings=r.get_bool("tie_word_embeddings", tied_default), bias=False, layer_pattern="M" * layers)
 
 
@@ -99,6 +99,7 @@ def _hybrid_base(r, standard) -> Config:
 
 def _jamba(r, model_type: str, standard) -> Config:
     fields = _hybrid_base(r, standard)
+    fields["position"] = "none"  # Jamba's attention layers use no position encoding (Lieber et al. 2024, arXiv:2403.19887: no explicit positional information)
     hidden, layers = fields["hidden"], fields["n_layers"]
     _no_proj_bias(r, "mamba_proj_bias")
     period, offset = r.get_int("attn_layer_period", default=8), r.cfg.get("attn_layer_offset", 4)

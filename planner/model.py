@@ -14,7 +14,7 @@ from planner.units import format_params
 
 Mlp = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm", "nonparametric"]
-Position = Literal["learned", "rope", "alibi"]
+Position = Literal["learned", "rope", "alibi", "none"]  # none: no position encoding (Mamba: the recurrence orders tokens)
 QkNorm = Literal["none", "per_head", "full"]
 # The LLaMA block (Touvron et al. 2023, arXiv 2302.13971, sec. 2.2): SwiGLU MLP, RMSNorm, rotary
 # positions; untied embeddings and no biases as in its released configs.
@@ -51,7 +51,7 @@ class ModelSpec(BaseModel):
     tied_embeddings: bool = True
     bias: bool = True  # biases on the linear layers
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
-    norm_bias: bool = True  # LayerNorm has a bias (MPT with no_bias=True: weight only)
+    norm_bias: bool = True  # LayerNorm has a bias (MPT with no_bias=True: weight only); False for any other norm
     # Family differences read from Hugging Face configs (defaults: the classic GPT/LLaMA block).
     attn_head_dim: int | None = Field(default=None, gt=0, le=100_000)  # None: hidden / n_heads (Gemma: 256)
     qkv_bias: bool | None = None  # biases on q/k/v only; None: as `bias` (Qwen2: True with bias False)
@@ -115,7 +115,10 @@ class ModelSpec(BaseModel):
     @classmethod
     def _one_norm_is_parallel(cls, data):
         if isinstance(data, dict) and data.get("norms_per_layer") == 1 and data.get("parallel_block") is None:
-            return {**data, "parallel_block": True}
+            data = {**data, "parallel_block": True}
+        # a norm bias exists only on a LayerNorm (RMSNorm, Zhang & Sennrich 2019, has a weight only)
+        if isinstance(data, dict) and data.get("norm", "layernorm") != "layernorm" and data.get("norm_bias", True):
+            data = {**data, "norm_bias": False}
         return data
 
     @model_validator(mode="after")

@@ -42,8 +42,13 @@ def _cell(row, *keys) -> str:
     return next(((row.get(k) or "").strip() for k in keys if (row.get(k) or "").strip()), "")
 
 
+def framework_cell(row) -> str:
+    """The row's framework as written (the `framework` column, or `stack`); "" where it says none."""
+    return _cell(row, "framework", "stack")
+
+
 def stack_of(row, notes) -> str:
-    fw = _cell(row, "framework", "stack").lower()
+    fw = framework_cell(row).lower()
     if "megatron" in fw and "deepspeed" in fw or "megatron-ds" in fw:
         return "megatron_deepspeed"
     if (row.get("id") or "").startswith(_HF_CODE) and re.search(r"deepspeed|ddp|fsdp", fw):

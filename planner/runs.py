@@ -46,6 +46,7 @@ class Run:
     mem_convention: str = "nvidia-smi"  # how the peak memory was measured (planner/peak_memory.py)
     ep_stated: bool = True  # False: an MoE row without ep: planner/validate.py takes the planner's best ep
     moe_capacity_factor: float | None = None  # the row's expert load (planner/run_capacity.py); None: the settings'
+    framework_stated: bool = True  # False: no framework cell (the stack is the generic fallback, not the row's word)
 
     @property
     def scored(self) -> bool:
@@ -348,7 +349,8 @@ def _run(row, catalog: Catalog) -> Run:
         notes.append("parallel layout not stated: the planner's best layout with the stated knobs")
     return Run(row["id"], source_of(row), spec, plan, system, outcome, tps, it, mem,
                (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
-               stated, inconsistent, peak_memory.convention_of(row, notes), ep_stated, capacity)
+               stated, inconsistent, peak_memory.convention_of(row, notes), ep_stated, capacity,
+               bool(run_columns.framework_cell(row)))
 
 
 def _above_peak(spec: ModelSpec, plan: ExecutionPlan, system: System, tps: float | None) -> str | None:

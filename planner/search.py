@@ -154,7 +154,24 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
         stage3_max_live_params=np.full(n, 1_000_000_000),
         **{k: np.full(n, int(v)) for k, v in (zpp or zeropp.OFF).items()},
     )
-    return lay if zpp is not None else zeropp.with_searched(lay, system.gpus_per_node)
+    lay = lay if zpp is not None else zeropp.with_searched(lay, system.gpus_per_node)
+    if scenario.sharding is not None:  # pinned: the user asked for it, even over one rank
+        return lay
+    return lay.take(np.flatnonzero(~moot_sharding(spec, lay, system)))
+
+
+def moot_sharding(spec: ModelSpec, lay: Layout, system: System) -> np.ndarray:
+    """Sharding that repeats a plainer candidate. ZeRO / FSDP over a group of one rank (dp x cp = 1,
+    or fsdp_hybrid with one rank per node) shards nothing: the unsharded plan under another name (the
+    same numbers, or only the wrapper's overhead); kept where it offloads (ZeRO-Offload runs on one
+    GPU: Ren et al. 2021) or a mixture-of-experts model still shards its experts over edp > 1. And
+    fsdp_hybrid whose shard group is the whole data-parallel group replicates nothing: it is
+    fsdp_full_shard (PyTorch HYBRID_SHARD with a replicate group of one)."""
+    degree = memory.shard_degree(lay, system)
+    moot = (lay.sharding != SHARD["none"]) & (degree == 1) & (lay.offload == OFFLOAD["none"])
+    if spec.moe_experts:
+        moot &= moe_parallel.edp(lay) <= 1
+    return moot | ((lay.sharding == SHARD["fsdp_hybrid"]) & (degree == lay.dp * lay.cp))
 
 
 def _global_batch(scenario: Scenario, seq_len: int) -> int | None:

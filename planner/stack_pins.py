@@ -39,3 +39,19 @@ def pinned_conflict(scenario: Scenario, profile: StackProfile) -> PlanError | No
         return PlanError("cp_impl", f"stack {stack} does not run cp_impl {s.cp_impl} (allowed with it: "
                          f"{', '.join(profile.cp_impls)})")
     return None
+
+
+def report_conflict(report, stacks: dict | None) -> PlanError | None:
+    """The pinned stack's conflict with another pinned knob, where it is why nothing runs: no
+    candidate fits and none got as far as the memory check (`plan estimate` exits 2 with it, the
+    service answers 422 with it)."""
+    from planner.search import GPU_OOM, HOST_OOM, REASONS
+
+    if any(e.fits for e in report.results) or not report.rejected:
+        return None
+    if {REASONS[GPU_OOM], REASONS[HOST_OOM]} & set(report.rejected):
+        return None
+    stack = report.scenario.stack
+    if not stack or stack not in (stacks or {}):
+        return None
+    return pinned_conflict(report.scenario, stacks[stack])

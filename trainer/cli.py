@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from planner.fields import CliField, cli_fields
 from trainer.config import NOT_FLAGS, TRAINER_PLAN_DEFAULTS, TrainConfig
@@ -18,7 +19,18 @@ def trainer_fields() -> list[CliField]:
     """The trainer's flags: every field of TrainConfig (its plan, run and launch), one vocabulary
     with the planner (plan_cli/train.py renders the same fields for `plan train`)."""
     shown = TRAINER_PLAN_DEFAULTS | {"sequence_parallel": "tp > 1"}  # derived when left out
-    return cli_fields(TrainConfig, skip=NOT_FLAGS, defaults={"plan": shown})
+    return [_own_stack(f) if f.name == "stack" else f
+            for f in cli_fields(TrainConfig, skip=NOT_FLAGS, defaults={"plan": shown})]
+
+
+def _own_stack(field: CliField) -> CliField:
+    """`--stack`: the trainer runs only its own (trainer/config.py validate_plan); the planner's
+    other stacks are not choices here."""
+    from planner.scenario import ExecutionPlan
+
+    own = TRAINER_PLAN_DEFAULTS["stack"]
+    return replace(field, choices=(own,), help=f"{ExecutionPlan.model_fields['stack'].description}: only {own}, "
+                   "the trainer's own (plan estimate --stack plans the others)")
 
 
 def parser() -> argparse.ArgumentParser:

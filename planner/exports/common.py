@@ -13,6 +13,15 @@ from planner.system import System
 
 Target = Literal["gpu", "cpu"]
 TARGETS: tuple[str, ...] = Target.__args__  # type: ignore[attr-defined]
+# The stack that runs a set of knobs (`plan train`, the tuner's trials): the bundled trainer.
+RUN_STACK = "bundled"
+
+
+def run_fields(knobs: dict) -> dict:
+    """The ExecutionPlan fields of a trainer run's or a tuner trial's knobs (dp and seq_len are
+    given apart), labelled with the stack that runs them unless the knobs name one."""
+    fields = {k: v for k, v in knobs.items() if k in ExecutionPlan.model_fields and k not in ("dp", "seq_len")}
+    return {"stack": RUN_STACK} | fields
 
 
 class Recipe(Frozen):

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from planner.errors import PlanError
-from planner.exports.common import Recipe, Target, check_target, is_fsdp
+from planner.exports.common import Recipe, Target, check_target, is_fsdp, run_fields
 from planner.exports.cp_settings import deepspeed_keys
 from planner.model import ModelSpec
 from planner.scenario import ExecutionPlan
@@ -73,8 +73,7 @@ def auto_buckets(hidden: int) -> dict[str, int]:
 
 def knobs_plan(knobs: dict[str, Any], *, dp: int, seq_len: int, model: ModelSpec) -> ExecutionPlan:
     """The `ExecutionPlan` a trainer run or a tuner trial with these knobs executes."""
-    fields = {k: v for k, v in knobs.items() if k in ExecutionPlan.model_fields and k not in ("dp", "seq_len")}
-    return ExecutionPlan(dp=dp, seq_len=seq_len, **(auto_buckets(model.hidden) | fields))
+    return ExecutionPlan(dp=dp, seq_len=seq_len, **(auto_buckets(model.hidden) | run_fields(knobs)))
 
 
 def config_for_knobs(knobs: dict[str, Any], *, dp: int, seq_len: int, model: ModelSpec,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import PlanError
-from planner.exports.common import Target, check_target, is_fsdp
+from planner.exports.common import Target, check_target, is_fsdp, run_fields
 from planner.scenario import ExecutionPlan
 
 FSDP_FILE = "fsdp_config.json"
@@ -61,8 +61,7 @@ def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1
 def settings_for_knobs(knobs: dict[str, Any], *, dp: int, seq_len: int, target: Target,
                        nodes: int = 1) -> dict[str, Any]:
     """THE FSDP settings of a trainer run or a tuner trial with these knobs."""
-    fields = {k: v for k, v in knobs.items() if k in ExecutionPlan.model_fields and k not in ("dp", "seq_len")}
-    return fsdp_settings(ExecutionPlan(dp=dp, seq_len=seq_len, **fields), target=target, nodes=nodes)
+    return fsdp_settings(ExecutionPlan(dp=dp, seq_len=seq_len, **run_fields(knobs)), target=target, nodes=nodes)
 
 
 def _mesh(plan: ExecutionPlan, nodes: int) -> dict[str, int]:

@@ -79,8 +79,9 @@ def model_refusal(model: ModelSpec) -> PlanError | None:
     if model.norm == "nonparametric" or model.norms_per_layer != 2 or model.qk_norm != "none" or model.embedding_norm:
         return PlanError("norm", f"{model.name}: Megatron-LM flags build two LayerNorm/RMSNorm per layer, "
                          "no extra, post, q/k or embedding norms")
-    if model.position == "alibi":
-        return PlanError("position", f"{model.name}: Megatron-LM has no ALiBi (allowed: learned, rope)")
+    if model.position in ("alibi", "none"):
+        what = "ALiBi" if model.position == "alibi" else "GPT flag for no position encoding"
+        return PlanError("position", f"{model.name}: Megatron-LM has no {what} (allowed: learned, rope)")
     if model.attn_window is not None and _skip_freq(model) is None:
         return PlanError("attn_local_layers", f"{model.name}: {model.attn_local_layers} local layers of "
                          f"{model.n_layers} is no --window-attn-skip-freq N (one global layer after N-1 local "
