@@ -93,7 +93,17 @@ def split(n_layers: int, pp, vpp, first_layers=0, last_layers=0, embedding_in_sp
 
 
 def of_layout(n_layers: int, layout) -> StageSplit:
-    return split(n_layers, layout.pp, layout.vpp, *(getattr(layout, k) for k in SPLIT_KNOBS))
+    """`split` of a Layout's candidates, computed once per Layout and layer count: one search asks for
+    it ~20 times (memory terms, the step time), ~0.2 s each over a MoE model's 2M candidates. A Layout
+    is frozen and its arrays are never written in place (`take` and `dataclasses.replace` make a new
+    Layout, without this cache)."""
+    cache = vars(layout).get("_stage_splits")
+    if cache is None:
+        cache = {}
+        object.__setattr__(layout, "_stage_splits", cache)
+    if n_layers not in cache:
+        cache[n_layers] = split(n_layers, layout.pp, layout.vpp, *(getattr(layout, k) for k in SPLIT_KNOBS))
+    return cache[n_layers]
 
 
 def _given(first_layers, last_layers, embedding_in_split, loss_in_split):
