@@ -49,6 +49,8 @@ def tune(
     gpu: Annotated[Optional[str], Opt(help="Catalog GPU id of this machine's GPUs", rich_help_panel=RUN)] = None,
     cluster: Annotated[Optional[str], Opt(help="Catalog cluster id", rich_help_panel=RUN)] = None,
     max_trials: Annotated[Optional[int], Opt(min=1, help="Launch at most this many trials", rich_help_panel=RUN)] = None,
+    remeasure_rounds: Annotated[int, Opt(min=0, help="Re-runs of the top 3 configurations at the end, interleaved "
+                                         "(0: none; at most a quarter of the budget)", rich_help_panel=RUN)] = 2,
     trial_timeout: Annotated[Optional[str], Opt(help="Kill a trial after this long (default 3x its expected time)", rich_help_panel=RUN)] = None,
     sampler: Annotated[str, Opt(help="tpe|random (after the planner's proposals)", rich_help_panel=SPACE)] = "tpe",
     seed: Annotated[Optional[int], Opt(rich_help_panel=SPACE)] = None,
@@ -96,7 +98,7 @@ def tune(
         TuneConfig, model=model, gpus=gpus, budget_s=budget, steps=steps, storage=storage, study=study,
         backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=infeasible_margin,
         device_memory_gib=device_memory_gib, choices=parse_choices(choices or []), global_batch=global_batch,
-        seq_len=seq_len, gpu=gpu, cluster=cluster, max_trials=max_trials,
+        seq_len=seq_len, gpu=gpu, cluster=cluster, max_trials=max_trials, remeasure_rounds=remeasure_rounds,
         trial_timeout_s=trial_timeout,
         sampler=sampler, seed=seed, calibration_in=str(calibration) if calibration else None,
         calibration_out=str(calibration_out) if calibration_out else None, csv=str(csv) if csv else None,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hardware.catalog import load_catalog
+from hardware.links import CollectiveLink
 from hardware.models import Cluster
 from planner import nvls as nvls_model
 from planner.busbw_curve import Curves, Reader
@@ -90,7 +91,23 @@ def _curves(system: System) -> Curves:
         links = load_catalog().links
         intra = intra or links[system.gpu.intranode_link]
         inter = inter or links[DEFAULT_INTERNODE_LINK]
-    return Curves.of(intra, inter)
+    return _curves_of(intra, inter)
+
+
+_CURVES: dict[tuple[int, int], tuple[CollectiveLink, CollectiveLink, Curves]] = {}
+
+
+def _curves_of(intra: CollectiveLink, inter: CollectiveLink) -> Curves:
+    """`Curves.of`, once per pair of link entries (frozen catalog data, kept here so that their ids stay
+    theirs): a profile fit plans each run thousands of times, one system at a time."""
+    key = (id(intra), id(inter))
+    entry = _CURVES.get(key)
+    if entry is None:  # (the service plans in several threads: a cleared cache is only a miss)
+        entry = (intra, inter, Curves.of(intra, inter))
+        if len(_CURVES) >= 64:
+            _CURVES.clear()
+        _CURVES[key] = entry
+    return entry[2]
 
 
 def _nvls(system: System, k: float) -> nvls_model.Nvls | None:
@@ -98,13 +115,14 @@ def _nvls(system: System, k: float) -> nvls_model.Nvls | None:
     (NCCL's own choice on the node, NVLS included) sets the plateau."""
     if system.gpu.nvls_link is None or system.measured_intranode_busbw_gbps:
         return None
-    return nvls_model.Nvls.of(load_catalog().links[system.gpu.nvls_link], system.intranode_gbps * k * 1e9 / 8)
+    link = system.nvls_link or load_catalog().links[system.gpu.nvls_link]  # resolved with the system, else read here
+    return nvls_model.Nvls.of(link, system.intranode_gbps * k * 1e9 / 8)
 
 
 def default_curves() -> Curves:
     """The catalog's NVLink and InfiniBand sweeps."""
     links = load_catalog().links
-    return Curves.of(links["nvlink"], links[DEFAULT_INTERNODE_LINK])
+    return _curves_of(links["nvlink"], links[DEFAULT_INTERNODE_LINK])
 
 
 def internode_efficiency(system: System) -> float:

@@ -93,6 +93,7 @@ def resolve_system(scenario: Scenario, catalog: Catalog | None = None) -> System
         # a bandwidth given by hand describes another network: the default NCCL efficiency then
         internode_efficiency=None if scenario.internode_gbps else cluster.internode_collective_efficiency,
         intranode_link=catalog.links[gpu.intranode_link],
+        nvls_link=catalog.links[gpu.nvls_link] if gpu.nvls_link else None,
         internode_link=catalog.links[cluster.internode_link],
         unified_memory=cluster.unified_memory,
     )

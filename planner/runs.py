@@ -197,6 +197,7 @@ def _system(row, catalog: Catalog, notes: list[str]) -> System:
                   internode_gbps=net or cluster.internode_gbps,
                   internode_efficiency=None if net else cluster.internode_collective_efficiency,
                   intranode_link=catalog.links[gpu.intranode_link], internode_link=catalog.links[cluster.internode_link],
+                  nvls_link=catalog.links[gpu.nvls_link] if gpu.nvls_link else None,
                   unified_memory=cluster.unified_memory,
                   launch_blocking=launch_sync.launch_blocking_of(row, notes),
                   deepspeed_version=deepspeed_era.version_of(row, notes),

@@ -37,9 +37,22 @@ def default_stack(sharding: np.ndarray, tp: np.ndarray, pp: np.ndarray) -> np.nd
 
 
 def profile_table(profiles: dict[str, StackProfile]) -> dict[str, np.ndarray]:
-    """Each numeric field as an array indexed by stack code (missing stacks: the prior)."""
-    rows = [profiles.get(name) or StackProfile(id=name, name=name) for name in STACKS]
-    return {k: np.array([float(getattr(r, k)) for r in rows]) for k in NUMERIC}
+    """Each numeric field as an array indexed by stack code (missing stacks: the prior). Built once per
+    set of profile objects (frozen; kept with the table so that their ids stay theirs): a profile fit
+    plans each run thousands of times, one plan at a time. Callers index it (`v[code]`: a copy)."""
+    given = tuple(profiles.get(name) for name in STACKS)
+    key = tuple(map(id, given))
+    entry = _TABLES.get(key)
+    if entry is None:  # (the service plans in several threads: a cleared cache is only a miss)
+        rows = [p or StackProfile(id=name, name=name) for p, name in zip(given, STACKS)]
+        entry = (given, {k: np.array([float(getattr(r, k)) for r in rows]) for k in NUMERIC})
+        if len(_TABLES) >= 64:
+            _TABLES.clear()
+        _TABLES[key] = entry
+    return entry[1]
+
+
+_TABLES: dict[tuple[int, ...], tuple[tuple, dict[str, np.ndarray]]] = {}
 
 
 class Columns(Mapping):

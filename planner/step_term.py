@@ -11,6 +11,7 @@ leave-one-origin-out published MAPE 8.25% at a 0.3 s scale, 7.92% at 0.1 s); row
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 
 # the per-step term's ridge scale where a stack's rows do not identify it: tens of ms, a tuned loop's
@@ -19,8 +20,15 @@ UNIDENTIFIED_SCALE_S = 0.1
 
 
 def _config(run) -> tuple:
-    plan = run.plan.model_dump(exclude={"grad_accum", "global_batch", "global_batch_tokens"})
-    return run.gpu_type, run.model, run.spec.n_layers, run.spec.hidden, tuple(sorted(map(str, plan.items())))
+    return run.gpu_type, run.model, run.spec.n_layers, run.spec.hidden, _plan_key(run.plan)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_key(plan) -> tuple:
+    """The plan's knobs but the batch (a frozen, hashable ExecutionPlan: once per plan, as the origin
+    screen asks for every fold and setting: validation/origin_cv.py --grid)."""
+    knobs = plan.model_dump(exclude={"grad_accum", "global_batch", "global_batch_tokens"})
+    return tuple(sorted(map(str, knobs.items())))
 
 
 def identified(runs) -> bool:

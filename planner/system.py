@@ -29,6 +29,8 @@ class System(Frozen):
     # with the system (reports, --json): catalog data, named by the GPU and the cluster.
     intranode_link: CollectiveLink | None = Field(default=None, exclude=True)
     internode_link: CollectiveLink | None = Field(default=None, exclude=True)
+    # The GPU's NVLink SHARP link (catalog/links; None: the catalog's for gpu.nvls_link, if it names one)
+    nvls_link: CollectiveLink | None = Field(default=None, exclude=True)
     # The job runs with CUDA_LAUNCH_BLOCKING=1 (every kernel launch waits for its kernel; the
     # host's per-op time adds to the GPU's: planner/launch_sync.py)
     launch_blocking: bool = False

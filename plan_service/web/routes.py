@@ -7,6 +7,7 @@ comes from `GET /tune/{study}`; this adds only the per-trial rows the page plots
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import time
 from functools import lru_cache
@@ -91,28 +92,40 @@ def web_router() -> APIRouter:
         return views.page_report(report)
 
     @router.post("/ui/curve", response_model=list[views.CurvePoint])
-    def curve(req: PageScenario, request: Request) -> list[views.CurvePoint]:
-        """The best plan's days, cost and tokens/s at whole-node GPU counts around the form's."""
+    async def curve(req: PageScenario, request: Request) -> list[views.CurvePoint]:
+        """The best plan's days, cost and tokens/s at whole-node GPU counts around the form's. Each count is
+        planned in the thread pool; the counts left are skipped once the page has gone (a newer plan aborts
+        this request, or the tab closed): a MoE model's count is seconds of CPU nobody would see."""
+        from starlette.concurrency import run_in_threadpool
+
         from planner import api
         from planner.resolve import resolve_system
 
-        catalog = _catalog(request)
+        def best_at(scenario: Scenario, n: int, catalog, settings):
+            try:
+                return api.estimate(scenario.model_copy(update={"gpus": n}), catalog=catalog,
+                                    objective=req.objective, top=1, settings=settings)
+            except PlanError:  # e.g. a pinned batch that this count cannot divide
+                return None
+
+        catalog = await run_in_threadpool(_catalog, request)
         settings = request_settings(req)
         budget_s = request.app.state.config.curve_budget_s
-        points, started = [], time.monotonic()
-        with _FormScenario(req, request) as scenario:
-            system = resolve_system(scenario, catalog)
+        points, started, gone = [], time.monotonic(), False
+        form = await run_in_threadpool(_FormScenario, req, request)
+        with form as scenario:
+            system = await run_in_threadpool(resolve_system, scenario, catalog)
             counts = views.curve_gpu_counts(system.gpus, system.gpus_per_node)
             for n in views.curve_order(counts, system.gpus):
-                if points and time.monotonic() - started > budget_s:  # the form's own count is always planned
+                gone = gone or (bool(points) and await request.is_disconnected())
+                if points and (gone or time.monotonic() - started > budget_s):  # the form's own count: always
                     points.append(views.CurvePoint(gpus=n, fits=False, skipped=True))
                     continue
-                try:
-                    report = api.estimate(scenario.model_copy(update={"gpus": n}), catalog=catalog,
-                                          objective=req.objective, top=1, settings=settings)
-                except PlanError:  # e.g. a pinned batch that this count cannot divide
-                    report = None
-                points.append(views.curve_point(n, report))
+                points.append(views.curve_point(n, await run_in_threadpool(best_at, scenario, n, catalog, settings)))
+        if gone:
+            logging.getLogger("uvicorn.error").info(
+                "POST /ui/curve: the page has gone; %d of %d GPU counts planned", sum(not p.skipped for p in points),
+                len(points))
         return sorted(points, key=lambda p: p.gpus)
 
     @router.post("/ui/export/{fmt}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import httpx
 import pytest
 from service_server import running_server
@@ -94,6 +97,20 @@ def test_catalog_stacks(base):
     assert "fsdp_full_shard" in fsdp["shardings"] and not fsdp["tensor_parallel"]
     r = httpx.get(base + "/catalog/stacks/fsdp2")
     assert r.status_code == 404 and "did you mean fsdp" in r.json()["detail"]
+
+
+def test_curve_stops_planning_when_the_page_has_gone(base, tmp_path_factory):
+    """The page aborts the curve of an older plan (plan_service/web/static/page.js): the server then skips
+    the GPU counts left instead of planning them for nobody (a MoE model's count is seconds of CPU)."""
+    with pytest.raises(httpx.ReadTimeout):  # the client leaves while the first count is planned
+        httpx.post(base + "/ui/curve", json={"model": "mixtral-8x7b", "gpus": 16}, timeout=httpx.Timeout(10, read=0.5))
+    log = next(tmp_path_factory.getbasetemp().glob(f"serve*/server-{base.rsplit(':', 1)[1]}.log"))
+    deadline = time.monotonic() + 120
+    while "the page has gone" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    found = re.search(r"POST /ui/curve: the page has gone; (\d+) of (\d+) GPU counts planned", log.read_text())
+    assert found, log.read_text()[-2000:]
+    assert int(found[1]) < int(found[2]) == 8  # 8 ... 128 GPUs around 16 at 8 per node
 
 
 def test_tune_needs_the_token(base):

@@ -47,6 +47,7 @@ def test_short_real_study_on_two_cpu_ranks(tmp_path):
               "--top-k", "1"], tmp_path)
     assert "best trial" in r.stdout and "launch: torchrun" in r.stdout
     assert "prediction error" in r.stdout
+    assert "re-measured top candidates" in r.stdout  # the default: the top ones run again at the end
 
     rep = runner.invoke(app, ["tune", "report", "--study", "short", "--storage", db, "--json"])
     assert rep.exit_code == 0, rep.output
@@ -91,6 +92,6 @@ def test_short_real_study_on_two_cpu_ranks(tmp_path):
     assert bad.exit_code == 2 and "stack_out" in bad.output
     # both configurations are done: a resume has nothing left and launches nothing
     r2 = plan(["tune", *FAST, "--choices", "micro_batch=2,8", "--budget", "3m", "--storage", db,
-               "--study", "short", "--json"], tmp_path)
+               "--study", "short", "--remeasure-rounds", "0", "--json"], tmp_path)
     again = json.loads(r2.stdout)
     assert again["launched"] == 2 and "every configuration" in again["stop_reason"]

@@ -57,7 +57,8 @@ def test_exported_json_is_the_best_trials_config_byte_for_byte(tmp_path):
     plan(["tune", "--model", "tiny", "--gpus", "2", "--seq-len", "32", "--steps", "3", "--backend", "deepspeed",
           "--choices", "sharding=zero1,zero2", "--choices", "precision=fp32", "--choices", "activation_checkpointing=none",
           "--choices", "micro_batch=2", "--no-network-bench", "--no-progress", "--budget", "4m", "--max-trials", "2",
-          "--storage", db, "--study", "x", "--workdir", str(wd), "--json"], tmp_path, timeout=400)
+          "--storage", db, "--study", "x", "--workdir", str(wd), "--remeasure-rounds", "0", "--json"], tmp_path,
+         timeout=400)
     study = optuna.load_study(study_name="x", storage=db)
     from tuner.report import best_trial
 

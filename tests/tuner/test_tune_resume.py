@@ -53,7 +53,7 @@ def test_kill_9_mid_trial_then_resume(tmp_path):
     db = f"sqlite:///{tmp_path}/r.db"
     args = ["tune", *FAST, "--choices", "micro_batch=2,4", "--budget", "4m", "--storage", db,
             "--study", "resume", "--top-k", "2", "--heartbeat-interval", "1", "--grace-period", "2",
-            "--workdir", str(tmp_path / "w")]
+            "--workdir", str(tmp_path / "w"), "--remeasure-rounds", "0"]
     proc = subprocess.Popen([*PLAN, *args], cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -103,7 +103,7 @@ def test_two_workers_share_one_postgres_study(tmp_path):
         pytest.skip(why)
     with throwaway_cluster(bindir) as url:
         args = ["tune", *FAST, "--choices", "micro_batch=2,4,8", "--budget", "4m", "--storage", url,
-                "--study", "duo", "--top-k", "1", "--seed", "0"]
+                "--study", "duo", "--top-k", "1", "--seed", "0", "--remeasure-rounds", "0"]
         plan([*args, "--init-only"], tmp_path)  # create the study once, then start the workers
         workers = [subprocess.Popen([*PLAN, *args, "--json", "--seed", str(i)], cwd=tmp_path, env=env(),
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -45,7 +45,7 @@ def test_study_tries_tensor_and_pipeline_parallel_trials(tmp_path):
     db = f"sqlite:///{tmp_path}/tune.db"
     r = plan(["tune", *[a if a != "tiny" else "tiny4" for a in FAST], "--choices", "micro_batch=2",
               "--choices", "tp=1,2", "--choices", "pp=1,2", "--budget", "4m", "--max-trials", "4",
-              "--storage", db, "--study", "par", "--json"], tmp_path, timeout=400)
+              "--storage", db, "--study", "par", "--remeasure-rounds", "0", "--json"], tmp_path, timeout=400)
     data = json.loads(r.stdout)
     assert data["launched"] >= 2
     from typer.testing import CliRunner
@@ -56,7 +56,9 @@ def test_study_tries_tensor_and_pipeline_parallel_trials(tmp_path):
     assert rep.exit_code == 0, rep.output
     import optuna
 
-    trials = optuna.load_study(study_name="par", storage=db).trials
+    st = optuna.load_study(study_name="par", storage=db)
+    assert "remeasured" not in st.user_attrs and "final_ranking" not in st.user_attrs  # --remeasure-rounds 0
+    trials = st.trials
     tried = {(t.user_attrs["knobs"]["tp"], t.user_attrs["knobs"]["pp"]) for t in trials if "knobs" in t.user_attrs}
     assert tried & {(2, 1), (1, 2)}, tried
     ok = [t for t in trials if t.user_attrs.get("status") == "ok"]

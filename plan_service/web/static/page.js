@@ -32,9 +32,9 @@ async function errorText(r) {
     return String(body.detail);
   } catch (e) { return `HTTP ${r.status}`; }
 }
-async function postJSON(url, body, headers = {}) {
+async function postJSON(url, body, headers = {}, signal = undefined) {
   const r = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json", ...headers },
-                               body: JSON.stringify(body) });
+                               body: JSON.stringify(body), signal });
   if (!r.ok) throw new Error(await errorText(r));
   return r;
 }
@@ -221,10 +221,17 @@ function drawBreakdowns(report) {
   }, PLOT_CONFIG);
 }
 
+// a newer plan aborts the curve still coming for an older one: its late answer cannot replace the
+// newer chart, and the server stops planning its counts (POST /ui/curve skips them once the page has gone)
+let curveRequest = null;
+
 async function drawCurve(req) {
   const el = $("curve-chart");
+  if (curveRequest) curveRequest.abort();
+  const mine = curveRequest = new AbortController();
   try {
-    const points = await (await postJSON("/ui/curve", req)).json();
+    const points = await (await postJSON("/ui/curve", req, {}, mine.signal)).json();
+    if (mine !== curveRequest) return;
     const fit = points.filter((p) => p.fits);
     const skipped = points.filter((p) => p.skipped).map((p) => p.gpus);
     const haveDays = fit.some((p) => p.days !== null);
@@ -249,7 +256,7 @@ async function drawCurve(req) {
       legend: { orientation: "h", y: -0.25 }, margin: { t: 50 },
     }, PLOT_CONFIG);
   } catch (e) {
-    el.textContent = `curve: ${e.message}`;
+    if (!mine.signal.aborted) el.textContent = `curve: ${e.message}`;
   }
 }
 
