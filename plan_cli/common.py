@@ -6,7 +6,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import typer
@@ -17,10 +17,31 @@ from rich.markup import escape
 from hardware.errors import CatalogError
 from planner.errors import PlanError
 
-# Piped output (CI logs, files) gets a wide console instead of rich's 80 columns.
-_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
-console = Console(width=_WIDTH)
-err_console = Console(stderr=True, width=_WIDTH)
+class _Environ(Mapping):
+    """os.environ as rich reads it, live at every print, so a COLUMNS set after import (CliRunner's env, an
+    xdist worker's) is the width: rich fixes the width at construction when COLUMNS is set then, hence no
+    COLUMNS until the consoles exist. Piped output (CI logs, files) without COLUMNS gets 200 columns, not 80."""
+
+    live = False
+
+    def __getitem__(self, key: str) -> str:
+        if key in ("COLUMNS", "LINES") and not self.live:
+            raise KeyError(key)
+        if key == "COLUMNS" and not os.environ.get(key) and not sys.stdout.isatty():
+            return "200"
+        return os.environ[key]
+
+    def __iter__(self):
+        return iter(os.environ)
+
+    def __len__(self) -> int:
+        return len(os.environ)
+
+
+_ENVIRON = _Environ()
+console = Console(_environ=_ENVIRON)
+err_console = Console(stderr=True, _environ=_ENVIRON)
+_ENVIRON.live = True
 
 F = TypeVar("F", bound=Callable[..., Any])
 
