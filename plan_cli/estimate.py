@@ -128,21 +128,12 @@ def estimate(
 
 def _raise_if_only_structural(report, stacks: dict | None = None) -> None:
     """Nothing fits and no candidate got as far as the memory check: the pinned knobs rule out
-    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3); a pinned
-    stack that cannot run another pinned knob is named as such (planner/stack_pins.py)."""
-    from planner.search import GPU_OOM, HOST_OOM, REASONS
-    from planner.stack_pins import report_conflict
+    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3); the
+    service answers 422 with the same line (planner/stack_pins.py)."""
+    from planner.stack_pins import pinned_dead_end
 
-    memory = {REASONS[GPU_OOM], REASONS[HOST_OOM]}
-    if report.results and any(e.fits for e in report.results) or not report.rejected:
-        return
-    if memory & set(report.rejected):
-        return
-    if (why := report_conflict(report, stacks)) is not None:
+    if (why := pinned_dead_end(report, stacks)) is not None:
         raise why
-    reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
-    raise PlanError("scenario", f"no plan satisfies the pinned knobs: {reason} "
-                    f"({count:,} of {report.evaluated:,} candidates)")
 
 
 def _exit_if_nothing_fits(reports) -> None:
