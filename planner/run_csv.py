@@ -26,6 +26,13 @@ def _delimiter(header: str) -> str:
     return max(";\t", key=header.count) if (";" in header or "\t" in header) else ","
 
 
+def header(text: str) -> list[str]:
+    """The column names of a CSV text's first line (stripped), [] for an empty text."""
+    text = text.lstrip("\ufeff")
+    first = text.split("\n", 1)[0]
+    return [cell(n) for n in next(csv.reader([first], delimiter=_delimiter(first)), [])]
+
+
 def read_table(text: str) -> list[dict[str, str]]:
     """The rows of a CSV text (a leading byte-order mark already removed), keyed by stripped header names."""
     text = text.lstrip("\ufeff")
