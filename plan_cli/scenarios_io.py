@@ -32,7 +32,7 @@ def read_rows(path: Path) -> list[dict]:
         raise PlanError("scenarios", f"{path} is not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
     if suffix == ".csv":  # read as the runs files are: Excel's BOM, ';' or tab separators, blanks around cells
         _check_header(path, run_csv.header(text))
-        rows = run_csv.read_table(text)
+        rows = run_csv.read_table(text, keep_empty_rows=True)  # a row of blanks: every knob chosen
     elif suffix in (".jsonl", ".ndjson"):
         rows = []
         for n, line in enumerate(text.splitlines(), 1):

@@ -27,8 +27,10 @@ def plan(*args: str) -> subprocess.CompletedProcess:
      "global_batch", "micro_batch x grad_accum = 2 x 2 = 4"),
     (("--gpus", "8", "--tp", "2", "--pp", "1", "--cp", "1", "--global-batch", "10"), "global_batch", "dp 4"),
     (("--gpus", "24", "--tp", "3"), "tp", "32 attention heads"),
-    # cp searched: no single pinned knob is at fault, every candidate fails on the batch
-    (("--gpus", "16", "--tp", "2", "--pp", "1", "--global-batch", "10"), "scenario", "global_batch not divisible"),
+    # cp searched: no single pinned check fails, every candidate fails on the batch: the pinned batch is named
+    (("--gpus", "16", "--tp", "2", "--pp", "1", "--global-batch", "10"), "global_batch", "global_batch not divisible"),
+    # the rule's knob (stack) is the search's own: no knob is named
+    (("--gpus", "8", "--tp", "8", "--sharding", "fsdp_hybrid"), "scenario", "the stack cannot run this plan"),
     (("--gpus", "64", "--pp", "8", "--vpp", "8"), "vpp", "n_layers (34)"),
 ])
 def test_structural_cause_is_one_line_exit_2(args, field, words):

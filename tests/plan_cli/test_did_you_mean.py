@@ -1,0 +1,29 @@
+"""A mistyped id is answered with the ids that start with it before difflib's nearest: `--gpu h100`
+meant one of the H100s, not an H800 (difflib alone ranked h800 first: one letter off). The real CLI."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from hardware.errors import closest
+from plan_cli.main import app
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["estimate", "--model", "7b", "--gpus", "8", "--gpu", "h100"], "did you mean h100-80gb, h100-96gb, h100-nvl?"),
+    (["estimate", "--model", "7b", "--gpus", "8", "--gpu", "H100"], "did you mean h100-80gb, h100-96gb, h100-nvl?"),
+    (["catalog", "show", "h100"], "did you mean h100-80gb, h100-96gb, h100-nvl?"),
+    (["estimate", "--model", "llama2", "--gpus", "8"], "did you mean llama2-13b, llama2-70b, llama2-7b?"),
+    (["estimate", "--model", "7b", "--gpus", "8", "--cluster", "dgx-h10"], "did you mean dgx-h100,"),
+])
+def test_ids_that_start_with_the_typo_come_first(args, hint):
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert hint in " ".join(r.output.split()), r.output
+
+
+def test_closest_keeps_difflib_for_a_typo_inside_the_name():
+    assert closest("lama2-7b", ["llama2-7b", "llama2-70b", "gpt2"])[0] == "llama2-7b"
+    assert closest("zzz", ["llama2-7b", "gpt2"]) == []
+    assert closest("", ["a", "b"]) == []
