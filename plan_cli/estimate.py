@@ -143,17 +143,28 @@ def _exit_if_nothing_fits(reports) -> None:
         raise typer.Exit(NOTHING_FITS_EXIT)
 
 
+def _first_error(e: ValueError) -> str:
+    """A pydantic error's first problem as `field: message` (its str() starts with a count of errors)."""
+    errors = e.errors() if hasattr(e, "errors") else []
+    if not errors:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    loc = ".".join(str(p) for p in errors[0].get("loc", ())) or "file"
+    return f"{loc}: {errors[0]['msg']}"
+
+
 def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe: MoeOptions | None = None):
     from planner.settings import Calibration, Settings
 
     update = {}
     if calibration is not None:
         try:
-            update["calibration"] = Calibration.model_validate_json(calibration.read_text())
+            update["calibration"] = Calibration.model_validate_json(calibration.read_text(encoding="utf-8"))
         except OSError as e:
             raise PlanError("calibration", f"cannot read {calibration}: {e.strerror}") from None
         except ValueError as e:
-            raise PlanError("calibration", f"{calibration} is not a calibration JSON: {str(e).splitlines()[0]}") from None
+            raise PlanError("calibration", f"{calibration} is not a calibration JSON (`plan tune "
+                            f"--calibration-out` writes one: {', '.join(Calibration.model_fields)}): "
+                            f"{_first_error(e)}") from None
     if fragmentation_margin is not None:
         update["fragmentation_margin"] = fragmentation_margin
     if runtime_overhead_gib is not None:

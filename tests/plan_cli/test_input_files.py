@@ -79,3 +79,11 @@ def test_runs_file_missing_a_column_names_only_that_one(tmp_path):
     (tmp_path / "runs.csv").write_text("id,n_gpus,measured_iter_time_s\nr1,8,1.0\n")
     line = one_line_error(plan("validate", "runs.csv", cwd=tmp_path))
     assert "runs.csv has no columns gpu_type (" in line, line
+
+
+def test_calibration_file_of_another_kind_names_the_field(tmp_path):
+    """It said only "1 validation error for Calibration" (pydantic's first line)."""
+    (tmp_path / "cal.json").write_text('{"hidden_size": 4096}')
+    line = one_line_error(plan("estimate", "--model", "7b", "--gpus", "8", "--calibration", "cal.json", cwd=tmp_path))
+    assert "cal.json is not a calibration JSON (`plan tune --calibration-out` writes one" in line, line
+    assert line.endswith("hidden_size: Extra inputs are not permitted"), line
