@@ -101,6 +101,7 @@ def estimate(
             raise PlanError("save", "saves one scenario: give one GPU count, not a sweep")
         save_scenario(Scenario(**base, gpus=gpu_counts[0]), save)
     if len(reports) > 1:
+        _raise_if_sweep_only_structural(reports, cat.stacks, gpus)
         view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)
         _exit_if_nothing_fits(reports)
         return
@@ -134,6 +135,16 @@ def _raise_if_only_structural(report, stacks: dict | None = None) -> None:
 
     if (why := pinned_dead_end(report, stacks)) is not None:
         raise why
+
+
+def _raise_if_sweep_only_structural(reports, stacks: dict | None, gpus: str) -> None:
+    """A sweep whose every GPU count is a pinned dead end is bad input too (exit 2), not a table of
+    "no configuration fits" rows and exit 3; the first count's cause is said."""
+    from planner.stack_pins import pinned_dead_end
+
+    dead = [pinned_dead_end(r, stacks) for r in reports]
+    if all(dead):
+        raise PlanError(dead[0].field, f"{dead[0].message}; at every GPU count of {gpus}")
 
 
 def _exit_if_nothing_fits(reports) -> None:

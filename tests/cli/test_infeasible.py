@@ -41,6 +41,21 @@ def test_structural_cause_is_one_line_exit_2(args, field, words):
     assert "Traceback" not in r.stderr and "No configuration fits" not in r.stdout
 
 
+def test_sweep_of_pinned_dead_ends_is_exit_2():
+    """Every GPU count of the sweep ruled out by the pins: one line, exit 2 (it was a table of "no
+    configuration fits" rows and exit 3, as if memory were short)."""
+    r = plan("estimate", "--model", "7b", "--gpus", "8:16", "--tp", "8", "--vpp", "2")
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("error: vpp: no plan satisfies the pinned knobs: vpp > 1 needs pp > 1"), line
+    assert line.endswith("at every GPU count of 8:16") and "no configuration fits" not in r.stdout
+
+
+def test_sweep_where_memory_is_short_still_exits_3():
+    r = plan("estimate", "--model", "70b", "--gpus", "1:2", "--offload", "none")
+    assert r.returncode == 3 and r.stderr == "", r.stdout + r.stderr
+
+
 def test_nothing_fits_exit_3_distinct_misses():
     r = plan("estimate", "--model", "70b", "--gpus", "8", "--sharding", "none")
     assert r.returncode == 3, r.stdout + r.stderr
