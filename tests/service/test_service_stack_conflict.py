@@ -66,3 +66,14 @@ def test_a_stack_that_runs_the_pins_still_answers_200(client):
                     params={"top": 1})
     assert r.status_code == 200, r.text
     assert r.json()["results"][0]["fits"]
+
+
+def test_page_dead_end_is_the_same_422(client):
+    """The planning page's /ui/estimate: a batch of 1 sequence on 64 GPUs of GPT-2 (12 layers) leaves
+    no layout; it drew a table of nothing that fits, now the page gets `plan estimate`'s line."""
+    r = client.post("/ui/estimate", json={"model": "gpt2", "gpus": 64, "global_batch": 1})
+    assert r.status_code == 422, r.text
+    (detail,) = r.json()["detail"]
+    assert detail["loc"] == ["body", "global_batch"], detail
+    out = CliRunner().invoke(cli, ["estimate", "--model", "gpt2", "--gpus", "64", "--global-batch", "1"])
+    assert out.exit_code == 2 and f"global_batch: {detail['msg']}" in " ".join(out.output.split()), out.output
