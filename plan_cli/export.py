@@ -16,7 +16,7 @@ import typer
 
 from plan_cli import options as opts
 from plan_cli.common import err_console, handle_errors, print_json
-from planner.errors import PlanError
+from planner.errors import PlanError, unknown
 from planner.fields import cli_fields
 from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
@@ -67,7 +67,7 @@ def export(
     from planner.exports.common import Recipe, check_target
 
     if format not in FORMATS:
-        raise PlanError("format", f"unknown value {format!r} (allowed: {', '.join(FORMATS)})")
+        raise unknown("format", format, tuple(FORMATS))
     if target is not None:
         check_target(target)
     companion_dir = out.parent if out is not None else Path(".")

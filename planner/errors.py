@@ -22,7 +22,7 @@ class PlanError(ValueError):
 
 def unknown(field: str, value: object, allowed: Iterable[str]) -> PlanError:
     """An error for an unknown name, suggesting the closest allowed ones."""
-    allowed = sorted(allowed)
+    allowed = list(allowed) if isinstance(allowed, (list, tuple)) else sorted(allowed)  # a list keeps its order
     close = closest(value, allowed)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     shown = ", ".join(allowed) if len(allowed) <= 12 else ", ".join(allowed[:12]) + ", ..."

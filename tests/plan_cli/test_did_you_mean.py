@@ -1,5 +1,6 @@
-"""A mistyped id is answered with the ids that start with it before difflib's nearest: `--gpu h100`
-meant one of the H100s, not an H800 (difflib alone ranked h800 first: one letter off). The real CLI."""
+"""A mistyped value is answered with what was likely meant: every closed choice suggests (`--kind gpu`
+-> gpus), and ids that start with the typo come before difflib's nearest (`--gpu h100` meant one of the
+H100s, not an H800, which difflib alone ranked first: one letter off). The real CLI."""
 
 from __future__ import annotations
 
@@ -8,6 +9,20 @@ from typer.testing import CliRunner
 
 from hardware.errors import closest
 from plan_cli.main import app
+
+
+@pytest.mark.parametrize("args, line", [
+    (["catalog", "list", "--kind", "gpu"], "kind: unknown value 'gpu'; did you mean gpus? (allowed: gpus, clusters,"),
+    (["export", "deepspeeed", "--model", "7b"], "format: unknown value 'deepspeeed'; did you mean deepspeed? (allowed: deepspeed, fsdp,"),
+    (["estimate", "--model", "7b", "--objective", "day"], "objective: unknown value 'day'; did you mean days?"),
+    (["export", "deepspeed", "--model", "7b", "--gpus", "8", "--target", "gpus"], "target: unknown value 'gpus'; did you mean gpu"),
+    (["calibrate", "runs.csv", "--stack", "hff", "--out", "c/stacks/hf.toml"], "stack: unknown value 'hff'; did you mean hf?"),
+])
+def test_every_closed_choice_suggests_the_value_meant(args, line):
+    """These choices listed what is allowed but suggested nothing (`--kind gpu` for gpus)."""
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert line in " ".join(r.output.split()), r.output
 
 
 @pytest.mark.parametrize("args, hint", [
