@@ -14,8 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hardware.errors import CatalogError
-from planner import api
-from planner import run_csv
+from planner import api, run_csv
 from planner.errors import PlanError
 from planner.scenario import Scenario
 
