@@ -21,10 +21,20 @@ class CatalogError(ValueError):
         super().__init__(f"{where}{field}: {self.message}")
 
 
+def closest(value: object, allowed: Iterable[str], cutoff: float = 0.5, n: int = 3) -> list[str]:
+    """The allowed names a mistyped one most likely meant: those that start with it first ('h100' ->
+    h100-80gb, not h800; case aside), then difflib's nearest."""
+    allowed = sorted(allowed)
+    text = str(value).strip().lower()
+    prefixed = [a for a in allowed if text and a.lower().startswith(text)]
+    near = difflib.get_close_matches(str(value).strip(), allowed, n=n, cutoff=cutoff)
+    return list(dict.fromkeys([*prefixed, *near]))[:n]
+
+
 def unknown_id(kind: str, value: str, known: Iterable[str]) -> CatalogError:
-    """An error for an unknown catalog id, suggesting the closest known ones (difflib)."""
+    """An error for an unknown catalog id, suggesting the closest known ones."""
     known = sorted(known)
-    close = difflib.get_close_matches(value, known, n=3, cutoff=0.5)
+    close = closest(value, known)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     shown = ", ".join(known) if len(known) <= 20 else ", ".join(known[:20]) + ", ..."
     return CatalogError(None, kind, f"unknown id {value!r}{hint} (known: {shown})")

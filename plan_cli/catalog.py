@@ -38,10 +38,10 @@ def list_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """List catalog entries."""
-    from planner.errors import PlanError
+    from planner.errors import unknown
 
     if kind is not None and kind not in KINDS:
-        raise PlanError("kind", f"unknown value {kind!r} (allowed: {', '.join(KINDS)})")
+        raise unknown("kind", kind, tuple(KINDS))
     rows = _rows(catalog)
     kinds = (kind,) if kind else KINDS
     if json_out:

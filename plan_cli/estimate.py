@@ -101,6 +101,7 @@ def estimate(
             raise PlanError("save", "saves one scenario: give one GPU count, not a sweep")
         save_scenario(Scenario(**base, gpus=gpu_counts[0]), save)
     if len(reports) > 1:
+        _raise_if_sweep_only_structural(reports, cat.stacks, gpus)
         view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)
         _exit_if_nothing_fits(reports)
         return
@@ -128,21 +129,22 @@ def estimate(
 
 def _raise_if_only_structural(report, stacks: dict | None = None) -> None:
     """Nothing fits and no candidate got as far as the memory check: the pinned knobs rule out
-    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3); a pinned
-    stack that cannot run another pinned knob is named as such (planner/stack_pins.py)."""
-    from planner.search import GPU_OOM, HOST_OOM, REASONS
-    from planner.stack_pins import report_conflict
+    every plan. That is bad input (exit 2, its cause in one line), not "nothing fits" (3); the
+    service answers 422 with the same line (planner/stack_pins.py)."""
+    from planner.stack_pins import pinned_dead_end
 
-    memory = {REASONS[GPU_OOM], REASONS[HOST_OOM]}
-    if report.results and any(e.fits for e in report.results) or not report.rejected:
-        return
-    if memory & set(report.rejected):
-        return
-    if (why := report_conflict(report, stacks)) is not None:
+    if (why := pinned_dead_end(report, stacks)) is not None:
         raise why
-    reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
-    raise PlanError("scenario", f"no plan satisfies the pinned knobs: {reason} "
-                    f"({count:,} of {report.evaluated:,} candidates)")
+
+
+def _raise_if_sweep_only_structural(reports, stacks: dict | None, gpus: str) -> None:
+    """A sweep whose every GPU count is a pinned dead end is bad input too (exit 2), not a table of
+    "no configuration fits" rows and exit 3; the first count's cause is said."""
+    from planner.stack_pins import pinned_dead_end
+
+    dead = [pinned_dead_end(r, stacks) for r in reports]
+    if all(dead):
+        raise PlanError(dead[0].field, f"{dead[0].message}; at every GPU count of {gpus}")
 
 
 def _exit_if_nothing_fits(reports) -> None:
@@ -152,17 +154,28 @@ def _exit_if_nothing_fits(reports) -> None:
         raise typer.Exit(NOTHING_FITS_EXIT)
 
 
+def _first_error(e: ValueError) -> str:
+    """A pydantic error's first problem as `field: message` (its str() starts with a count of errors)."""
+    errors = e.errors() if hasattr(e, "errors") else []
+    if not errors:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    loc = ".".join(str(p) for p in errors[0].get("loc", ())) or "file"
+    return f"{loc}: {errors[0]['msg']}"
+
+
 def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe: MoeOptions | None = None):
     from planner.settings import Calibration, Settings
 
     update = {}
     if calibration is not None:
         try:
-            update["calibration"] = Calibration.model_validate_json(calibration.read_text())
+            update["calibration"] = Calibration.model_validate_json(calibration.read_text(encoding="utf-8"))
         except OSError as e:
             raise PlanError("calibration", f"cannot read {calibration}: {e.strerror}") from None
         except ValueError as e:
-            raise PlanError("calibration", f"{calibration} is not a calibration JSON: {str(e).splitlines()[0]}") from None
+            raise PlanError("calibration", f"{calibration} is not a calibration JSON (`plan tune "
+                            f"--calibration-out` writes one: {', '.join(Calibration.model_fields)}): "
+                            f"{_first_error(e)}") from None
     if fragmentation_margin is not None:
         update["fragmentation_margin"] = fragmentation_margin
     if runtime_overhead_gib is not None:

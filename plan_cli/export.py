@@ -16,6 +16,7 @@ import typer
 
 from plan_cli import options as opts
 from plan_cli.common import err_console, handle_errors, print_json
+from planner.errors import PlanError, unknown
 from planner.fields import cli_fields
 from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
@@ -66,7 +67,7 @@ def export(
     from planner.exports.common import Recipe, check_target
 
     if format not in FORMATS:
-        raise PlanError("format", f"unknown value {format!r} (allowed: {', '.join(FORMATS)})")
+        raise unknown("format", format, tuple(FORMATS))
     if target is not None:
         check_target(target)
     companion_dir = out.parent if out is not None else Path(".")
@@ -112,13 +113,21 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, moe: Mo
     from plan_cli.estimate import _settings
     from planner import api
     from planner.exports.bundle import choose_from_estimate
+    from planner.stack_pins import pinned_dead_end
 
     cat = load_catalog(catalog_dirs)
     scenario = Scenario(**fields)
     report = api.estimate(scenario, catalog=cat, settings=memory.settings(_settings(None, None, None, moe)), objective=objective, top=500)
+    if (why := pinned_dead_end(report, cat.stacks)) is not None:
+        raise why  # the pins rule out every plan: `plan estimate`'s line for the same flags
     cluster = cat.clusters.get(report.system.cluster_id or "")
     chosen = choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
     return chosen.model_copy(update={"moe": moe, "memory": memory})
+
+
+# each format's usual file name (the hint when --out names a folder)
+DEFAULT_NAMES = {"deepspeed": "ds_config.json", "fsdp": "fsdp_config.json", "accelerate": "accelerate.yaml",
+                 "torchrun": "torchrun.sh", "slurm": "job.sbatch", "megatron": "megatron_args.sh"}
 
 
 def _write(result, out: Path | None) -> list[str]:
@@ -131,8 +140,13 @@ def _write(result, out: Path | None) -> list[str]:
             path = out
         else:
             path = Path(f.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f.content)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f.content)
+        except OSError as e:
+            field = "out" if i == 0 else "companion"
+            hint = f" (give a file name, e.g. {path / DEFAULT_NAMES[result.format]})" if path.is_dir() else ""
+            raise PlanError(field, f"cannot write {path}: {e.strerror}{hint}") from None
         if result.format in ("torchrun", "slurm", "megatron") and i == 0:
             path.chmod(0o755)
         written.append(str(path))

@@ -29,9 +29,11 @@ def save_scenario(scenario: Scenario, path: Path) -> Path:
 
 def load_scenario(path: Path) -> Scenario:
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise PlanError("scenario", f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise PlanError("scenario", f"{path} is not UTF-8 text (byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise PlanError("scenario", f"{path} is not valid TOML: {e}") from None
     if TABLE not in data:

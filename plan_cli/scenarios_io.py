@@ -7,13 +7,14 @@ the batch goes on. Extra `id`/`name` columns are passed through.
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from hardware.errors import CatalogError
-from planner import api
+from planner import api, run_csv
 from planner.errors import PlanError
 from planner.scenario import Scenario
 
@@ -23,13 +24,14 @@ PASSTHROUGH = ("id", "name")
 def read_rows(path: Path) -> list[dict]:
     suffix = path.suffix.lower()
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as e:
         raise PlanError("scenarios", f"cannot read {path}: {e.strerror}") from None
-    if suffix == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        _check_header(path, reader.fieldnames)
-        rows = [dict(r) for r in reader]
+    except UnicodeDecodeError as e:
+        raise PlanError("scenarios", f"{path} is not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
+    if suffix == ".csv":  # read as the runs files are: Excel's BOM, ';' or tab separators, blanks around cells
+        _check_header(path, run_csv.header(text))
+        rows = run_csv.read_table(text, keep_empty_rows=True)  # a row of blanks: every knob chosen
     elif suffix in (".jsonl", ".ndjson"):
         rows = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -55,7 +57,9 @@ def _check_header(path: Path, header: list[str] | None) -> None:
     names = [h.strip() for h in header or [] if h is not None]
     unknown = [h for h in names if h not in allowed]
     if not names or unknown:
-        got = f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown else "no columns"
+        close = {c for h in unknown for c in difflib.get_close_matches(h, allowed, n=1, cutoff=0.6)}
+        hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+        got = f"unknown column(s) {', '.join(map(repr, unknown))}{hint}" if unknown else "no columns"
         raise PlanError("scenarios", f"{path}: the first line must be a header of column names "
                         f"({got}; allowed: {', '.join(allowed)})")
 

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from plan_cli.common import console, err_console, handle_errors, print_json
-from planner.errors import PlanError
+from planner.errors import PlanError, unknown
 
 Opt = typer.Option
 RUN = "Run"
@@ -91,9 +91,9 @@ def tune(
     from tuner.space import parse_choices
 
     if backend not in ("deepspeed", "fsdp", "any"):
-        raise PlanError("backend", f"unknown value {backend!r} (allowed: deepspeed, fsdp, any)")
+        raise unknown("backend", backend, ("deepspeed", "fsdp", "any"))
     if sampler not in ("tpe", "random"):
-        raise PlanError("sampler", f"unknown value {sampler!r} (allowed: tpe, random)")
+        raise unknown("sampler", sampler, ("tpe", "random"))
     cfg = _tune_config(
         TuneConfig, model=model, gpus=gpus, budget_s=budget, steps=steps, storage=storage, study=study,
         backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=infeasible_margin,

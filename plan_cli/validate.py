@@ -10,7 +10,7 @@ import typer
 
 from plan_cli import options as opts
 from plan_cli.common import console, err_console, handle_errors, print_json
-from planner.errors import PlanError
+from planner.errors import PlanError, unknown
 
 
 def register(app: typer.Typer) -> None:
@@ -104,7 +104,7 @@ def calibrate(
     from planner.scenario import STACKS
 
     if stack not in STACKS:
-        raise PlanError("stack", f"unknown value {stack!r} (allowed: {', '.join(STACKS)})")
+        raise unknown("stack", stack, tuple(STACKS))
     if out.suffix != ".toml" or out.parent.name != "stacks" or out.stem != stack:
         raise PlanError("out", f"{out}: must be DIR/stacks/{stack}.toml so that --catalog DIR finds it")
     cat = load_catalog(catalog)

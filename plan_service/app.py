@@ -97,7 +97,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
         from planner import memory_recipe
         from planner.moe_options import FIELDS
-        from planner.stack_pins import report_conflict
+        from planner.stack_pins import pinned_dead_end
 
         recipe_fields = set(memory_recipe.FIELDS)
         scenario = Scenario(**req.model_dump(exclude={"hf_config", *FIELDS, *recipe_fields}, exclude_unset=True))
@@ -107,8 +107,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         spec = service_model(scenario, req.hf_config, cat, config.catalog_dirs)
         report = api.estimate(scenario, catalog=cat, settings=settings, objective=objective, top=top,
                               include_rejected=True, spec=spec)
-        if (why := report_conflict(report, cat.stacks)) is not None:
-            raise why  # a pinned stack that cannot run another pinned knob: 422, `plan estimate`'s message
+        if (why := pinned_dead_end(report, cat.stacks)) is not None:
+            raise why  # the pinned knobs rule out every plan: 422 with `plan estimate`'s exit-2 line
         return report
 
     @app.get("/catalog", response_model=CatalogSummary)

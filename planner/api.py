@@ -13,7 +13,7 @@ from pydantic import Field
 from hardware.models import Catalog
 from planner import search as search_mod
 from planner import moe, rules, throughput
-from planner.errors import PlanError
+from planner.errors import PlanError, unknown
 from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.memory_recipe import MemoryRecipe
@@ -88,7 +88,7 @@ def estimate(
     the closest misses are returned (fits=False) so the caller can show why.
     """
     if objective not in OBJECTIVES:
-        raise PlanError("objective", f"unknown value {objective!r} (allowed: {', '.join(OBJECTIVES)})")
+        raise unknown("objective", objective, tuple(OBJECTIVES))
     settings = _settings_for(scenario, settings)
     if objective == "days" and settings.tokens is None:
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")

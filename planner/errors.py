@@ -6,8 +6,9 @@ Bugs are asserts, never `PlanError`.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
+
+from hardware.errors import closest
 
 
 class PlanError(ValueError):
@@ -21,8 +22,8 @@ class PlanError(ValueError):
 
 def unknown(field: str, value: object, allowed: Iterable[str]) -> PlanError:
     """An error for an unknown name, suggesting the closest allowed ones."""
-    allowed = sorted(allowed)
-    close = difflib.get_close_matches(str(value), allowed, n=3, cutoff=0.5)
+    allowed = list(allowed) if isinstance(allowed, (list, tuple)) else sorted(allowed)  # a list keeps its order
+    close = closest(value, allowed)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     shown = ", ".join(allowed) if len(allowed) <= 12 else ", ".join(allowed[:12]) + ", ..."
     return PlanError(field, f"unknown value {value!r}{hint} (allowed: {shown})")

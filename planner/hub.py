@@ -22,7 +22,36 @@ def is_hub_id(text: str) -> bool:
     return not Path(text).expanduser().exists()
 
 
-def hub_config_path(ref: str, timeout_s: float = 10.0) -> Path:
+# Seconds to wait for the hub's answer (HF_HUB_ETAG_TIMEOUT overrides it, as it does in huggingface_hub).
+HUB_TIMEOUT_S = 5.0
+INSTEAD = "for --model give the path of a config.json, or a preset id from `plan catalog list --kind models`"
+
+
+def _timeout_s(constants) -> float:
+    """HF_HUB_ETAG_TIMEOUT when the user set one, else HUB_TIMEOUT_S (huggingface_hub's default is 10 s)."""
+    default = getattr(constants, "DEFAULT_ETAG_TIMEOUT", 10)
+    env = getattr(constants, "HF_HUB_ETAG_TIMEOUT", default)
+    return float(env) if env != default else HUB_TIMEOUT_S
+
+
+def _probe_once(huggingface_hub, repo: str, revision: str | None, timeout_s: float) -> None:
+    """One HEAD of config.json, no retries: an uncached file on an unreachable hub is otherwise retried
+    5 times with backoff (1+2+4+8+8 s) by hf_hub_download. Hub answers (404, gated, ...) raise its errors."""
+    url = huggingface_hub.hf_hub_url(repo, "config.json", revision=revision)
+    try:
+        huggingface_hub.get_hf_file_metadata(url, timeout=timeout_s)
+    except huggingface_hub.errors.HfHubHTTPError:
+        raise
+    except Exception as e:  # the transport's own errors (requests, httpx or httpx2 by version)
+        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        raise _Unreachable(f"{type(e).__name__}{': ' + first if first else ''}") from None
+
+
+class _Unreachable(Exception):
+    """The hub did not answer (connection refused, timed out, no route, DNS)."""
+
+
+def hub_config_path(ref: str, timeout_s: float | None = None) -> Path:
     """The cached config.json of hub id `ref` (downloaded first when online and not cached)."""
     m = HUB_ID.match(ref)
     if m is None:
@@ -38,8 +67,16 @@ def hub_config_path(ref: str, timeout_s: float = 10.0) -> Path:
     where = f"the Hugging Face cache ({constants.HF_HUB_CACHE})"
     verbosity = log.get_verbosity()
     log.set_verbosity_error()  # its retry warnings: the outcome is said in one line below
+    timeout_s = _timeout_s(constants) if timeout_s is None else timeout_s
     try:
+        cached = huggingface_hub.try_to_load_from_cache(repo, "config.json", revision=revision)
+        if not constants.HF_HUB_OFFLINE and not isinstance(cached, str):
+            _probe_once(huggingface_hub, repo, revision, timeout_s)
         return Path(huggingface_hub.hf_hub_download(repo, "config.json", revision=revision, etag_timeout=timeout_s))
+    except _Unreachable as e:
+        raise PlanError("model", f"{ref}: config.json is not in {where} and the hub cannot be reached "
+                        f"({constants.ENDPOINT}, one try of {timeout_s:g} s: {e}); {INSTEAD}, "
+                        "or run once with network") from None
     except errors.GatedRepoError:
         raise PlanError("model", f"{ref}: gated on the hub; accept its license on huggingface.co and log in "
                         "(hf auth login or HF_TOKEN), or give the path of a downloaded config.json") from None
@@ -49,8 +86,8 @@ def hub_config_path(ref: str, timeout_s: float = 10.0) -> Path:
         raise PlanError("model", f"{ref}: no revision {revision!r} on the hub") from None
     except errors.LocalEntryNotFoundError:
         offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else " and the hub cannot be reached"
-        raise PlanError("model", f"{ref}: config.json is not in {where}{offline}; download it once with "
-                        "network, or give the path of a config.json") from None
+        raise PlanError("model", f"{ref}: config.json is not in {where}{offline}; {INSTEAD}, "
+                        "or run once with network") from None
     except errors.EntryNotFoundError:  # after its subclass LocalEntryNotFoundError
         raise PlanError("model", f"{ref}: the repository has no config.json") from None
     except (errors.HfHubHTTPError, OSError, ValueError) as e:

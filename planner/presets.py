@@ -6,13 +6,13 @@ from PLAN_CATALOG or `extra_dirs` add or override presets, like GPUs and cluster
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from hardware.catalog import load_catalog, validation_error
+from hardware.errors import closest
 from hardware.models import ModelTable
 from planner.errors import PlanError
 from planner.hf_config import load_hf_config
@@ -66,6 +66,6 @@ def _accepted_forms() -> str:
 
 
 def _unknown(text: str, tables: dict[str, ModelTable]) -> PlanError:
-    close = difflib.get_close_matches(text.lower(), list(tables), n=3, cutoff=0.6)
+    close = closest(text.lower(), tables, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     return PlanError("model", f"unknown model {text!r}; {hint}accepted: {_accepted_forms()}")

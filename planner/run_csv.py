@@ -26,8 +26,16 @@ def _delimiter(header: str) -> str:
     return max(";\t", key=header.count) if (";" in header or "\t" in header) else ","
 
 
-def read_table(text: str) -> list[dict[str, str]]:
-    """The rows of a CSV text (a leading byte-order mark already removed), keyed by stripped header names."""
+def header(text: str) -> list[str]:
+    """The column names of a CSV text's first line (stripped), [] for an empty text."""
+    text = text.lstrip("\ufeff")
+    first = text.split("\n", 1)[0]
+    return [cell(n) for n in next(csv.reader([first], delimiter=_delimiter(first)), [])]
+
+
+def read_table(text: str, keep_empty_rows: bool = False) -> list[dict[str, str]]:
+    """The rows of a CSV text (a leading byte-order mark already removed), keyed by stripped header names;
+    blank lines are skipped, and rows of empty cells too unless `keep_empty_rows` (a scenario of defaults)."""
     text = text.lstrip("\ufeff")
     header = text.split("\n", 1)[0]
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(header))
@@ -35,4 +43,5 @@ def read_table(text: str) -> list[dict[str, str]]:
     if not rows:
         return []
     names = [cell(n) for n in rows[0]]
-    return [{n: cell(v) for n, v in zip(names, r)} for r in rows[1:] if any(cell(v) for v in r)]
+    return [{n: cell(v) for n, v in zip(names, r)} for r in rows[1:]
+            if any(cell(v) for v in r) or (keep_empty_rows and r)]

@@ -27,6 +27,9 @@ _UNMODELLED = (r"GAUDI|\bTPU|CEREBRAS|\bWSE-?\d|PONTE\s*VECCHIO|\bPVC\b|\bMAX\s*
                r"INFERENTIA")
 ALLOWED = ("V100 (16/32 GB, SXM/PCIe), A100/A800 (40/64/80 GB, SXM/PCIe), H100/H800 (80/94/96 GB, SXM/PCIe/NVL), "
            "GH200 (96/144 GB), H200, B200, B300, GB200, GB300, L40S, MI250X, MI300X, MI300A, MI325X, MI350X, MI355X")
+# the memory sizes (GB) each family's parts have (the ALLOWED line; GH200's 480/576/624 count its host
+# LPDDR5X, see _part): a stated size outside them is a typo, refused, not read as the nearest part
+_SIZES = {"v100": (16, 32), "a100": (40, 64, 80), "h100": (80, 94, 96), "gh200": (96, 141, 144, 480, 576, 624)}
 # export-control variants: the same silicon with NVLink cut to 400 GB/s in total, i.e. 1600 Gbps per
 # direction (NVIDIA A800 and H800 product briefs) -> (part it reads as, NVLink Gbps per direction)
 _VARIANTS = {"H800": ("H100", 1600.0), "A800": ("A100", 1600.0)}
@@ -133,6 +136,10 @@ def resolve(gpu_type: str, machine_text: str, gpu_ids: set[str]) -> RowHardware:
     family = next((f for pat, f in _FAMILIES if re.search(pat, text)), None)
     if family is None:
         raise UnknownGpu(raw)
+    stated = re.search(r"(\d{2,3})\s*GI?B\b", text)  # an explicit size unit (a bare "400G" may be a link)
+    if stated and family in _SIZES and int(stated.group(1)) not in _SIZES[family]:
+        sizes = "/".join(map(str, _SIZES[family][:3]))
+        raise UnknownGpu(f"{raw} (no {family.upper()} has {stated.group(1)} GB: {sizes} GB)")
     notes: list[str] = []
     nvlink = None
     for variant, (base, gbps) in _VARIANTS.items():

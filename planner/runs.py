@@ -57,14 +57,18 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     """The rows of a runs CSV; a file without the required columns is an error."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = run_csv.read_table(f.read())
+            text = f.read()
     except OSError as e:
         raise PlanError("runs", f"cannot read {path}: {e.strerror}") from None
-    cols = set(rows[0]) if rows else set()
-    missing = [c for c in REQUIRED if c not in cols]
-    if not rows or missing:
-        raise PlanError("runs", f"{path} has no rows with the columns {', '.join(REQUIRED)} "
-                        f"(missing: {', '.join(missing) or 'rows'}; layout: validation/data/README.md)")
+    except UnicodeDecodeError as e:
+        raise PlanError("runs", f"{path} is not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
+    rows = run_csv.read_table(text)
+    missing = [c for c in REQUIRED if c not in run_csv.header(text)]
+    if missing:
+        raise PlanError("runs", f"{path} has no columns {', '.join(missing)} (a header line naming at least "
+                        f"{', '.join(REQUIRED)}; layout: validation/data/README.md)")
+    if not rows:
+        raise PlanError("runs", f"{path} has a header but no runs (one row per run under it)")
     return rows
 
 

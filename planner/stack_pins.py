@@ -55,3 +55,25 @@ def report_conflict(report, stacks: dict | None) -> PlanError | None:
     if not stack or stack not in (stacks or {}):
         return None
     return pinned_conflict(report.scenario, stacks[stack])
+
+
+def pinned_dead_end(report, stacks: dict | None) -> PlanError | None:
+    """Why the pinned knobs rule out every plan, where they do: no candidate fits and none got as far
+    as the memory check. The pinned stack's conflict when there is one, else the most common rejection,
+    naming its rule's knob where that knob is pinned (else `scenario`). `plan estimate` exits 2 with it;
+    `POST /estimate` answers 422 with it."""
+    from planner.rules import RULES
+    from planner.search import GPU_OOM, HOST_OOM, REASONS
+
+    if any(e.fits for e in report.results) or not report.rejected:
+        return None
+    if {REASONS[GPU_OOM], REASONS[HOST_OOM]} & set(report.rejected):
+        return None
+    if (why := report_conflict(report, stacks)) is not None:
+        return why
+    reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
+    field = next((r.field for r in RULES if r.reason == reason), "scenario")
+    if getattr(report.scenario, field, None) is None:  # the rule's knob was the search's: name no knob
+        field = "scenario"
+    return PlanError(field, f"no plan satisfies the pinned knobs: {reason} "
+                     f"({count:,} of {report.evaluated:,} candidates)")

@@ -86,9 +86,14 @@ def web_router() -> APIRouter:
     def estimate(req: PageScenario, request: Request) -> views.PageReport:
         from planner import api
 
+        from planner.stack_pins import pinned_dead_end
+
         with _FormScenario(req, request) as scenario:
-            report = api.estimate(scenario, catalog=_catalog(request), objective=req.objective,
+            catalog = _catalog(request)
+            report = api.estimate(scenario, catalog=catalog, objective=req.objective,
                                   top=req.top, include_rejected=True, settings=request_settings(req))
+        if (why := pinned_dead_end(report, catalog.stacks)) is not None:
+            raise why  # 422 with `plan estimate`'s exit-2 line, as POST /estimate
         return views.page_report(report)
 
     @router.post("/ui/curve", response_model=list[views.CurvePoint])

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.errors import PlanError
+from planner.errors import PlanError, unknown
 from planner.exports.accelerate import accelerate_config, to_yaml
 from planner.exports import memory_settings, moe_routing, moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
@@ -129,7 +129,7 @@ def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_par
 
 def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> ExportResult:
     if fmt not in FORMATS:
-        raise PlanError("format", f"unknown value {fmt!r} (allowed: {', '.join(FORMATS)})")
+        raise unknown("format", fmt, tuple(FORMATS))
     model = chosen.model  # (torchrun/slurm resolve model_ref: _bundled_trainer_runs)
     if (why := moe_settings.refusal(fmt, chosen.plan, model)) is not None:
         raise why

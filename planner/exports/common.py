@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.errors import PlanError
+from planner.errors import unknown
 from planner.scenario import ExecutionPlan, Frozen
 from planner.system import System
 
@@ -47,7 +47,7 @@ def target_for(system: System) -> Target:
 
 def check_target(target: str) -> Target:
     if target not in TARGETS:
-        raise PlanError("target", f"unknown value {target!r} (allowed: {', '.join(TARGETS)})")
+        raise unknown("target", target, tuple(TARGETS))
     return target  # type: ignore[return-value]
 
 

@@ -27,8 +27,10 @@ def plan(*args: str) -> subprocess.CompletedProcess:
      "global_batch", "micro_batch x grad_accum = 2 x 2 = 4"),
     (("--gpus", "8", "--tp", "2", "--pp", "1", "--cp", "1", "--global-batch", "10"), "global_batch", "dp 4"),
     (("--gpus", "24", "--tp", "3"), "tp", "32 attention heads"),
-    # cp searched: no single pinned knob is at fault, every candidate fails on the batch
-    (("--gpus", "16", "--tp", "2", "--pp", "1", "--global-batch", "10"), "scenario", "global_batch not divisible"),
+    # cp searched: no single pinned check fails, every candidate fails on the batch: the pinned batch is named
+    (("--gpus", "16", "--tp", "2", "--pp", "1", "--global-batch", "10"), "global_batch", "global_batch not divisible"),
+    # the rule's knob (stack) is the search's own: no knob is named
+    (("--gpus", "8", "--tp", "8", "--sharding", "fsdp_hybrid"), "scenario", "the stack cannot run this plan"),
     (("--gpus", "64", "--pp", "8", "--vpp", "8"), "vpp", "n_layers (34)"),
 ])
 def test_structural_cause_is_one_line_exit_2(args, field, words):
@@ -37,6 +39,21 @@ def test_structural_cause_is_one_line_exit_2(args, field, words):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:") and words in lines[0], r.stderr
     assert "Traceback" not in r.stderr and "No configuration fits" not in r.stdout
+
+
+def test_sweep_of_pinned_dead_ends_is_exit_2():
+    """Every GPU count of the sweep ruled out by the pins: one line, exit 2 (it was a table of "no
+    configuration fits" rows and exit 3, as if memory were short)."""
+    r = plan("estimate", "--model", "7b", "--gpus", "8:16", "--tp", "8", "--vpp", "2")
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("error: vpp: no plan satisfies the pinned knobs: vpp > 1 needs pp > 1"), line
+    assert line.endswith("at every GPU count of 8:16") and "no configuration fits" not in r.stdout
+
+
+def test_sweep_where_memory_is_short_still_exits_3():
+    r = plan("estimate", "--model", "70b", "--gpus", "1:2", "--offload", "none")
+    assert r.returncode == 3 and r.stderr == "", r.stdout + r.stderr
 
 
 def test_nothing_fits_exit_3_distinct_misses():

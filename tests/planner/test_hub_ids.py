@@ -11,6 +11,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -41,28 +43,45 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed again when this returns: connections are refused
 
 
-def _plan(hf_home: Path, *args: str, offline: bool = True) -> subprocess.CompletedProcess:
+def _plan(hf_home: Path, *args: str, offline: bool = True, endpoint: str | None = None,
+          **env_extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env |= {"HF_HOME": str(hf_home), "HF_HUB_DISABLE_TELEMETRY": "1", "COLUMNS": "200",
-            "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}"}
+            "HF_ENDPOINT": endpoint or f"http://127.0.0.1:{_closed_port()}", **env_extra}
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    return subprocess.run([sys.executable, "-c", NO_BACKOFF_WAIT, *args], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", PLAN, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
-# The real `plan` CLI, except that huggingface_hub's retry backoff does not sleep: an uncached id with
-# the hub unreachable is retried 5 times (1+2+4+8+8 s = 23 s of waiting) before the same error; the
-# connections, retries and exceptions stay real, only the waits between them go.
-NO_BACKOFF_WAIT = """
-import sys, types
-from huggingface_hub.utils import _http
-if hasattr(_http, "time"):
-    _http.time = types.SimpleNamespace(**{**vars(_http.time), "sleep": lambda s: None})
-sys.argv[0] = "plan"
-import runpy
-runpy.run_module("plan_cli.main", run_name="__main__", alter_sys=True)
-"""
+PLAN = "import sys, runpy; sys.argv[0] = 'plan'; runpy.run_module('plan_cli.main', run_name='__main__', alter_sys=True)"
+
+
+class _SilentHub:
+    """A TCP endpoint that accepts connections, counts them and never answers (a hub that hangs)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self):
+        for conn in self.accepted:
+            conn.close()
+        self.sock.close()
 
 
 def test_hub_id_from_the_cache_offline(tmp_path):
@@ -91,7 +110,33 @@ def test_uncached_hub_id_is_one_clear_line(tmp_path, offline):
     assert len(lines) == 1, r.stderr
     assert "google/gemma-2-9b: config.json is not in the Hugging Face cache" in lines[0]
     assert ("HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached") in lines[0]
+    assert "for --model give the path of a config.json, or a preset id from `plan catalog list" in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_refused_hub_fails_fast_without_retries(tmp_path):
+    """huggingface_hub retries an uncached file 5 times with backoff (23 s of sleeps) on a refused
+    connection; the planner tries once. The bound is generous: the 5 retries alone sleep 23 s."""
+    start = time.monotonic()
+    r = _plan(tmp_path, "estimate", "--model", "Qwen/Qwen2.5-7B", "--gpus", "16", offline=False)
+    elapsed = time.monotonic() - start
+    assert r.returncode == 2 and "the hub cannot be reached" in r.stderr and "one try" in r.stderr, r.stderr
+    assert elapsed < 15, elapsed
+
+
+def test_silent_hub_is_asked_once_with_the_timeout(tmp_path):
+    """A hub that accepts and never answers: one connection, the HF_HUB_ETAG_TIMEOUT wait, one line
+    (huggingface_hub alone would retry with a 60 s timeout, 5 times)."""
+    hub = _SilentHub()
+    try:
+        r = _plan(tmp_path, "estimate", "--model", "Qwen/Qwen2.5-7B", "--gpus", "16", offline=False,
+                  endpoint=hub.url, HF_HUB_ETAG_TIMEOUT="1")
+    finally:
+        hub.close()
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "the hub cannot be reached" in lines[0] and "one try of 1 s" in lines[0], lines[0]
+    assert len(hub.accepted) == 1, len(hub.accepted)
 
 
 def test_local_paths_and_presets_are_not_hub_ids(tmp_path):

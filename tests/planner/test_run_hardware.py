@@ -88,6 +88,18 @@ def test_unknown_part_is_an_error_naming_it(tmp_path):
     assert "gpu_type" in str(e.value) and "TPU v4" in str(e.value)
 
 
+@pytest.mark.parametrize("text", ["V100-61GB", "A100 48GB", "H100-100GB", "NVIDIA A100-SXM4-20GB"])
+def test_a_memory_size_the_part_never_had_is_refused(text):
+    """A typo in the stated memory was read as the family's default part (V100-61GB as a 32 GB V100)."""
+    with pytest.raises(UnknownGpu, match=r"no (V100|A100|H100) has \d+ GB"):
+        resolve(text, "", IDS)
+
+
+def test_a_link_speed_beside_the_part_is_not_its_memory():
+    assert resolve("H100 (400G IB)", "", IDS).gpu_id == "h100-80gb"
+    assert resolve("GH200 480GB", "", IDS).gpu_id == "gh200-96gb"  # the superchip's host memory counted
+
+
 def test_rows_take_the_cluster_they_name(tmp_path):
     head = "id,n_gpus,gpu_type,internode_network,n_params_B,tp,pp,micro_batch\n"
     f = tmp_path / "runs.csv"

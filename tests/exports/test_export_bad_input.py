@@ -1,0 +1,40 @@
+"""`plan export` on bad input: the same one line and exit 2 as `plan estimate` for a pinned dead end
+(it said "no plan fits (...); add GPUs", as if GPUs were short), and `--out` naming a folder or an
+unwritable path is one line naming --out, not a traceback. The real CLI through CliRunner."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from plan_cli.main import app
+
+runner = CliRunner()
+
+
+def one_line(res) -> str:
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    return " ".join(res.output.split())
+
+
+@pytest.mark.parametrize("fmt", ["deepspeed", "torchrun", "megatron"])
+def test_pinned_dead_end_is_estimates_line(fmt):
+    flags = ["--model", "7b", "--gpus", "16", "--tp", "8", "--vpp", "2"]
+    export = one_line(runner.invoke(app, ["export", fmt, *flags], env={"COLUMNS": "400"}))
+    estimate = one_line(runner.invoke(app, ["estimate", *flags], env={"COLUMNS": "400"}))
+    assert export == estimate, (export, estimate)
+    assert export.startswith("error: vpp: no plan satisfies the pinned knobs: vpp > 1 needs pp > 1"), export
+
+
+def test_out_that_is_a_folder_says_so(tmp_path):
+    line = one_line(runner.invoke(app, ["export", "deepspeed", "--model", "7b", "--gpus", "16", "--out", str(tmp_path)],
+                                  env={"COLUMNS": "400"}))
+    assert f"error: out: cannot write {tmp_path}: Is a directory (give a file name, e.g. {tmp_path}/ds_config.json)" in line, line
+
+
+def test_out_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "f").write_text("x")
+    line = one_line(runner.invoke(app, ["export", "slurm", "--model", "7b", "--gpus", "16", "--tokens", "1B",
+                                        "--out", str(tmp_path / "f" / "job.sbatch")], env={"COLUMNS": "400"}))
+    assert line.startswith(f"error: out: cannot write {tmp_path}/f/job.sbatch:"), line
