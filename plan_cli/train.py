@@ -21,7 +21,7 @@ def train(knobs: dict) -> None:
     from trainer.launch import launch, summary_line
     from trainer.result import EXIT_CODES
 
-    cfg = TrainConfig(**{k: v for k, v in knobs.items() if v is not None})
+    cfg = _config(TrainConfig, {k: v for k, v in knobs.items() if v is not None})
     result = launch(cfg)
     if result.status == "bad_config":
         err_console.print(f"[bold red]error:[/] {result.error}", highlight=False, soft_wrap=True)
@@ -42,6 +42,22 @@ def train(knobs: dict) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     if result.status != "ok":
         raise typer.Exit(EXIT_CODES[result.status])
+
+
+def _config(config_cls, knobs: dict):
+    """The run's config from the flat options; a refused value names the option the user typed
+    (`steps`, not the config's nested `run.steps`)."""
+    from pydantic import ValidationError
+
+    from planner.errors import PlanError
+
+    try:
+        return config_cls(**knobs)
+    except ValidationError as e:
+        first = e.errors()[0]
+        names = [str(p) for p in first.get("loc", ()) if isinstance(p, str)]
+        name = next((n for n in reversed(names) if n in knobs), names[-1] if names else "input")
+        raise PlanError(name, first["msg"]) from None
 
 
 __all__ = ["register", "print_json"]
