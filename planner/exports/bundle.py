@@ -42,6 +42,7 @@ class Chosen(Frozen):
     tokens: float | None = None
     cpus_per_node: int | None = None
     source: str = ""  # "estimate rank 1", "study NAME trial 7", ...
+    note: str | None = None  # why this is not the source's #1 (the format cannot write #1)
     # the exact DeepSpeed JSON / FSDP settings a tuner trial ran: exported byte for byte
     deepspeed_json: str | None = None
     fsdp_json: str | None = None
@@ -82,26 +83,43 @@ class ExportResult(Frozen):
 
 def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | None = None,
                          fmt: str | None = None) -> Chosen:
-    """The #1 proposal of an `api.estimate` report: exactly what `plan estimate` ranks first for
-    the same flags. When `fmt` cannot express it (DeepSpeed takes no FSDP plan; tp/pp need
-    Megatron-style model code), the error says why and which knobs to pin."""
+    """The best proposal of an `api.estimate` report that `fmt` can express: `plan estimate`'s #1 for
+    the same flags, or, where the format cannot write #1 (DeepSpeed takes no FSDP plan; tp/pp need
+    Megatron-style model code), the first of its ranking that it can, with a note naming why #1 was
+    passed over. When the format can write none of them, the error says why and which knobs to pin."""
     fitting = [e for e in report.results if e.fits]
     if not fitting:
         reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
         raise PlanError("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
-    est = fitting[0]
     # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: exported only when pinned
     pinned_mp = (report.scenario.tp or 1) > 1 or (report.scenario.pp or 1) > 1
-    refusal = refusal_of(fmt, est.plan, report.system, allow_model_parallel=pinned_mp) if fmt else None
-    if refusal is not None:
-        p = est.plan
-        raise PlanError(refusal.field, f"plan estimate's #1 (tp {p.tp}, pp {p.pp}, {p.sharding}, stack {p.stack}) "
-                        f"cannot be written as {fmt}: {refusal.message}; pin the knobs you want "
-                        "(e.g. --sharding, --tp 1 --pp 1) so that #1 is a plan this format can express")
+
+    def refusal(e):
+        return refusal_of(fmt, e.plan, report.system, allow_model_parallel=pinned_mp) if fmt else None
+
+    first_refusal = refusal(fitting[0])
+    rank, est = 1, fitting[0]
+    if first_refusal is not None:
+        rank, est = next(((i, e) for i, e in enumerate(fitting[1:], 2) if refusal(e) is None), (None, None))
+        if est is None:
+            p = fitting[0].plan
+            raise PlanError(first_refusal.field, f"plan estimate's #1 (tp {p.tp}, pp {p.pp}, {p.sharding}, stack "
+                            f"{p.stack}) cannot be written as {fmt}: {first_refusal.message}; none of its "
+                            f"{len(fitting)} ranked plans can; pin the knobs you want (e.g. --sharding, --tp 1 --pp 1)")
+    note = None if rank == 1 else _passed_over(fmt, fitting[0], est, rank, first_refusal)
     return Chosen(plan=est.plan, model_ref=model_ref or report.model.name, model=report.model,
                   system=report.system, step_time_s=est.time.step_time_s if est.time else None,
                   tokens=report.scenario.tokens, cpus_per_node=cpus_per_node,
-                  source=f"plan estimate rank 1 of {report.fitting} fitting")
+                  source=f"plan estimate rank {rank} of {report.fitting} fitting", note=note)
+
+
+def _passed_over(fmt: str, first, chosen, rank: int, why: PlanError) -> str:
+    """Why the export is not `plan estimate`'s #1, and what it costs by the model."""
+    p = first.plan
+    tps = [e.performance.tokens_per_s if e.performance else None for e in (first, chosen)]
+    cost = f", {1 - tps[1] / tps[0]:.0%} fewer tokens/s by the model" if None not in tps and tps[0] > 0 else ""
+    return (f"plan estimate's #1 (tp {p.tp}, pp {p.pp}, {p.sharding}, stack {p.stack}) cannot be written as "
+            f"{fmt} ({why.message}); this is its #{rank}, the best plan {fmt} can express{cost}")
 
 
 def refusal_of(fmt: str, plan: ExecutionPlan, system: System, *, allow_model_parallel: bool = False) -> PlanError | None:
@@ -144,6 +162,8 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     steps = options.steps or (steps_for_tokens(chosen.plan, chosen.tokens) if chosen.tokens else None)
     recipe = options.recipe.model_copy(update={"steps": steps}) if steps else options.recipe
     plan, notes = chosen.plan, [f"plan from {chosen.source}"] if chosen.source else []
+    if chosen.note:
+        notes.append(chosen.note)
     if (moe_note := moe_settings.note(fmt, plan, model)) is not None:
         notes.append(moe_note)
     if fmt in moe_settings.MODEL_CODE_FORMATS:
