@@ -8,9 +8,10 @@ are known (Calculon-style decomposition, Isaev et al. SC23):
 (s: the stack's fixed seconds per optimizer step, which grad accumulation amortises; k: host
 microseconds per synchronous kernel launch, LAUNCHES nonzero only for CUDA_LAUNCH_BLOCKING=1 runs)
 so the factors (g, a, e, o, k, u, c, s) minimise sum_i w_i (step_i / measured_i - 1)^2 with bounds and a
-ridge pull towards a prior (the pooled fit of every stack, itself pulled towards 1). The raw parts
-depend weakly on the factors (overlap hides comm behind scaled compute), so the fit is repeated
-with the parts recomputed. `cross_validate` leaves one source (a table of one origin) out at a time
+ridge pull towards a prior (the pooled fit of every stack, itself pulled towards 1). The DP exposure is
+piecewise linear in c and in the compute that hides it: DP is its tangent at the current profile, its slope in
+c as c's column and the share of compute it hides taken off the compute columns (planner/dp_exposure.py, a
+Gauss-Newton step), so the fit is repeated with the parts recomputed. `cross_validate` leaves one source (a table of one origin) out at a time
 and predicts it with profiles fitted on the rest: the only errors this project reports.
 """
 
