@@ -169,8 +169,14 @@ def exposed_s(spec: ModelSpec, layout: Layout, links: comm.Links, layers, attn_m
     """Exposed seconds per micro batch: the ring's steps minus what hides behind the attention
     of the chunk in hand (`overlap_cp` x attention time), plus the all-to-alls and all-gathers,
     which attention waits for."""
+    return exposed_and_hidden_s(spec, layout, links, layers, attn_micro, overlap_cp)[0]
+
+
+def exposed_and_hidden_s(spec: ModelSpec, layout: Layout, links: comm.Links, layers, attn_micro, overlap_cp):
+    """(`exposed_s`, the ring's seconds hidden behind attention) per micro batch."""
     parts = comm_s(spec, layout, links, layers)
-    return np.maximum(parts["ring"] - overlap_cp * attn_micro, 0.0) + parts["exposed"]
+    hidden = np.minimum(parts["ring"], np.maximum(overlap_cp * attn_micro, 0.0))
+    return parts["ring"] - hidden + parts["exposed"], hidden
 
 
 # ---------------------------------------------------------------- memory

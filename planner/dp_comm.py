@@ -63,7 +63,11 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node
     (`hbm_Bps`: the GPU memory bandwidth ZeRO++'s quantization kernels run at).
 
-    The data-parallel group is dp x cp: context-parallel ranks hold the same parameters."""
+    The stack's comm_time_factor k slows the collectives only, not the compute they hide behind: each
+    term is max(k x comm - overlap x compute, k x floor), as planner/zero3.py (a second of compute hides
+    at most one second of communication). The data-parallel group is dp x cp: context-parallel ranks
+    hold the same parameters."""
+    k = prof["comm_time_factor"]
     dp = layout.dp * layout.cp
     ga, s = layout.grad_accum, layout.sharding
     m = comm.members_per_node(dp, layout.tp, links.gpus_per_node)
@@ -77,7 +81,7 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
 
     # DDP: one bucketed all-reduce at the accumulation boundary, pipelined behind the last backward
     # (Li et al. VLDB 2020; planner/grad_buckets.py).
-    ar = g.allreduce_s(gbytes, nb_ddp)
+    ar = k * g.allreduce_s(gbytes, nb_ddp)
     ddp = grad_buckets.pipelined_s(ar, prof["overlap_ddp"] * bwd_micro, nb_ddp, _last_bucket_share(spec, layout, nb_ddp))
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
@@ -85,13 +89,13 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     # batch) behind backward, then an all-gather of the updated 16-bit parameters (Rajbhandari
     # et al. SC20).
     z12 = is_["zero1"] | is_["zero2"]
-    rs = g.allgather_s(gbytes, nb_r)
+    rs = k * g.allgather_s(gbytes, nb_r)
     # ZeRO-1 reduces once, after backward in DeepSpeed (engine.allreduce_gradients): its own overlap
     ov12 = np.where(is_["zero1"], prof["overlap_zero1"], prof["overlap_zero12"])
     rs_hidden = grad_buckets.pipelined_s(rs, ov12 * bwd_micro, nb_r, _last_bucket_share(spec, layout, nb_r))
     times = 1.0 + is_["zero2"] * (ga - 1.0)
     # the updated parameters' all-gather: after the step (DeepSpeed) or behind the next forward (Megatron)
-    ag12 = param_gather.exposed_s(g.allgather_s(pbytes, nb_g), fwd_micro, prof["overlap_param_gather"], nb_g,
+    ag12 = param_gather.exposed_s(k * g.allgather_s(pbytes, nb_g), fwd_micro, prof["overlap_param_gather"], nb_g,
                                   _last_bucket_share(spec, layout, nb_g))
     exposed = exposed + z12 * (times * rs_hidden + ag12)
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
@@ -111,9 +115,9 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     # reduce-scatter grads, every micro batch, unit by unit behind the prefetch (Zhao et al. VLDB 2023).
     full = is_["fsdp_full_shard"] | is_["fsdp_shard_grad_op"]
     ov = prof["overlap_fsdp"]
-    ag = g.allgather_s(pbytes, L)
+    ag = k * g.allgather_s(pbytes, L)
     ag_bwd = ~is_["fsdp_shard_grad_op"] * ag
-    rs_l = g.allgather_s(gbytes, L)
+    rs_l = k * g.allgather_s(gbytes, L)
     floor = fsdp_overlap.exposed_floor  # the first gather / last reduce-scatter and more (fms-fsdp traces)
     sharded = ga * (np.maximum(ag - ov * fwd_micro, floor(ag, L))
                     + np.maximum(ag_bwd + rs_l - ov * bwd_micro, floor(ag_bwd + rs_l, L)))
@@ -126,8 +130,8 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
         gi = comm.Group.of(links, m, m)
         replicas = np.maximum(dp // m, 1)
         gx = comm.Group.of(links, replicas, 1)
-        ag_h, rs_h = gi.allgather_s(pbytes, L), gi.allgather_s(gbytes, L)
-        ar_h = gx.allreduce_s(gbytes / m, L)
+        ag_h, rs_h = k * gi.allgather_s(pbytes, L), k * gi.allgather_s(gbytes, L)
+        ar_h = k * gx.allreduce_s(gbytes / m, L)
         ovf = prof["overlap_fsdp"]
         hybrid = ga * (np.maximum(ag_h - ovf * fwd_micro, floor(ag_h, L))
                        + np.maximum(ag_h + rs_h + ar_h - ovf * bwd_micro, floor(ag_h + rs_h + ar_h, L)))

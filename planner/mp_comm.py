@@ -16,8 +16,8 @@ def exposed_s(spec, layout, links: comm.Links, system: System, parts, prof):
     recomputing; Shoeybi et al. 2019; half of them in a parallel attention+MLP block:
     planner/parallel_block.py), the context-parallel exchange of the plan's cp_impl (ring
     K/V chunks, Ulysses all-to-alls, all-gathered K/V: planner/context_parallel.py) and PP
-    activation exchanges (planner/pipeline_comm.py: 1 or 2 per micro batch and model chunk), and
-    the seconds of one exchange."""
+    activation exchanges (planner/pipeline_comm.py: 1 or 2 per micro batch and model chunk), the
+    seconds of one exchange, and the seconds of one micro batch's CP ring exchange hidden behind attention."""
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     c = compute_dtype_bytes(layout)
     act = c * tokens * spec.hidden
@@ -39,7 +39,9 @@ def exposed_s(spec, layout, links: comm.Links, system: System, parts, prof):
     tp_s = layout.grad_accum * np.where((layout.async_tp == 1) & (prof["async_tp"] > 0), pairs, tp_s)
 
     attn_micro = parts["attention"] * prof["attention_time_factor"]
-    cp_s = layout.grad_accum * context_parallel.exposed_s(spec, layout, links, layers, attn_micro, prof["overlap_cp"])
+    cp_micro, cp_hidden = context_parallel.exposed_and_hidden_s(spec, layout, links, layers, attn_micro,
+                                                                prof["overlap_cp"])
+    cp_s = layout.grad_accum * cp_micro
 
     # Scatter/gather optimisation or sequence parallelism: each GPU sends 1/t of the tensor; the
     # busiest stage's exchanges per micro batch (planner/pipeline_comm.py)
@@ -47,4 +49,4 @@ def exposed_s(spec, layout, links: comm.Links, system: System, parts, prof):
     inter = layout.gpus > system.gpus_per_node
     exch = pipeline_comm.exchange_s(links, p2p_bytes, inter)
     pp_s = layout.grad_accum * parts["pp_exchanges"] * exch
-    return tp_s, cp_s, pp_s, exch
+    return tp_s, cp_s, pp_s, exch, cp_hidden

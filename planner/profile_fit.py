@@ -8,9 +8,10 @@ are known (Calculon-style decomposition, Isaev et al. SC23):
 (s: the stack's fixed seconds per optimizer step, which grad accumulation amortises; k: host
 microseconds per synchronous kernel launch, LAUNCHES nonzero only for CUDA_LAUNCH_BLOCKING=1 runs)
 so the factors (g, a, e, o, k, u, c, s) minimise sum_i w_i (step_i / measured_i - 1)^2 with bounds and a
-ridge pull towards a prior (the pooled fit of every stack, itself pulled towards 1). The raw parts
-depend weakly on the factors (overlap hides comm behind scaled compute), so the fit is repeated
-with the parts recomputed. `cross_validate` leaves one source (a table of one origin) out at a time
+ridge pull towards a prior (the pooled fit of every stack, itself pulled towards 1). The DP exposure is
+piecewise linear in c and in the compute that hides it: DP is its tangent at the current profile, its slope in
+c as c's column and the share of compute it hides taken off the compute columns (planner/dp_exposure.py, a
+Gauss-Newton step), so the fit is repeated with the parts recomputed. `cross_validate` leaves one source (a table of one origin) out at a time
 and predicts it with profiles fitted on the rest: the only errors this project reports.
 """
 
@@ -41,7 +42,8 @@ PARAMS = (
     ("sync_launch_us", "raw_launch_sync_s", 0.0, 1000.0, launch_sync.SYNC_LAUNCH_US_PRIOR,
      launch_sync.SYNC_LAUNCH_US_PRIOR),
     ("optimizer_time_factor", "raw_optimizer_s", 0.5, 20.0, 1.0, 2.0),
-    ("comm_time_factor", "raw_dp_comm_s", 0.3, 10.0, 1.0, 1.0),
+    # the DP exposure's slope in k (planner/dp_exposure.py: k slows the collectives, not the hiding compute)
+    ("comm_time_factor", "dp_comm_slope_s", 0.3, 10.0, 1.0, 1.0),
     ("step_overhead_s", "raw_step_overhead_s", 0.0, 10.0, 0.0, 1.0),
 )
 # The fixed per-step term's prior uncertainty. Host work done once per optimizer step in a tuned loop (next
@@ -107,15 +109,17 @@ def _design(runs: list[Run], profiles: dict[str, StackProfile]) -> Design:
     A, b = [], []
     for r in runs:
         perf = throughput.performance(r.spec, Layout.from_plan(r.plan), r.system,
-                                      run_capacity.settings_for(r, settings))
+                                      run_capacity.settings_for(r, settings), fit_columns=True)
         get = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in perf.items() if k != "bottleneck"}
         bubble = 1.0 + get["bubble_fraction"]
         measured = r.plan.global_batch * r.plan.seq_len / (r.measured_tokens_per_s_per_gpu * r.plan.gpus)
         row = []
         for field, key, *_ in PARAMS:
-            scale = bubble if key in _IN_MICRO_BATCH else 1.0
+            # a micro batch's compute also hides DP collectives: dp_hidden_share of it comes off the step
+            scale = bubble - get["dp_hidden_share"] if key in _IN_MICRO_BATCH else 1.0
             row.append(scale * get[key] / measured)
-        fixed = bubble * (get["tp_comm_s"] + get["cp_comm_s"] + get["pp_comm_s"]) + get["offload_s"]
+        fixed = (bubble * (get["tp_comm_s"] + get["cp_comm_s"] + get["pp_comm_s"]) + get["offload_s"]
+                 + get["dp_fixed_s"])
         A.append(row)
         b.append(fixed / measured)
     return Design(np.asarray(A), np.asarray(b))

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner import (adafactor, attention_kernel, attn_window, comm, deepspeed_era,
+from planner import (adafactor, attention_kernel, attn_window, comm, deepspeed_era, dp_exposure,
                      dp_comm, eager_traffic, flops, fp8, fp8_gemm, gemm_shape, launch_sync, megatron_ddp, mla, moe,
                      moe_time, offload_time, parallel_block, pipeline_comm, pipeline_stages, ssm, ssm_time, stage_split)
 from planner import memory_savings, mp_comm, shard_units
@@ -236,7 +236,8 @@ def _as_float(layout: Layout) -> Layout:
     return replace(layout, **{k: np.asarray(getattr(layout, k), dtype=np.float64) for k in _NUMERIC})
 
 
-def performance(spec: ModelSpec, layout: Layout, system: System, settings: Settings) -> dict[str, np.ndarray]:
+def performance(spec: ModelSpec, layout: Layout, system: System, settings: Settings, *,
+                fit_columns: bool = False) -> dict[str, np.ndarray]:
     """Step-time breakdown, throughput, FLOPs utilisation and time-to-train of each plan. A mixture-of-
     experts model runs as its active view plus its experts' terms (planner/moe_time.py); its model
     FLOPs (MFU) count the active parameters (planner/moe.py)."""
@@ -259,10 +260,13 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     optimizer_raw = _optimizer_step_s(spec, layout, system, settings)
     compute_s = ga * micro + optimizer_raw * prof["optimizer_time_factor"] + prof["step_overhead_s"]
 
-    tp_s, cp_s, pp_s, exch_s = mp_comm.exposed_s(spec, layout, links, system, parts, prof)
-    dp_raw, node_bytes = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro, prof,
-                                             hbm_Bps=_hbm_Bps(system, settings))
-    dp_s = dp_raw * prof["comm_time_factor"]
+    tp_s, cp_s, pp_s, exch_s, cp_hidden = mp_comm.exposed_s(spec, layout, links, system, parts, prof)
+    # k (comm_time_factor) slows the collectives, not the compute they hide behind (planner/dp_comm.py); they
+    # hide behind the attention the CP ring's exchange has not already taken (one second of compute hides at
+    # most one second of communication: both ride the NICs once cp spans nodes)
+    dp_fwd = fwd_micro - parts["fwd_share"] * cp_hidden
+    dp_bwd = bwd_micro - (1.0 - parts["fwd_share"]) * cp_hidden
+    dp_s, node_bytes = dp_comm.exposed_s(spec, layout, links, dp_fwd, dp_bwd, prof, hbm_Bps=_hbm_Bps(system, settings))
     comm_s = tp_s + cp_s + pp_s + dp_s + mt["moe_a2a_s"] + mt["moe_expert_grad_s"]
     # Pipeline bubble: the makespan of the stages, each with its comm, less the busiest stage's
     # busy time (Alpa eq. 2, Narayanan et al. SC21 sec. 2.2: planner/pipeline_comm.py)
@@ -313,7 +317,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "raw_overhead_s": ga * parts["overhead"],
         "raw_unit_overhead_s": ga * parts["unit_overhead"],
         "raw_launch_sync_s": ga * parts["launch_sync"],
-        "raw_dp_comm_s": dp_raw,
+        "raw_dp_comm_s": dp_s / prof["comm_time_factor"],  # per unit of k (the fit's column: dp_exposure.py)
         "raw_optimizer_s": optimizer_raw,
         "raw_step_overhead_s": np.ones(np.shape(step)),  # x step_overhead_s
         "bubble_fraction": bubble_frac,
@@ -325,6 +329,9 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "cp_comm_s": cp_s,
         "pp_comm_s": pp_s,
     }
+    if fit_columns:  # the profile fit's tangent of the DP exposure in k and in the compute
+        out.update(dp_exposure.fit_columns(spec, layout, links, dp_fwd, dp_bwd, prof, hbm_Bps=_hbm_Bps(
+            system, settings), exposed=dp_s, compute_s=ga * micro))
     nan = np.full(np.shape(step), np.nan)
     if moe_spec is not spec:  # the MoE terms (absent for a dense model: None in the breakdown)
         out.update({"moe_compute_s": ga * mt["moe_gemm_s"] * prof["gemm_time_factor"], "moe_a2a_s": mt["moe_a2a_s"],

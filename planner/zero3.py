@@ -25,8 +25,8 @@ per weight matrix, not per block.
 Overlap: the prefetch gathers the next submodule while the current one computes, so a pass
 hides at most the stack's overlap share of its compute time, in seconds as they really are:
 exposed = max(c * T - overlap * compute, c * T / fetches), c the stack's comm_time_factor (the
-collectives run c times slower than the catalog links). `exposed_s` returns exposed / c, the raw
-part the profile fit multiplies by c (recomputed at each fit iteration).
+collectives run c times slower than the catalog links); `exposed_s` returns it (the profile fit takes
+its slope in c: planner/dp_exposure.py).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def gathers(spec: ModelSpec, layout) -> dict[str, np.ndarray]:
 
 
 def exposed_s(spec: ModelSpec, layout, g: Group, gather_bytes, grad_bytes, fwd_micro, bwd_micro, prof):
-    """(raw exposed seconds per step, bytes one node sends across the network per step) of the
+    """(exposed seconds per step, bytes one node sends across the network per step) of the
     ZeRO-3 collectives: `gather_bytes`/`grad_bytes` per parameter on the wire, `fwd_micro` and
     `bwd_micro` the stack-scaled compute seconds of one micro batch's passes."""
     n = gathers(spec, layout)
@@ -88,7 +88,7 @@ def exposed_s(spec: ModelSpec, layout, g: Group, gather_bytes, grad_bytes, fwd_m
     fwd = fetch_exposed(k * ag_f, ov * fwd_micro, n["calls_fwd"])
     bwd = np.maximum(k * (ag_b + rs) - ov * bwd_micro, k * rs / n["calls_bwd"])
     ga = layout.grad_accum
-    exposed = ga * (fwd + bwd) / k
+    exposed = ga * (fwd + bwd)
     node = ga * (g.node_bytes((n["fwd"] + n["bwd"]) * gather_bytes, 1.0) + g.node_bytes(P * grad_bytes, 1.0))
     return exposed, node
 

@@ -130,9 +130,9 @@ def reduce_s(spec: ModelSpec, layout, links: comm.Links, g: comm.Group, params, 
 
 def exposed_s(spec: ModelSpec, layout, links: comm.Links, g: comm.Group, gather_bytes, grad_bytes,
               fwd_micro, bwd_micro, prof, hbm_Bps):
-    """(raw exposed seconds per step, bytes one node sends across the network per step) of ZeRO-3
-    with the plan's ZeRO++ features, as zero3.exposed_s (its raw part is multiplied by the
-    stack's comm_time_factor k; the kernel passes are divided by k so that they are not)."""
+    """(exposed seconds per step, bytes one node sends across the network per step) of ZeRO-3
+    with the plan's ZeRO++ features, as zero3.exposed_s (the collectives multiplied by the stack's
+    comm_time_factor k, the quantization kernel passes not)."""
     n = zero3.gathers(spec, layout)
     P = spec.n_params / (np.asarray(layout.tp, dtype=np.float64) * np.asarray(layout.pp, dtype=np.float64))
     k, ov, ga = prof["comm_time_factor"], prof["overlap_zero3"], layout.grad_accum
@@ -156,7 +156,7 @@ def exposed_s(spec: ModelSpec, layout, links: comm.Links, g: comm.Group, gather_
     fwd_first = zero3.fetch_exposed(k * ag_first + q_first, ov * fwd_micro, n["calls_fwd"])
     fwd_later = zero3.fetch_exposed(k * ag_later + q_later, ov * fwd_micro, n["calls_fwd"])
     bwd = np.maximum(k * (ag_b + rs) + q_b + q_g - ov * bwd_micro, (k * rs + q_g) / n["calls_bwd"])
-    exposed = (fwd_first + (ga - 1.0) * fwd_later + ga * bwd) / k
+    exposed = fwd_first + (ga - 1.0) * fwd_later + ga * bwd
     node_f = g.node_bytes(n["fwd"] * wire, 1.0)
     node_later = np.where(hpz, sec.node_bytes(n["fwd"] * wire, 1.0), node_f)
     node_b = np.where(hpz, sec.node_bytes(n["bwd"] * wire, 1.0), g.node_bytes(n["bwd"] * wire, 1.0))
