@@ -21,6 +21,7 @@ import signal
 import tempfile
 import time
 import traceback
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -63,10 +64,10 @@ KNOBS: dict[str, tuple[tuple, tuple]] = {  # knob -> (allowed values, edge value
     "--first-stage-layers": ((0, 1, 3), (1000,)),
     "--last-stage-layers": ((0, 2), (1000,)),
     "--zeropp-hpz-partition-size": ((1, 8), (0, 3)),
-    "--tokens": (("100B", "1T", "2e12"), ("1", "0", "-1", "abc")),
-    "--price-per-gpu-hour": ((2.0,), (0.0, -1.0)),
+    "--tokens": (("100B", "1T", "2e12"), ("1", "0", "-1", "abc", "1e400", "1e30")),
+    "--price-per-gpu-hour": ((2.0,), (0.0, -1.0, 1e308)),
     "--gpus-per-node": ((4, 8), (1, 3, 0)),
-    "--internode-gbps": ((100.0, 3200.0), (0.0, -5.0)),
+    "--internode-gbps": ((100.0, 3200.0), (0.0, -5.0, 1e-300, "inf")),
     "--attn-window": ((4096,), (0, 1)),
     "--moe-experts": ((8, 64), (1, 0)),
     "--moe-top-k": ((1, 2, 8), (0, 100)),
@@ -258,6 +259,20 @@ def _innermost(exc_info) -> str:
     return f"{os.path.relpath(f.filename)}:{f.lineno} {f.name}"
 
 
+def _non_finite_json(text: str) -> bool:
+    """NaN / Infinity in printed JSON (Python writes them; strict parsers refuse them)."""
+    import json
+
+    def refuse(name):
+        raise ValueError(name)
+
+    try:
+        json.loads(text, parse_constant=refuse)
+    except ValueError as e:
+        return str(e) in ("NaN", "Infinity", "-Infinity")
+    return False
+
+
 def run_case(runner: CliRunner, args: list[str], hang_s: int, slow_s: float) -> Case:
     case = Case(args)
     signal.alarm(hang_s)
@@ -295,6 +310,11 @@ def run_case(runner: CliRunner, args: list[str], hang_s: int, slow_s: float) -> 
         case.detail = stderr.strip()[:400]
     elif case.code == 2 and "no plan fits" in lines[0]:  # valid input that fits nowhere is exit 3
         case.problem, case.key, case.detail = "no fit as exit 2", "exit 2 'no plan fits'", lines[0][:300]
+    elif case.code != 2 and "Warning:" in stderr:  # numpy's overflow / divide-by-zero: a NaN or inf inside
+        where = next(ln for ln in lines if "Warning:" in ln)
+        case.problem, case.key, case.detail = "warning", where.split(": ", 1)[-1][:80] + " " + where.split(":")[0][-40:], where
+    elif "--json" in args and case.code != 2 and _non_finite_json(result.stdout):
+        case.problem, case.key = "non-finite JSON", "NaN/Infinity in --json output"
     elif case.seconds > slow_s:
         case.problem, case.key = "slow", f"> {slow_s:g} s"
     elif case.code == 2:
@@ -323,6 +343,7 @@ def main() -> None:
             cases.append(export_case(rng, ids))
     runner = CliRunner(env={"COLUMNS": "120"})
     signal.signal(signal.SIGALRM, _alarm)
+    warnings.simplefilter("always")  # every case that warns shows it, not the first only
     found: dict[tuple[str, str], list[Case]] = defaultdict(list)
     codes: dict[int, int] = defaultdict(int)
     reasons: dict[str, int] = defaultdict(int)  # exit 2: the field named
