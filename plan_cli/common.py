@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hardware.errors import CatalogError
-from planner.errors import PlanError
+from planner.errors import NothingFits, PlanError
 
 class _Environ(Mapping):
     """os.environ as rich reads it, live at every print, so a COLUMNS set after import (CliRunner's env, an
@@ -50,12 +50,15 @@ NOTHING_FITS_EXIT = 3
 
 
 def handle_errors(fn: F) -> F:
-    """The error boundary: a user error becomes one line on stderr and exit code 2."""
+    """The error boundary: a user error becomes one line on stderr and exit code 2 (3: valid input
+    that no plan fits)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except NothingFits as e:
+            fail(str(e), NOTHING_FITS_EXIT)
         except (PlanError, CatalogError) as e:
             fail(str(e))
         except ValidationError as e:

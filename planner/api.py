@@ -94,6 +94,9 @@ def estimate(
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
     if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
         raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
+    if objective == "cost" and settings.price_per_gpu_hour == 0:
+        raise PlanError("objective", "cost is 0 for every plan at price_per_gpu_hour 0: rank by time "
+                        "(--objective days), or give the price")
     spec = spec or resolve_model(scenario, extra_dirs=catalog_dirs)  # `spec`: already resolved (HTTP)
     moe_settings = MoeOptions.of(settings).checked()
     moe_settings.check_model(spec)

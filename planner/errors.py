@@ -20,6 +20,11 @@ class PlanError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
+class NothingFits(PlanError):
+    """Valid input, but no plan fits (memory, host RAM): the CLI prints its one line and exits 3, as
+    `plan estimate` does after its closest misses; elsewhere (the service) it is a PlanError like any."""
+
+
 def unknown(field: str, value: object, allowed: Iterable[str]) -> PlanError:
     """An error for an unknown name, suggesting the closest allowed ones."""
     allowed = list(allowed) if isinstance(allowed, (list, tuple)) else sorted(allowed)  # a list keeps its order

@@ -321,6 +321,8 @@ class Scenario(_PinnedKnobs):  # type: ignore[misc, valid-type]
     those of `ExecutionPlan` (but NOT_PINNED), with their types, bounds and descriptions.
     """
 
+    model_config = ConfigDict(allow_inf_nan=False)  # an inf or NaN input is bad input, not a NaN plan
+
     global_batch: int | None = Field(default=None, gt=0, le=1_000_000_000, description="Sequences per optimizer step")
     global_batch_tokens: IntCount | None = Field(default=None, gt=0, description="Tokens per optimizer step (e.g. 4M)")
     # what to train, and what it costs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from hardware.fp8 import FP8Recipe
 from hardware.stacks import StackProfile
@@ -21,6 +21,8 @@ class Calibration(Frozen):
 
 
 class Settings(Frozen):
+    model_config = ConfigDict(allow_inf_nan=False)  # an inf or NaN input is bad input, not a NaN plan
+
     # Memory: a fraction of HBM the caching allocator loses to fragmentation (None: the stack
     # profile's allocator model), and the fixed per-GPU cost of the CUDA context, cuBLAS/NCCL
     # workspaces and the framework, outside PyTorch's caching allocator (nvidia-smi counts it,

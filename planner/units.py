@@ -8,6 +8,7 @@ A bad value is a one-line validation error naming the field and what is allowed.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any
 
@@ -24,7 +25,8 @@ DURATION_ALLOWED = "seconds, or a number with s/m/h/d, e.g. 2h, 90m, 1h30m, 45s"
 
 def _count(text: str) -> float | None:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
-    return float(m.group(1)) * _COUNT[m.group(2)] if m else None
+    value = float(m.group(1)) * _COUNT[m.group(2)] if m else None
+    return value if value is None or math.isfinite(value) else None  # '1e400' overflows to inf
 
 
 def _seconds(text: str) -> float | None:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from planner.errors import PlanError, unknown
+from planner.errors import NothingFits, PlanError, unknown
 from planner.exports.accelerate import accelerate_config, to_yaml
 from planner.exports import memory_settings, moe_routing, moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
@@ -90,7 +90,7 @@ def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | Non
     fitting = [e for e in report.results if e.fits]
     if not fitting:
         reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
-        raise PlanError("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
+        raise NothingFits("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
     # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: exported only when pinned
     pinned_mp = (report.scenario.tp or 1) > 1 or (report.scenario.pp or 1) > 1
 

@@ -38,3 +38,18 @@ def test_out_under_a_file_is_one_line(tmp_path):
     line = one_line(runner.invoke(app, ["export", "slurm", "--model", "7b", "--gpus", "16", "--tokens", "1B",
                                         "--out", str(tmp_path / "f" / "job.sbatch")], env={"COLUMNS": "400"}))
     assert line.startswith(f"error: out: cannot write {tmp_path}/f/job.sbatch:"), line
+
+
+@pytest.mark.parametrize("fmt", ["deepspeed", "megatron"])
+def test_nothing_fits_is_exit_3_like_estimate(fmt):
+    """Valid input that no plan fits (a 1T model on 8 GPUs) is exit 3, as `plan estimate` says for the same
+    flags, not exit 2 (bad input); the one line on stderr still says why (found by validation/cli_fuzz.py)."""
+    flags = ["--model", "1t", "--gpus", "8"]
+    export = runner.invoke(app, ["export", fmt, *flags], env={"COLUMNS": "400"})
+    estimate = runner.invoke(app, ["estimate", *flags], env={"COLUMNS": "400"})
+    assert estimate.exit_code == 3, estimate.output
+    assert export.exit_code == 3, export.output
+    assert export.exception is None or isinstance(export.exception, SystemExit), repr(export.exception)
+    lines = export.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: scenario: no plan fits ("), export.stderr
+    assert "does not fit in GPU memory" in lines[0], lines[0]
