@@ -294,7 +294,7 @@ class _ModelAndSystem(Frozen):
     gpus_per_node: int | None = Field(default=None, gt=0, le=1024, description="GPUs per node (default: the cluster's)")
     cluster: str | None = Field(default=None, description="Cluster catalog id (default: with --gpu, the first "
                                    "cluster of that GPU; else dgx-a100)")
-    internode_gbps: float | None = Field(default=None, gt=0, description="Inter-node bandwidth per node (Gbit/s)")
+    internode_gbps: float | None = Field(default=None, ge=0.001, description="Inter-node bandwidth per node (Gbit/s; at least 1 Mbit/s)")
 
 
 # Where a blank Scenario cell's value comes from, when it is not the planner's search (the help says it)
@@ -328,4 +328,4 @@ class Scenario(_PinnedKnobs):  # type: ignore[misc, valid-type]
     # what to train, and what it costs
     tokens: Count | None = Field(default=None, gt=0, description="Tokens to train (e.g. 100B): gives days, "
                                  "GPU-hours and cost (export: the steps and the time limit)")
-    price_per_gpu_hour: float | None = Field(default=None, ge=0, description="Price of one GPU-hour (for the cost)")
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e6, description="Price of one GPU-hour (for the cost)")

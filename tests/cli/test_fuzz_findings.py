@@ -41,3 +41,12 @@ def test_non_finite_numbers_are_bad_input(flag, value):
     line = error_line(["estimate", "--model", "tiny", "--gpus", "8", "--tokens", "1B", flag, value])
     field = flag[2:].replace("-", "_")
     assert line.startswith(f"error: {field}: "), line
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--internode-gbps", "1e-300"),  # 1/bandwidth overflowed: NaN communication times, exit 0
+    ("--price-per-gpu-hour", "1e308"),  # the cost overflowed with a RuntimeWarning
+])
+def test_numbers_past_what_the_math_can_carry_are_bad_input(flag, value):
+    line = error_line(["estimate", "--model", "tiny", "--gpus", "8", "--tokens", "1B", flag, value])
+    assert line.startswith(f"error: {flag[2:].replace('-', '_')}: "), line
