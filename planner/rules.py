@@ -121,6 +121,14 @@ RULES: tuple[Rule, ...] = (
          lambda k: f"{k.tp} does not divide the {k.spec.kv_heads} key/value heads (n_kv_heads) of {k.spec.name}: "
                    "Megatron-Core needs num_query_groups to be a multiple of tp and torchtitan splits wk/wv by "
                    f"whole heads (allowed: tp dividing {k.spec.kv_heads})"),
+    # the embedding/loss accounting places the embedding or the loss as a layer of a pipeline stage
+    # (Megatron-Core --account-for-embedding/loss-in-pipeline-split): without stages there is none
+    Rule("embedding_split_needs_pp", "embedding_in_split needs pp > 1", "embedding_in_split",
+         ("embedding_in_split", "pp"), lambda k: (k.embedding_in_split == 1) & (k.pp <= 1),
+         lambda k: "counting the embedding as a pipeline stage's layer needs pp > 1 (pin --pp, or drop the flag)"),
+    Rule("loss_split_needs_pp", "loss_in_split needs pp > 1", "loss_in_split",
+         ("loss_in_split", "pp"), lambda k: (k.loss_in_split == 1) & (k.pp <= 1),
+         lambda k: "counting the loss as a pipeline stage's layer needs pp > 1 (pin --pp, or drop the flag)"),
     Rule("split_layers", "uneven pipeline: the first/last stage blocks leave no equal share to the others",
          "first_stage_layers", _SPLIT + ("spec",), lambda k: stage_split.split_bad(k.spec.n_layers, *_split(k)),
          lambda k: f"first {k.first_stage_layers} / last {k.last_stage_layers} blocks of {k.spec.n_layers} on pp "

@@ -149,3 +149,16 @@ def test_megatron_args_carry_the_split():
     with pytest.raises(PlanError) as e:
         megatron_args(plan.model_copy(update={"sharding": "zero3"}), model)
     assert e.value.field == "sharding"
+
+
+def test_embedding_or_loss_in_split_without_stages_names_the_flag():
+    """--loss-in-split / --embedding-in-split with pp 1 name the flag given and what it needs (the error named
+    first_stage_layers, which the user never gave)."""
+    from typer.testing import CliRunner
+
+    from plan_cli.main import app
+
+    for flag, field in (("--loss-in-split", "loss_in_split"), ("--embedding-in-split", "embedding_in_split")):
+        r = CliRunner().invoke(app, ["estimate", "--model", "7b", "--gpus", "8", flag, "--pp", "1"])
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().startswith(f"error: {field}: ") and "pp > 1" in r.output, r.output
