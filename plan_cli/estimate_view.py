@@ -108,7 +108,8 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
              f"(ranked by {report.objective})")
     if fitting:
         columns, rows = (_wide_rows if wide else _compact_rows)(fitting)
-        table = _table(title, columns, rows, wide)
+        console.print(title, highlight=False, soft_wrap=True)  # a line, not a title folded to the table's width
+        table = _table(columns, rows, wide)
         if wide:
             natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
             Console(width=max(console.width, natural), file=console.file,
@@ -137,8 +138,8 @@ _SHORT = {"none": "-", "fsdp_full_shard": "fsdp-full", "fsdp_shard_grad_op": "fs
           "fsdp_hybrid": "fsdp-hybrid", "optimizer": "opt", "optimizer+params": "opt+params", "selective": "sel"}
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]], wide: bool) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+def _table(columns: list[str], rows: list[list[str]], wide: bool) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   padding=(0, 1), collapse_padding=True)
     for i, col in enumerate(columns):
         width = max(len(col), *(len(r[i]) for r in rows))

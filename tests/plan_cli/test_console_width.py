@@ -18,3 +18,17 @@ def test_piped_output_without_columns_is_200_wide(monkeypatch, capsys):
     assert console.width == 200 and err_console.width == 200
     console.print("x" * 150)
     assert capsys.readouterr().out == "x" * 150 + "\n"
+
+
+def test_the_ranking_line_is_not_folded_to_a_narrow_table():
+    """A few short rows make a narrow table: the '... best of ... (ranked by ...)' line stays whole above it
+    (as a rich table title it was folded to the table's width, 'tokens_per_s)' alone on the next line)."""
+    from typer.testing import CliRunner
+
+    from plan_cli.main import app
+
+    r = CliRunner().invoke(app, ["estimate", "--model", "7b", "--gpus", "16", "--top", "2",
+                                 "--internode-gbps", "0.001"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if " best of " in x)
+    assert line.rstrip().endswith("(ranked by tokens_per_s)"), line
