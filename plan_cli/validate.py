@@ -70,7 +70,8 @@ def validate(
                   f"(of {report.ran})" + (f"; {_n(report.inconsistent_rows, 'row')} not scored: layout contradicts "
                                           "the GPU count or speed above the GPU's peak (--rows says which)" if report.inconsistent_rows else ""),
                   highlight=False)
-    console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)} "
+    console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)}, "
+                  f"{report.memory_within_10pct} of {report.memory_rows} within 10% "
                   "(each against the prediction in its source's convention: nvidia-smi, reserved, allocated)",
                   highlight=False)
     for m in report.memory_sources:

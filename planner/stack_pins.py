@@ -71,9 +71,27 @@ def pinned_dead_end(report, stacks: dict | None) -> PlanError | None:
         return None
     if (why := report_conflict(report, stacks)) is not None:
         return why
+    if (why := _sp_without_tp(report)) is not None:
+        return why
     reason, count = max(report.rejected.items(), key=lambda kv: kv[1])
     field = next((r.field for r in RULES if r.reason == reason), "scenario")
     if getattr(report.scenario, field, None) is None:  # the rule's knob was the search's: name no knob
         field = "scenario"
     return PlanError(field, f"no plan satisfies the pinned knobs: {reason} "
                      f"({count:,} of {report.evaluated:,} candidates)")
+
+
+def _sp_without_tp(report) -> PlanError | None:
+    """Sequence parallelism pinned on, tp left to the search, and every tp > 1 rejected because it does not
+    divide the heads (falcon-7b's 71): the flag the user gave is why nothing runs, not the search's tp."""
+    from planner.rules import BY_NAME
+
+    heads, sp_tp = BY_NAME["tp_heads"].reason, BY_NAME["sp_needs_tp"].reason
+    s = report.scenario
+    if not s.sequence_parallel or s.tp is not None or heads not in report.rejected or sp_tp not in report.rejected:
+        return None
+    if max(report.rejected.items(), key=lambda kv: kv[1])[0] not in (heads, sp_tp):
+        return None
+    m = report.model
+    return PlanError("sequence_parallel", f"needs tp > 1, and no tp > 1 divides the {m.n_heads} attention heads "
+                     f"(n_heads) of {m.name}: leave --sequence-parallel off")

@@ -81,6 +81,7 @@ class ValidationReport(Frozen):
     inconsistent_rows: int = Field(default=0, description="rows whose layout contradicts their GPU count or whose speed is above the GPU's peak (not scored)")
     memory_rows: int
     memory_mape_pct: float | None
+    memory_within_10pct: int = Field(default=0, description="runs whose predicted peak is within 10% of the measured one")
     memory_sources: list[MemoryScore] = Field(default_factory=list, description="memory error per source")
     groups: list[GroupScore]
     mean_spearman: float | None
@@ -170,6 +171,7 @@ def score(preds: list[RunPrediction], runs: list[Run]) -> ValidationReport:
         false_alarms_structural=sum(p.verdict not in ("", "memory") for p in ran),
         inconsistent_rows=sum(r.inconsistent is not None for r in runs),
         memory_rows=int(mem.size), memory_mape_pct=100 * float(np.mean(np.abs(mem))) if mem.size else None,
+        memory_within_10pct=int(np.sum(np.abs(mem) <= 0.10)),
         memory_sources=_memory_by_source(preds),
         groups=groups,
         mean_spearman=float(np.mean([g.spearman for g in groups])) if groups else None,

@@ -41,6 +41,19 @@ def test_structural_cause_is_one_line_exit_2(args, field, words):
     assert "Traceback" not in r.stderr and "No configuration fits" not in r.stdout
 
 
+def test_sequence_parallel_on_a_model_no_tp_divides_names_the_flag():
+    """falcon-7b has 71 heads: no tp > 1 divides them, so --sequence-parallel rules out every plan. The flag
+    the user gave is named (it said "scenario: ... tp does not divide n_heads", and tp was never given)."""
+    r = plan("estimate", "--model", "falcon-7b", "--gpus", "16", "--sequence-parallel")
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: sequence_parallel:"), r.stderr
+    assert "71 attention heads" in lines[0] and "falcon-7b" in lines[0], r.stderr
+    # pinning tp itself still names tp
+    r = plan("estimate", "--model", "falcon-7b", "--gpus", "16", "--sequence-parallel", "--tp", "2")
+    assert r.returncode == 2 and r.stderr.startswith("error: tp:"), r.stderr
+
+
 def test_sweep_of_pinned_dead_ends_is_exit_2():
     """Every GPU count of the sweep ruled out by the pins: one line, exit 2 (it was a table of "no
     configuration fits" rows and exit 3, as if memory were short)."""

@@ -30,6 +30,14 @@ def test_memory_within_ten_percent_where_measured(report):
     assert not worst, worst
 
 
+def test_most_peaks_within_ten_percent(report):
+    # measured when written: 41 of 49 (BLOOM's snapshots: the same configuration read 38 and 44 GB,
+    # bloom_prequel_057/058; one mb 2 row above its mb 4 twin, bloom_prequel_016)
+    assert report.memory_within_10pct >= 40, report.memory_within_10pct
+    assert report.memory_within_10pct == sum(
+        abs(p.predicted_mem_gib / p.measured_mem_gib - 1) <= 0.10 for p in report.runs if p.measured_mem_gib)
+
+
 def test_no_source_is_biased_beyond_the_target(report):
     assert all(abs(m.bias_pct) <= MEMORY_MAPE for m in report.memory_sources), report.memory_sources
 
