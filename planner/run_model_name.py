@@ -20,13 +20,22 @@ def _key(text: str) -> str:
     return re.sub(r"[^a-z0-9.]", "", t)
 
 
+# what a name adds to the model's own: a context length ("128K", "32k context", "(8K ctx)"), "base", "pretraining"
+_QUALIFIERS = re.compile(r"[(\[]?\s*(?<![\w.])\d+\s*k\b(?:[\s_-]*(?:context|ctx|tokens?|seq\w*))?\s*[)\]]?"
+                         r"|\b(?:long[\s_-]*context|base|pre[\s_-]*train(?:ing|ed)?)\b", re.I)
+
+
 def preset_of(name: str, preset_ids, stated_b: float | None, n_params_of, notes: list[str]) -> str | None:
     """The preset id `name` spells, where the row's stated size (billions) agrees; `n_params_of(id)`
-    gives a preset's parameter count."""
+    gives a preset's parameter count. A name with a context length or "base" beside the model's own
+    ("Llama 3 405B 128K") is the preset its other words spell."""
     key = _key(name)
     if not key:
         return None
-    found = next((pid for pid in sorted(preset_ids) if _key(pid) == key), None)
+    ids = sorted(preset_ids)
+    found = next((pid for pid in ids if _key(pid) == key), None)
+    if found is None and (bare := _key(_QUALIFIERS.sub(" ", name))) and bare != key:
+        found = next((pid for pid in ids if _key(pid) == bare), None)
     if found is None:
         return None
     preset_b = n_params_of(found) / 1e9

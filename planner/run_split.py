@@ -18,16 +18,17 @@ from dataclasses import dataclass
 from planner import run_text
 
 _N = r"(\d+)"
+_NOT_LESS = r"(?!\s*(?:each\s*)?(?:less|fewer))"  # "1 block less" is the one-less rule below, not a count
 _FIRST = (r"decoder[\s_-]*first[\s_-]*pipeline[\s_-]*num[\s_-]*layers\s*[=:]?\s*" + _N,
           r"first[\s_-]*(?:pipeline[\s_-]*)?stage[\s_-]*(?:num[\s_-]*)?layers\s*[=:]\s*" + _N,
-          r"first\s*(?:pipeline\s*)?stage\s*(?:has|holds|with|[=:])?\s*" + _N + r"\s*(?:transformer\s*)?(?:layers?|blocks?)",
+          r"first\s*(?:pipeline\s*)?stage\s*(?:has|holds|with|[=:])?\s*" + _N + r"\s*(?:transformer\s*)?(?:layers?|blocks?)" + _NOT_LESS,
           r"first\s*(?:/|and)\s*last\s*(?:pipeline\s*)?stages?\s*(?:have|hold|with|[=:])?\s*" + _N +
-          r"\s*(?:transformer\s*)?(?:layers?|blocks?)")
+          r"\s*(?:transformer\s*)?(?:layers?|blocks?)" + _NOT_LESS)
 _LAST = (r"decoder[\s_-]*last[\s_-]*pipeline[\s_-]*num[\s_-]*layers\s*[=:]?\s*" + _N,
          r"last[\s_-]*(?:pipeline[\s_-]*)?stage[\s_-]*(?:num[\s_-]*)?layers\s*[=:]\s*" + _N,
-         r"last\s*(?:pipeline\s*)?stage\s*(?:has|holds|with|[=:])?\s*" + _N + r"\s*(?:transformer\s*)?(?:layers?|blocks?)",
+         r"last\s*(?:pipeline\s*)?stage\s*(?:has|holds|with|[=:])?\s*" + _N + r"\s*(?:transformer\s*)?(?:layers?|blocks?)" + _NOT_LESS,
          r"first\s*(?:/|and)\s*last\s*(?:pipeline\s*)?stages?\s*(?:have|hold|with|[=:])?\s*" + _N +
-         r"\s*(?:transformer\s*)?(?:layers?|blocks?)",
+         r"\s*(?:transformer\s*)?(?:layers?|blocks?)" + _NOT_LESS,
          # "first stage 7 layers, last 7"
          r"first\s*(?:pipeline\s*)?stage\s*\d+\s*(?:layers?|blocks?)\s*[,;]?\s*(?:and\s*)?(?:the\s*)?last\s*(?:stage\s*)?" + _N)
 _EMBEDDING = r"account[\s_-]*for[\s_-]*embedding[\s_-]*in[\s_-]*pipeline[\s_-]*split"
@@ -36,7 +37,10 @@ _LOSS = r"account[\s_-]*for[\s_-]*loss[\s_-]*in[\s_-]*pipeline[\s_-]*split"
 _ONE_LESS = (r"(?:1|one)\s*(?:transformer\s*)?(?:layer|block)s?\s*(?:less|fewer)\s*(?:on|in|from|for)\s*(?:the\s*)?"
              r"first\s*and\s*(?:the\s*)?last",
              r"reduce[sd]?\s*(?:1|one)\s*(?:transformer\s*)?(?:layer|block)s?\s*each\s*from\s*the\s*first\s*and\s*"
-             r"(?:the\s*)?last")
+             r"(?:the\s*)?last",
+             # "first and last stage one layer fewer", "first/last stages: 1 block less each"
+             r"first\s*(?:/|and)\s*(?:the\s*)?last\s*(?:pipeline\s*)?stages?\s*(?:have|has|hold|get|with|[=:])?\s*"
+             r"(?:1|one)\s*(?:transformer\s*)?(?:layer|block)s?\s*(?:less|fewer)")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ PIPE = dict(n_layers="126", tp="4", pp="16", dp="1", global_batch="64")
     ("uneven pp: 1 layer less on first and last", 1, (0, 0, True, True)),
     ("uneven pp: 1 layer less on first and last; interleaved, VP=8", 8, (0, 0, True, True)),
     ("we reduce one Transformer layer each from the first and the last stages; vpp 4", 4, (0, 0, True, True)),
+    ("uneven pipeline: first and last stage one layer fewer", 1, (0, 0, True, True)),
+    ("first/last stages: 1 block less each", 1, (0, 0, True, True)),
     ("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split", 1, (0, 0, True, True)),
     ("account_for_embedding_in_pipeline_split=true", 1, (0, 0, True, False)),
     ("", 1, (0, 0, False, False)),
