@@ -190,9 +190,16 @@ def precision_of(row, system, notes) -> str:
     return p
 
 
-def fp8_recipe_of(row, precision: str, notes) -> str:
+# Stacks whose fp8 runs through Transformer Engine (Megatron-Core's --fp8-format, NeMo, Megatron-DeepSpeed's TE
+# path, llm-foundry's `amp_fp8`): TE's default recipe is DelayedScaling (transformer_engine/common/recipe)
+_TE_STACKS = ("megatron", "megatron_deepspeed")
+_TE_FRAMEWORK = r"nemo|megatron|llm-foundry|composer|mosaic|transformer[\s_-]*engine|\bte\b"
+
+
+def fp8_recipe_of(row, precision: str, notes, stack: str = "") -> str:
     """The row's `fp8_recipe` column, else the recipe its precision names ("float8 rowwise"), else
-    the stated fp8 library's default (named in the notes); tensorwise for rows not in fp8."""
+    the stated fp8 library's default (named in the precision cell, or the framework's: Transformer
+    Engine's delayed scaling for Megatron/NeMo/llm-foundry); tensorwise for rows not in fp8."""
     given = _cell(row, "fp8_recipe").lower()
     if given:
         if given not in FP8_RECIPES:
@@ -203,8 +210,17 @@ def fp8_recipe_of(row, precision: str, notes) -> str:
     named = next((r for r in FP8_RECIPES if r in raw), None)
     if named or precision != "fp8":
         return named or "tensorwise"
-    if "transformer engine" in raw or re.search(r"\bte\b|hybrid|delayed", raw):
+    if re.search(r"mxfp8|\bmx\b|block[\s_-]*scal", raw):
+        notes.append("fp8 recipe MXFP8 (block scaling) is not modelled: tensorwise (dynamic scaling, the closest)")
+        return "tensorwise"
+    # E4M3 forward / E5M2 backward is TE's HYBRID format (its DelayedScaling default)
+    if "transformer engine" in raw or re.search(r"\bte\b|hybrid|delayed|e5m2", raw):
         notes.append("fp8 recipe not stated: delayed (Transformer Engine's default DelayedScaling)")
+        return "delayed"
+    fw = framework_cell(row).lower()
+    if stack in _TE_STACKS or re.search(_TE_FRAMEWORK, fw):
+        notes.append(f"fp8 recipe not stated: delayed (the fp8 of {fw or stack} is Transformer Engine's: "
+                     "its default DelayedScaling)")
         return "delayed"
     notes.append("fp8 recipe not stated: tensorwise (torchao float8's default)")
     return "tensorwise"

@@ -89,6 +89,20 @@ def test_the_runs_recipe_from_the_column_the_precision_or_the_library(tmp_path):
     assert e.value.field == "fp8_recipe" and "tensorwise" in e.value.message
 
 
+def test_an_unstated_recipe_is_the_frameworks_fp8_librarys_default(tmp_path):
+    """"fp8" alone: Megatron-Core / NeMo / llm-foundry run fp8 through Transformer Engine (DelayedScaling by
+    default), torchtitan through torchao (tensorwise by default)."""
+    f = _runs_file(tmp_path, "fp8")
+    for framework, recipe in (("NeMo 2.0", "delayed"), ("Megatron-Core", "delayed"), ("llm-foundry", "delayed"),
+                              ("torchtitan", "tensorwise"), ("", "tensorwise")):
+        f.write_text(f.read_text().replace(",torchtitan,", f",{framework},", 1) if framework != "torchtitan" else
+                     _runs_file(tmp_path, "fp8").read_text())
+        run = load_runs(f)[0]
+        assert run.plan.fp8_recipe == recipe, (framework, run.assumptions)
+        assert any("fp8 recipe not stated" in a for a in run.assumptions)
+        f = _runs_file(tmp_path, "fp8")
+
+
 def test_published_rows_carry_their_recipe():
     runs = {r.id: r for r in load_runs(DATA / "published_dev.csv")}
     assert runs["torchtitan_036"].plan.fp8_recipe == "rowwise"

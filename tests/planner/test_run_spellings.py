@@ -213,7 +213,7 @@ def test_jax_framework_says_so():
 @pytest.mark.parametrize("text,precision,recipe", [
     ("BF16 mixed precision", "bf16", "tensorwise"), ("bfloat16", "bf16", "tensorwise"), ("float16", "fp16", "tensorwise"),
     ("half", "fp16", "tensorwise"), ("FP8 (Transformer Engine)", "fp8", "delayed"), ("fp8 delayed scaling", "fp8", "delayed"),
-    ("FP8 hybrid", "fp8", "delayed"), ("MXFP8", "fp8", "tensorwise"), ("bf16 + fp8 linears", "fp8", "tensorwise"),
+    ("FP8 hybrid", "fp8", "delayed"), ("MXFP8", "fp8", "tensorwise"), ("bf16 + fp8 linears", "fp8", "delayed"),  # Megatron-LM: fp8 through TE
     ("mixed fp16", "fp16", "tensorwise"), ("AMP", "fp16", "tensorwise"), ("AMP (bf16)", "bf16", "tensorwise"),
     ("TF32", "fp32", "tensorwise"), ("float32", "fp32", "tensorwise"), ("FP16 mixed precision", "fp16", "tensorwise"),
     ("Mixed precision (BF16)", "bf16", "tensorwise"),
