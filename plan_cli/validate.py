@@ -107,8 +107,9 @@ def calibrate(
         raise unknown("stack", stack, tuple(STACKS))
     if out.suffix != ".toml" or out.parent.name != "stacks" or out.stem != stack:
         raise PlanError("out", f"{out}: must be DIR/stacks/{stack}.toml so that --catalog DIR finds it")
-    if out.is_dir():
-        raise PlanError("out", f"{out} is a folder; give the file to write, DIR/stacks/{stack}.toml")
+    from planner.out_path import check_out_file
+
+    check_out_file(out, "out")  # a folder, a file on the way, an unwritable place: said before the fit
     cat = load_catalog(catalog)
     usable = [r for r in load_runs(runs, cat) if r.scored and r.layout_stated]
     if not usable:

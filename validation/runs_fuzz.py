@@ -39,7 +39,8 @@ NUMERIC = ("n_params_B", "n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hid
            "measured_mfu", "measured_tokens_per_sec_per_gpu", "measured_iter_time_s", "measured_peak_mem_GB",
            "days_per_100B_tokens")
 MEASURED = ("measured_", "days_")  # a garbage measurement may be kept but not scored (inconsistent)
-GARBAGE = {"negative", "zero", "huge", "huge int", "inf", "nan", "overflow", "typo", "tiny"}
+# tiny ('1e-6') is garbage in a count (not whole); a 1 kB peak or a 1000-parameter model is odd, not impossible
+GARBAGE = {"negative", "zero", "huge", "huge int", "inf", "nan", "overflow", "typo"}
 STACKS = ("megatron", "megatron_deepspeed", "hf", "fsdp", "torchtitan", "bundled")
 
 
@@ -95,7 +96,7 @@ def make_case(rng: random.Random, files: dict[str, tuple[list[str], list[dict[st
             continue
         kind, value = _cell(rng, rows[i].get(column, ""), column, pool)
         rows[i][column] = value
-        damage.append(Damage(i, column, kind, value))
+        damage = [d for d in damage if (d.row, d.column) != (i, column)] + [Damage(i, column, kind, value)]
     if rng.random() < 0.1:  # a duplicate id
         j, k = rng.randrange(len(rows)), rng.randrange(len(rows))
         rows.append(dict(rows[j], **{k2: rows[k][k2] for k2 in ("n_gpus",)}))
@@ -148,6 +149,10 @@ def validate_args(path: str, rng: random.Random) -> list[str]:
 
 def calibrate_args(path: str, rng: random.Random, tmp: str, rows_text: str, i: int) -> list[str]:
     stack = rng.choice(STACKS) if rng.random() < 0.95 else rng.choice(("jax", "Megatron", ""))
+    if rows_text and rng.random() < 0.7:  # mostly the stack the runs name, so that the fit runs
+        from planner.run_columns import stack_of
+
+        stack = stack_of(next(csv.DictReader(io.StringIO(rows_text)), {}) or {}, [])
     where = rng.choices(("ok", "folder", "missing parent", "existing file", "not stacks", "wrong name", "unwritable",
                          "file as parent"), (70, 5, 5, 5, 3, 3, 4, 5))[0]
     base = Path(tmp) / f"cal{i}"
@@ -201,6 +206,23 @@ def garbage_scored(case: Case, damage: list[Damage], ids: list[str]) -> str:
     return ""
 
 
+def fields_named(case: Case, damage: list[Damage], ids: list[str]) -> list[str]:
+    """For each damaged row listed as not predicted: 'its field' where the reason names the damaged column,
+    else 'another field: COLUMN -> FIELD' (a cell damaged, the row refused for another reason)."""
+    try:
+        missed = {m["id"]: m for m in json.loads(case.stdout).get("not_predicted", [])}
+    except ValueError:
+        return []
+    out = []
+    for d in damage:
+        if sum(e.row == d.row for e in damage) > 1:
+            continue  # another damaged cell of the row may be the one named
+        if d.row >= 0 and ids.count(ids[d.row]) == 1 and ids[d.row] in missed:
+            field = missed[ids[d.row]]["field"]
+            out.append("its field" if field == d.column else f"another field: {d.column} -> {field}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=400)
@@ -217,6 +239,7 @@ def main() -> None:
     found: dict[tuple[str, str], list[tuple[Case, list[Damage]]]] = defaultdict(list)
     outcomes: dict[str, int] = defaultdict(int)
     reasons: dict[str, int] = defaultdict(int)
+    named_fields: dict[str, int] = defaultdict(int)  # a damaged row not predicted: its field named or another
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="plan-runs-fuzz-") as tmp:
         os.chdir(tmp)
@@ -227,13 +250,17 @@ def main() -> None:
             rows = list(csv.DictReader(io.StringIO(data.decode("utf-8", "replace"))))
             ids = [r.get("id") or "" for r in rows]
             calibrate = rng.random() < a.calibrate
-            args = calibrate_args(str(path), rng, tmp, "", i) if calibrate else validate_args(str(path), rng)
+            text = data.decode("utf-8", "replace")
+            args = calibrate_args(str(path), rng, tmp, text, i) if calibrate else validate_args(str(path), rng)
             case = run_case(runner, args, a.hang, a.slow)
             if not case.problem and not calibrate and case.code == 0 and "--json" in args:
                 scored = garbage_scored(case, damage, ids)
                 if scored:
                     case.problem, case.key = "garbage scored", scored.split(" (")[0]
                     case.detail = scored
+            if not case.problem and not calibrate and case.code == 0 and "--json" in args:
+                for named in fields_named(case, damage, ids):
+                    named_fields[named] += 1
             outcomes[f"{args[0]} exit {case.code}" + (f" {case.problem}" if case.problem else "")] += 1
             if case.code == 2 and not case.problem:
                 reasons[case.reason] += 1
@@ -244,6 +271,7 @@ def main() -> None:
     print(f"{a.cases} cases (seed {a.seed}) in {time.perf_counter() - t0:.0f} s")
     print("outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(outcomes.items())))
     print("exit 2 by field: " + ", ".join(f"{k or '?'} {n}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:15]))
+    print("damaged rows not predicted (exit 0): " + ", ".join(f"{k} {n}" for k, n in sorted(named_fields.items())))
     print(f"{len(found)} distinct findings ({sum(len(v) for v in found.values())} cases)")
     for (problem, key), hits in sorted(found.items(), key=lambda kv: -len(kv[1])):
         case, damage = hits[0]
