@@ -8,6 +8,10 @@ GPU can reach, or so slow that it is a unit slip, is kept out too.
 
 from __future__ import annotations
 
+import re
+
+from pydantic import ValidationError
+
 from planner import flops, run_text
 from planner.errors import PlanError
 
@@ -53,3 +57,27 @@ def speed_out_of_range(spec, plan, system, tps: float | None) -> str | None:
         return None
     return (f"measured {tps:,.0f} tokens/s per GPU = {achieved:,.0f} TFLOPs/GPU of model FLOPs, above the "
             f"GPU's dense {plan.precision} peak {peak:,.0f}: not scored (check the row's units)")
+
+
+def stated_speeds(row, plan, iter_time_s: float | None) -> list[float]:
+    """Tokens/s per GPU of each other measurement the row states (its iteration time, its days per 100B
+    tokens), to be checked like the speed scored: a garbage one beside a good speed is not scored either."""
+    out = [plan.global_batch * plan.seq_len / (iter_time_s * plan.gpus)] if iter_time_s else []
+    days = run_text.number(row, "days_per_100B_tokens")
+    return out + ([1e11 / (days * 86400) / plan.gpus] if days else [])
+
+
+def field_of(error: ValidationError) -> tuple[str, str]:
+    """(the field, the reason) of a model's first refusal; a check across fields (ModelSpec's 'hidden (100) must
+    be divisible by n_heads (32)') has no location: its field is the one its message starts with."""
+    first = error.errors()[0]
+    reason = str(first["msg"]).removeprefix("Value error, ")
+    field = ".".join(str(p) for p in first.get("loc", ()))
+    if not field:
+        from planner.model import ModelSpec
+        from planner.scenario import ExecutionPlan
+
+        m = re.match(r"([a-z][a-z0-9_]*)\b", reason)
+        known = set(NUMBER_COLUMNS) | set(ModelSpec.model_fields) | set(ExecutionPlan.model_fields)
+        field = m.group(1) if m and m.group(1) in known else "row"
+    return field, reason

@@ -322,9 +322,8 @@ class NotPredicted(Frozen):
         if isinstance(error, PlanError):
             return cls(id=rid, field=error.field, reason=error.message.removeprefix(f"row {rid}: "))
         if isinstance(error, ValidationError):
-            first = error.errors()[0]
-            field = ".".join(str(p) for p in first.get("loc", ())) or "row"
-            return cls(id=rid, field=field, reason=first["msg"])
+            field, reason = run_checks.field_of(error)
+            return cls(id=rid, field=field, reason=reason)
         return cls(id=rid, field="row", reason=str(error))
 
 
@@ -348,8 +347,8 @@ def _run(row, catalog: Catalog) -> Run:
                         f"the row says {system.gpus}: not scored")
         notes.append(inconsistent)
     if inconsistent is None:
-        inconsistent = run_checks.speed_out_of_range(spec, plan, system, tps) or \
-            run_checks.speed_out_of_range(spec, plan, system, it and plan.global_batch * plan.seq_len / (it * plan.gpus))
+        inconsistent = next(filter(None, (run_checks.speed_out_of_range(spec, plan, system, v)
+                                          for v in (tps, *run_checks.stated_speeds(row, plan, it)))), None)
         if inconsistent:
             notes.append(inconsistent)
     if not stated:
@@ -372,7 +371,8 @@ def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[No
         try:
             runs.append(_run(row, catalog))
         except (PlanError, ValidationError) as e:
-            if not_predicted is None:
-                raise
-            not_predicted.append(NotPredicted.of(row.get("id") or "?", e))
+            missed = NotPredicted.of(row.get("id") or "?", e)
+            if not_predicted is None:  # one line naming the row and its field (plan calibrate)
+                raise PlanError(missed.field, f"row {missed.id}: {missed.reason}") from None
+            not_predicted.append(missed)
     return runs

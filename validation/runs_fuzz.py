@@ -214,6 +214,8 @@ def fields_named(case: Case, damage: list[Damage], ids: list[str]) -> list[str]:
     except ValueError:
         return []
     out = []
+    if any(d.row < 0 for d in damage):
+        return out  # a cut row or a renamed column may be what is named
     for d in damage:
         if sum(e.row == d.row for e in damage) > 1:
             continue  # another damaged cell of the row may be the one named

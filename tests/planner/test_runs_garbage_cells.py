@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hardware.catalog import load_catalog
+from planner.errors import PlanError
 from planner.runs import load_runs
 from tests.planner.test_run_spellings import BASE, COLUMNS
 
@@ -79,6 +80,7 @@ def test_garbage_shape_cell_on_a_preset_row_is_refused(tmp_path):
 @pytest.mark.parametrize("cells", [
     dict(measured_tokens_per_sec_per_gpu="", measured_iter_time_s="3500"),  # 3.5 s written in ms as seconds
     dict(measured_iter_time_s="1e300"),  # beside the speed: the iteration time went into the iteration MAPE
+    dict(days_per_100B_tokens="1e30"),  # beside the speed: never read
 ])
 def test_speed_under_a_thousandth_of_the_peak_is_kept_not_scored(tmp_path, cells):
     runs, missed = _load(tmp_path, **cells)
@@ -100,3 +102,14 @@ def test_no_real_row_is_refused(name, rows):
     runs = load_runs(DATA / name, CAT, missed)
     assert not missed and len(runs) == rows
     assert not [r.id for r in runs if r.inconsistent and "below 0.1%" in r.inconsistent]
+
+
+def test_a_check_across_columns_names_its_column(tmp_path):
+    """ModelSpec's 'hidden must be divisible by n_heads' has no location: it was field 'row' and 'Value error, ...';
+    without a not-predicted list (plan calibrate) it was 'input: Value error, ...'."""
+    reason = _refused(tmp_path, "hidden", "100")
+    assert reason == "hidden (100) must be divisible by n_heads (32)", reason
+    path = tmp_path / "runs.csv"
+    with pytest.raises(PlanError) as e:
+        load_runs(path, CAT)
+    assert e.value.field == "hidden" and e.value.message.startswith("row probe_001: hidden (100)"), e.value
