@@ -27,15 +27,22 @@ def allreduce_bench(
 ) -> None:
     """Measure algbw and busbw (nccl-tests definitions) over a ladder of message sizes."""
     from planner.errors import PlanError, unknown
+    from planner.out_path import check_out_file
     from trainer.collectives import OPS, parse_size, run_bench
+    from trainer.config import check_launch
 
     op_list = [o.strip() for o in ops.split(",") if o.strip()]
     for o in op_list:
         if o not in OPS:
             raise unknown("ops", o, OPS)
+    if not op_list:
+        raise PlanError("ops", f"give at least one of {', '.join(OPS)}")
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
     if not size_list:
         raise PlanError("sizes", "give at least one size")
+    check_launch(nnodes, node_rank, rdzv_endpoint)
+    if json_out is not None:
+        check_out_file(json_out, "json")
     report = run_bench(op_list, size_list, nproc, nnodes, node_rank, rdzv_endpoint, progress=console.is_terminal)
     if report is None:
         return  # not the node of rank 0

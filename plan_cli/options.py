@@ -23,8 +23,8 @@ SCEN = "Scenario (blank = planner chooses)"
 Objective = Annotated[str, typer.Option(help="tokens_per_s|days|cost|memory-headroom")]
 CatalogDirs = Annotated[Optional[list[Path]], typer.Option(help="Extra catalog folder(s) (also $PLAN_CATALOG)")]
 
-Nproc = Annotated[int, typer.Option(min=1, help="Ranks on this node.")]
-Nnodes = Annotated[int, typer.Option(min=1)]
+Nproc = Annotated[int, typer.Option(min=1, max=1024, help="Ranks on this node.")]  # trainer/config.py's bounds
+Nnodes = Annotated[int, typer.Option(min=1, max=1_000_000)]
 NodeRank = Annotated[int, typer.Option(min=0)]
 RdzvEndpoint = Annotated[Optional[str], typer.Option(help="host:port of the rendezvous.")]
 

@@ -94,6 +94,10 @@ def tune(
         raise unknown("backend", backend, ("deepspeed", "fsdp", "any"))
     if sampler not in ("tpe", "random"):
         raise unknown("sampler", sampler, ("tpe", "random"))
+    if calibration is not None and not calibration.is_file():
+        raise PlanError("calibration", f"{calibration}: " + ("a folder, not a file" if calibration.is_dir() else "file not found"))
+    _check_places(storage=storage, study=study, gpu=gpu, cluster=cluster, calibration_out=calibration_out, csv=csv,
+                  stack_out=stack_out, workdir=workdir)
     cfg = _tune_config(
         TuneConfig, model=model, gpus=gpus, budget_s=budget, steps=steps, storage=storage, study=study,
         backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=infeasible_margin,
@@ -134,6 +138,7 @@ def report(
     """What a study has found so far: best configuration, trial table, prediction errors."""
     from tuner.report import build_report, load, trials_frame
 
+    _check_places(csv=csv, stack_out=stack_out)
     st = load(study, storage)
     rep = build_report(st, storage)
     if csv:
@@ -229,6 +234,33 @@ def remeasured(rows: list[dict]) -> str:
         spread = f" ±{r['spread_pct']:.0f}%" if n > 1 else ""
         return f"#{r['trial']} {r['median_tokens_per_s']:,.0f} tok/s{spread} ({n} run{'s' if n != 1 else ''})"
     return "; ".join(one(r) for r in rows)
+
+
+def _check_places(storage: str | None = None, study: str | None = None, gpu: str | None = None,
+                  cluster: str | None = None, calibration_out: Path | None = None, csv: Path | None = None,
+                  stack_out: Path | None = None, workdir: Path | None = None) -> None:
+    """What a study would find wrong only after its budget is spent (an output path that is a folder or not
+    writable) or silently replace (an empty --storage / --study, an unknown --gpu / --cluster), refused first."""
+    from planner.out_path import check_out_file, check_out_folder
+
+    for name, text in (("storage", storage), ("study", study)):
+        if text is not None and not text.strip():
+            raise PlanError(name, "empty; leave the option out for the default")
+    if gpu is not None or cluster is not None:
+        from hardware.catalog import load_catalog
+
+        cat = load_catalog(None)
+        for name, value, ids in (("gpu", gpu, cat.gpus), ("cluster", cluster, cat.clusters)):
+            if value is not None and value not in ids:
+                raise unknown(name, value, ids)
+    if stack_out is not None and (stack_out.suffix != ".toml" or stack_out.stem != "bundled"):
+        raise PlanError("stack_out", f"{stack_out}: the file must be named bundled.toml (under DIR/stacks/ for "
+                        "--catalog DIR)")
+    for name, path in (("calibration_out", calibration_out), ("csv", csv), ("stack_out", stack_out)):
+        if path is not None:
+            check_out_file(path, name)
+    if workdir is not None:
+        check_out_folder(workdir, "workdir")
 
 
 # TuneConfig fields whose `plan tune` option is spelled otherwise: an error names the option

@@ -68,7 +68,7 @@ def validate(
     console.print(f"OOM runs flagged: {report.oom_flagged}/{report.oom_runs}; runs that ran called infeasible: "
                   f"{report.false_alarms_memory} for memory, {report.false_alarms_structural} structural "
                   f"(of {report.ran})" + (f"; {_n(report.inconsistent_rows, 'row')} not scored: layout contradicts "
-                                          "the GPU count or speed above the GPU's peak (--rows says which)" if report.inconsistent_rows else ""),
+                                          "the GPU count, or speed above the GPU's peak or below 0.1% of it (--rows says which)" if report.inconsistent_rows else ""),
                   highlight=False)
     console.print(f"memory: {report.memory_rows} runs with a measured peak, MAPE {_pct(report.memory_mape_pct)}, "
                   f"{report.memory_within_10pct} of {report.memory_rows} within 10% "
@@ -108,6 +108,9 @@ def calibrate(
         raise unknown("stack", stack, tuple(STACKS))
     if out.suffix != ".toml" or out.parent.name != "stacks" or out.stem != stack:
         raise PlanError("out", f"{out}: must be DIR/stacks/{stack}.toml so that --catalog DIR finds it")
+    from planner.out_path import check_out_file
+
+    check_out_file(out, "out")  # a folder, a file on the way, an unwritable place: said before the fit
     cat = load_catalog(catalog)
     usable = [r for r in load_runs(runs, cat) if r.scored and r.layout_stated]
     if not usable:
@@ -119,8 +122,7 @@ def calibrate(
                         f"--stack one of those, or --all-rows to fit {stack} on them all")
     note = dropped_note(stack, len(mine), dropped)
     fitted = profile_fit.fit_one(mine, cat.stacks[stack])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(profile_to_toml(fitted))
+    _write(out, profile_to_toml(fitted))
     if json_out:
         if note:
             err_console.print(note, highlight=False, soft_wrap=True)
@@ -139,3 +141,12 @@ def calibrate(
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _write(out: Path, text: str) -> None:
+    """The profile written to `out` (its folders made); a place that cannot be written is one error line."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as e:
+        raise PlanError("out", f"cannot write {out}: {e.strerror or e}") from None

@@ -8,6 +8,7 @@ text says nothing) and appends to `notes` whatever it assumed. planner/runs.py c
 
 from __future__ import annotations
 
+import math
 import re
 
 from planner import context_parallel, run_units, stage_split
@@ -30,8 +31,15 @@ def number(row, key: str) -> float | None:
     if not m:
         raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a number")
     value = float(m.group(1).replace(",", "").replace("_", "")) * factor
+    if not math.isfinite(value):  # '1e400': float() overflows to inf
+        raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a finite number")
     if value <= 0:
         raise PlanError(key, f"row {row.get('id')}: {raw!r} must be > 0")
+    if value < run_units.SMALLEST:
+        raise PlanError(key, f"row {row.get('id')}: {raw!r} is too small (at least {run_units.SMALLEST:g})")
+    most = run_units.MAXIMA.get(key)
+    if most is not None and value > most:
+        raise PlanError(key, f"row {row.get('id')}: {raw!r} is too large (at most {most:,.0f})")
     if key in run_units.COUNTS and value != int(value):
         raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a whole number")
     return value

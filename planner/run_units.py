@@ -46,6 +46,19 @@ DEGREES = ("tp", "pp", "dp", "cp", "vpp", "ep", "etp")
 COUNTS = frozenset(DEGREES + ("n_gpus", "gpus_per_node", "micro_batch", "global_batch", "n_layers", "hidden", "n_heads",
                               "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "grad_accum", "gradient_accumulation_steps",
                               "moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts"))
+# column -> the largest value the planner takes there (its own bounds: planner/scenario.py ExecutionPlan and
+# Scenario, planner/model.py ModelSpec); a larger cell is a typo or another unit, refused naming the column
+MAXIMA: dict[str, float] = {
+    "n_gpus": 1_000_000, "gpus_per_node": 1024, "dp": 1_000_000, "tp": 1024, "pp": 10_000, "vpp": 1000, "cp": 1024,
+    "ep": 100_000, "etp": 1024, "micro_batch": 1_000_000, "grad_accum": 1_000_000, "gradient_accumulation_steps": 1_000_000,
+    "global_batch": 1e12, "n_layers": 10_000, "hidden": 1_000_000, "n_heads": 100_000, "n_kv_heads": 100_000,
+    "ffn_hidden": 10_000_000, "vocab": 100_000_000, "seq_len": 100_000_000, "moe_experts": 1_000_000,
+    "moe_top_k": 1_000_000, "moe_ffn_hidden": 10_000_000, "moe_shared_experts": 1024,
+    # n_params_B: a million billion parameters; measured_mfu: a percentage at most 100; TFLOPs: 1000x a
+    # B200's dense fp8 (4.5 PFLOPs; its product brief)
+    "n_params_B": 1e6, "n_active_params_B": 1e6, "measured_mfu": 100.0, "measured_tflops_per_gpu": 4.5e6,
+}
+SMALLEST = 1e-9  # below this no count or measurement of a run ('1e-310': a speed from it overflows)
 _NODES_TIMES = re.compile(r"(\d+)\s*nodes?\s*(?:x|×|\*|of)\s*(\d+)(?:\s*(?:GPUs?|accelerators?))?(?:\s*(?:/|per)\s*node)?",
                           re.I)
 

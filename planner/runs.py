@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from hardware.models import Catalog
 from planner import (attn_window, context_parallel, deepspeed_era, flops, launch_sync, megatron_ddp, parallel_block,
-                     peak_memory, run_capacity, run_columns, run_csv, run_hardware, run_layout, run_model_name, run_moe,
-                     run_moe_model, run_precision, run_split, run_text, run_zeropp)
+                     peak_memory, run_capacity, run_checks, run_columns, run_csv, run_hardware, run_layout,
+                     run_model_name, run_moe, run_moe_model, run_precision, run_split, run_text, run_zeropp)
 from planner.errors import PlanError
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.scenario import ExecutionPlan, Frozen
@@ -322,14 +322,14 @@ class NotPredicted(Frozen):
         if isinstance(error, PlanError):
             return cls(id=rid, field=error.field, reason=error.message.removeprefix(f"row {rid}: "))
         if isinstance(error, ValidationError):
-            first = error.errors()[0]
-            field = ".".join(str(p) for p in first.get("loc", ())) or "row"
-            return cls(id=rid, field=field, reason=first["msg"])
+            field, reason = run_checks.field_of(error)
+            return cls(id=rid, field=field, reason=reason)
         return cls(id=rid, field="row", reason=str(error))
 
 
 def _run(row, catalog: Catalog) -> Run:
     notes: list[str] = []
+    run_checks.check_cells(row)
     spec = _spec(row, catalog, notes)
     system = _system(row, catalog, notes)
     plan, stated, ep_stated = _plan(row, spec, system, notes)
@@ -339,7 +339,7 @@ def _run(row, catalog: Catalog) -> Run:
     plan = run_precision.pure_if_amp_cannot_fit(row, plan, spec, system, notes)
     system = system.model_copy(update={"grad_reduce_bytes": megatron_ddp.reduce_bytes_of(row, plan.precision, notes)})
     capacity = run_capacity.capacity_of(row, spec, plan.stack, notes)
-    mem = _num(row, "measured_peak_mem_GB")
+    mem = run_checks.peak_memory_gib(row, system)
     outcome = run_text.outcome_of(row, notes)
     inconsistent = None
     if plan.gpus != system.gpus:
@@ -347,7 +347,8 @@ def _run(row, catalog: Catalog) -> Run:
                         f"the row says {system.gpus}: not scored")
         notes.append(inconsistent)
     if inconsistent is None:
-        inconsistent = _above_peak(spec, plan, system, tps)
+        inconsistent = next(filter(None, (run_checks.speed_out_of_range(spec, plan, system, v)
+                                          for v in (tps, *run_checks.stated_speeds(row, plan, it)))), None)
         if inconsistent:
             notes.append(inconsistent)
     if not stated:
@@ -356,22 +357,6 @@ def _run(row, catalog: Catalog) -> Run:
                (row.get("model_name") or spec.name).strip(), (row.get("gpu_type") or "").strip(), notes,
                stated, inconsistent, peak_memory.convention_of(row, notes), ep_stated, capacity,
                bool(run_columns.framework_cell(row)))
-
-
-def _above_peak(spec: ModelSpec, plan: ExecutionPlan, system: System, tps: float | None) -> str | None:
-    """Why a row's measured speed is impossible (its model FLOPs per GPU above the GPU's dense peak in the
-    row's precision; 6N + attention, planner/flops.py), else None: a typo or a sparse/per-node figure."""
-    if not tps:
-        return None
-    try:
-        peak = system.gpu.peak_tflops(plan.precision)
-    except ValueError:  # a precision the GPU lacks is refused elsewhere
-        return None
-    achieved = tps * float(flops.model_flops_per_token(spec, plan.seq_len)) / 1e12
-    if achieved <= peak:
-        return None
-    return (f"measured {tps:,.0f} tokens/s per GPU = {achieved:,.0f} TFLOPs/GPU of model FLOPs, above the "
-            f"GPU's dense {plan.precision} peak {peak:,.0f}: not scored (check the row's units)")
 
 
 def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[NotPredicted] | None = None) -> list[Run]:
@@ -386,7 +371,8 @@ def load_runs(path: Path, catalog: Catalog | None = None, not_predicted: list[No
         try:
             runs.append(_run(row, catalog))
         except (PlanError, ValidationError) as e:
-            if not_predicted is None:
-                raise
-            not_predicted.append(NotPredicted.of(row.get("id") or "?", e))
+            missed = NotPredicted.of(row.get("id") or "?", e)
+            if not_predicted is None:  # one line naming the row and its field (plan calibrate)
+                raise PlanError(missed.field, f"row {missed.id}: {missed.reason}") from None
+            not_predicted.append(missed)
     return runs

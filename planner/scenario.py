@@ -147,7 +147,8 @@ class ExecutionPlan(Frozen):
                              "all-to-all instead of the reduce-scatter (DeepSpeed zero_quantized_gradients)")
     micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="Sequences per GPU per forward/backward")
     grad_accum: int = Field(default=1, gt=0, le=1_000_000, description="Micro batches accumulated per optimizer step")
-    seq_len: int = Field(default=2048, gt=0, description="Tokens per sequence")
+    # at most ModelSpec.max_positions' bound (planner/model.py): 1e9 was taken and the trainer built 1e9 positions
+    seq_len: int = Field(default=2048, gt=0, le=100_000_000, description="Tokens per sequence")
     # DeepSpeed / FSDP communication buffers (elements), chosen by the planner
     reduce_bucket_elems: IntCount = Field(default=500_000_000, gt=0, description="DeepSpeed reduce bucket (elements)")
     allgather_bucket_elems: IntCount = Field(default=500_000_000, gt=0,

@@ -78,7 +78,7 @@ class ValidationReport(Frozen):
     ran: int
     false_alarms_memory: int
     false_alarms_structural: int
-    inconsistent_rows: int = Field(default=0, description="rows whose layout contradicts their GPU count or whose speed is above the GPU's peak (not scored)")
+    inconsistent_rows: int = Field(default=0, description="rows whose layout contradicts their GPU count or whose speed is above the GPU's peak or below 0.1% of it (not scored)")
     memory_rows: int
     memory_mape_pct: float | None
     memory_within_10pct: int = Field(default=0, description="runs whose predicted peak is within 10% of the measured one")

@@ -6,6 +6,7 @@ all-reduce and algbw * (n-1)/n for all-gather and reduce-scatter (size = the ful
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 DEFAULT_SIZES = ("1M", "4M", "16M", "64M", "256M", "1G")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+MAX_SIZE = 2**40  # one message of 1 TiB: above any GPU's memory (the largest, B300: 288 GB)
 
 
 def parse_size(text: str) -> int:
@@ -25,9 +27,12 @@ def parse_size(text: str) -> int:
         value = float(t[:-1] if unit else t)
     except ValueError:
         raise PlanError("sizes", f"{text!r} is not a size (e.g. 1M, 256M, 1G)") from None
-    if value <= 0:
-        raise PlanError("sizes", f"{text!r} must be positive")
-    return int(value * _UNITS[unit])
+    if not math.isfinite(value) or value <= 0:
+        raise PlanError("sizes", f"{text!r} must be a positive number of bytes (e.g. 1M, 256M, 1G)")
+    size = int(value * _UNITS[unit])
+    if not 1 <= size <= MAX_SIZE:
+        raise PlanError("sizes", f"{text!r} is {size:,} bytes (allowed: 1 byte to 1024G: more than any GPU holds)")
+    return size
 
 
 def bus_factor(op: str, n: int) -> float:

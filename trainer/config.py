@@ -40,8 +40,9 @@ class LaunchSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    nproc: int = Field(default=1, gt=0, description="Ranks on this node")
-    nnodes: int = Field(default=1, gt=0, description="Nodes")
+    # at most the planner's own bounds (planner/scenario.py: 1024 GPUs per node, a million GPUs)
+    nproc: int = Field(default=1, gt=0, le=1024, description="Ranks on this node")
+    nnodes: int = Field(default=1, gt=0, le=1_000_000, description="Nodes")
     node_rank: int = Field(default=0, ge=0, description="This node's rank (multi-node)")
     rdzv_endpoint: str | None = Field(default=None, description="host:port of the rendezvous (multi-node)")
 
@@ -55,10 +56,11 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(default=6, gt=0, description="Optimizer steps to run (warm-up included)")
+    steps: int = Field(default=6, gt=0, le=1_000_000_000, description="Optimizer steps to run (warm-up included)")
     warmup_steps: int = Field(default=2, ge=0, description="Steps excluded from the timings")
-    lr: float = Field(default=1e-3, gt=0, description="Learning rate")
-    seed: int = Field(default=0, description="Random seed")
+    lr: float = Field(default=1e-3, gt=0, allow_inf_nan=False, description="Learning rate")
+    # numpy's and Optuna's seed range (numpy.random.seed: 0 to 2**32 - 1)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Random seed")
     data: str = Field(default="synthetic", description="'synthetic' or a local text file (byte-level tokens)")
     timeout_s: Seconds = Field(default=1800.0, gt=0, description="Wall-clock limit per rank (seconds, or 30m, 2h)")
     measure_memory: bool = Field(default=True, description="Measure the bytes rank 0 holds (saved-tensor hooks)")
@@ -142,13 +144,35 @@ class TrainConfig(BaseModel):
         return self.plan.model_dump(exclude=exclude) | {"global_batch": self.plan.global_batch}
 
 
+def check_launch(nnodes: int, node_rank: int, rdzv_endpoint: str | None) -> None:
+    """node_rank below nnodes; the endpoint host:port with a port 1-65535 (what torch elastic parses), given
+    with several nodes unless torchrun / srun launched this process (without it each node waits alone)."""
+    from trainer.dist import launched_externally
+
+    if node_rank >= nnodes:
+        raise PlanError("node_rank", f"{node_rank} must be below nnodes ({nnodes}): ranks 0 to {nnodes - 1}")
+    if nnodes > 1 and rdzv_endpoint is None and not launched_externally():
+        raise PlanError("rdzv_endpoint", f"nnodes {nnodes} needs the rendezvous host:port every node meets at "
+                        "(e.g. --rdzv-endpoint node001:29500)")
+    if rdzv_endpoint is not None:
+        host, _, port = rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise PlanError("rdzv_endpoint", f"{rdzv_endpoint!r} is not host:port (e.g. node001:29500; port 1-65535)")
+
+
 def validate_config(cfg: TrainConfig) -> None:
     """Reject what the bundled trainer cannot run, with a one-line reason."""
     p, r = cfg.plan, cfg.run
     if r.warmup_steps >= r.steps:
         raise PlanError("warmup_steps", f"must be < steps ({r.steps}) so that some steps are timed")
+    check_launch(cfg.launch.nnodes, cfg.launch.node_rank, cfg.launch.rdzv_endpoint)
+    if r.data != "synthetic" and not Path(r.data).is_file():
+        raise PlanError("data", f"{r.data!r}: no such file (allowed: synthetic, or a local text file)")
     validate_plan(cfg)
     validate_parallel(cfg)
+    # the planner's ZeRO++ rules (planner/zeropp_rules.py): each feature needs DeepSpeed ZeRO-3
+    rules.check({k: getattr(p, k) for k in ("sharding", "stack", "tp", "cp", "dp", "offload", "zeropp_qwz",
+                                            "zeropp_hpz_partition_size", "zeropp_qgz")})
     for field in ("deepspeed_config", "fsdp_config"):
         path = getattr(r, field)
         if not path:

@@ -31,6 +31,10 @@ def threads_per_rank(nproc: int) -> int:
 
 def launch(cfg: TrainConfig) -> TrainResult:
     """Run one training job and return its result (also written to cfg.run.json_out if given)."""
+    if cfg.run.json_out:  # a folder, a file on the way, /proc: one error line before any rank starts
+        from planner.out_path import check_out_file
+
+        check_out_file(cfg.run.json_out, "json")
     result_path = cfg.run.json_out or str(Path(tempfile.mkdtemp(prefix="plan-train-")) / "result.json")
     Path(result_path).parent.mkdir(parents=True, exist_ok=True)
     Path(result_path).unlink(missing_ok=True)

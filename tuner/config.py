@@ -16,20 +16,23 @@ class TuneConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="preset id, bare size (7b) or config.json")
-    gpus: int | None = Field(default=None, gt=0, description="ranks; None: this machine's devices")
+    # ranks on this machine: at most trainer/config.py LaunchSettings.nproc's bound
+    gpus: int | None = Field(default=None, gt=0, le=1024, description="ranks; None: this machine's devices")
     budget_s: Seconds = Field(gt=0, description="wall-clock budget of this run")
-    steps: int = Field(default=4, gt=1, description="trainer steps per trial (warm-up included)")
+    steps: int = Field(default=4, gt=1, le=1_000_000_000, description="trainer steps per trial (warm-up included)")
     warmup_steps: int = Field(default=1, ge=0)
     storage: str | None = None  # Optuna RDB URL; None: sqlite:///plan-tune.db
     study: str | None = None  # None: derived from model, ranks and device
     backend: Backend = "any"
     top_k: int = Field(default=10, ge=0, description="planner-guided proposals tried before the sampler")
     explore_infeasible: bool = False
-    infeasible_margin: float = Field(default=0.10, ge=0, description="launch memory misses below this")
-    device_memory_gib: float | None = Field(default=None, gt=0, description="per-rank cap (CPU: RLIMIT_AS)")
+    infeasible_margin: float = Field(default=0.10, ge=0, allow_inf_nan=False, description="launch memory misses below this")
+    # 1e308 GiB overflowed RLIMIT_AS in the rank: at most a million GiB
+    device_memory_gib: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False,
+                                            description="per-rank cap (CPU: RLIMIT_AS)")
     choices: dict[str, tuple] = Field(default_factory=dict, description="knob -> values to search")
     global_batch: int | None = Field(default=None, gt=0)
-    seq_len: int | None = Field(default=None, gt=0)
+    seq_len: int | None = Field(default=None, gt=0, le=100_000_000)  # ExecutionPlan.seq_len's bound
     gpu: str | None = None  # catalog GPU id (GPU machines; guessed from nvidia-smi otherwise)
     cluster: str | None = None
     calibration_in: str | None = None  # a Calibration JSON to start from
@@ -40,7 +43,7 @@ class TuneConfig(BaseModel):
     startup_s: float | None = Field(default=None, gt=0, description="first guess of a trial's start-up")
     remeasure_rounds: int = Field(default=2, ge=0, description="re-runs of the top candidates at the end")
     sampler: SamplerName = "tpe"
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)  # Optuna's samplers: numpy's seed range
     measure_network: bool = True
     heartbeat_interval_s: int = Field(default=10, gt=0)
     grace_period_s: int = Field(default=30, gt=0)

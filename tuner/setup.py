@@ -153,6 +153,8 @@ def _initial_calibration(cfg: TuneConfig) -> Calibration:
         return Calibration.model_validate_json(Path(cfg.calibration_in).read_text())
     except FileNotFoundError:
         raise PlanError("calibration", f"{cfg.calibration_in}: file not found") from None
+    except OSError as e:  # a folder, no permission
+        raise PlanError("calibration", f"cannot read {cfg.calibration_in}: {e.strerror or e}") from None
     except ValueError as e:
         raise PlanError("calibration", f"{cfg.calibration_in}: not a Calibration JSON ({str(e).splitlines()[0]})") from None
 

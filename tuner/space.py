@@ -101,10 +101,20 @@ def _parse_value(knob: str, value: str):
             raise PlanError(knob, f"{value!r} is not a whole number") from None
         if n <= 0:
             raise PlanError(knob, f"{n} must be > 0")
+        most = _int_bound(knob)
+        if most is not None and n > most:
+            raise PlanError(knob, f"{n} is too large (at most {most:,})")
         return n
     if value not in _ALLOWED[knob]:
         raise unknown(knob, value, _ALLOWED[knob])
     return value
+
+
+def _int_bound(knob: str) -> int | None:
+    """The largest value ExecutionPlan takes for an integer knob (its field's `le`), None if unbounded."""
+    from planner.scenario import ExecutionPlan
+
+    return next((m.le for m in ExecutionPlan.model_fields[knob].metadata if getattr(m, "le", None) is not None), None)
 
 
 def ranked_parallel_choices(scenario, system, settings=None, top: int = 1) -> dict[str, tuple]:

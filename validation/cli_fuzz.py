@@ -91,6 +91,7 @@ class Case:
     key: str = ""
     detail: str = ""
     reason: str = ""  # exit 2: the field its line names
+    stdout: str = ""
 
 
 @dataclass
@@ -288,6 +289,7 @@ def run_case(runner: CliRunner, args: list[str], hang_s: int, slow_s: float) -> 
         case.problem, case.key = "hang", f"hang > {hang_s} s"
         return case
     stderr, exc = result.stderr, result.exception
+    case.stdout = result.stdout
     if isinstance(exc, _CLICK_ERROR):  # what plan_cli.main.main does with a usage error
         case.code = exc.exit_code
         stderr = f"error: {_usage_error_line(exc)}\n"
