@@ -46,7 +46,7 @@ Runner = Callable[..., TrialOutcome]
 
 class Tuner:
     def __init__(self, ctx: StudyContext, budget: Budget, runner: Runner | None = None,
-                 on_trial: Callable[["Tuner"], None] | None = None):
+                 on_trial: Callable[..., None] | None = None):
         self.ctx = ctx
         self.study = ctx.study
         self.store = ctx.store
