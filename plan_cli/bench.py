@@ -36,6 +36,12 @@ def allreduce_bench(
     size_list = [parse_size(s) for s in sizes.split(",") if s.strip()]
     if not size_list:
         raise PlanError("sizes", "give at least one size")
+    if nproc * nnodes < 2:  # one rank moves nothing: its busbw is 0, which --network-from refuses
+        raise PlanError("nproc", f"a collective needs at least 2 ranks; got --nproc {nproc} x --nnodes {nnodes}")
+    if node_rank >= nnodes:
+        raise PlanError("node_rank", f"{node_rank}: must be below --nnodes {nnodes} (nodes count from 0)")
+    if json_out is not None:  # before the measurement, not after it (a missing folder lost it)
+        writable_file(json_out, "json")
     report = run_bench(op_list, size_list, nproc, nnodes, node_rank, rdzv_endpoint, progress=console.is_terminal)
     if report is None:
         return  # not the node of rank 0
@@ -53,6 +59,19 @@ def allreduce_bench(
     if json_out is not None:
         json_out.write_text(report.model_dump_json(indent=2))
     console.print(_summary(report, json_out), highlight=False, soft_wrap=True)  # a path is never cut
+
+
+def writable_file(path: Path, option: str) -> None:
+    """The file's folder exists (made here if need be) and the path is not a folder: a one-line error naming
+    the option otherwise."""
+    from planner.errors import PlanError
+
+    if path.is_dir():
+        raise PlanError(option, f"{path}: is a folder; give a file name, e.g. {path / 'net.json'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PlanError(option, f"{path}: cannot create its folder ({e.strerror})") from None
 
 
 def _size(n: int) -> str:

@@ -39,8 +39,8 @@ class _Environ(Mapping):
 
 
 _ENVIRON = _Environ()
-console = Console(_environ=_ENVIRON)
-err_console = Console(stderr=True, _environ=_ENVIRON)
+console = Console(_environ=_ENVIRON, emoji=False)  # user text such as "host:x:" is never an emoji
+err_console = Console(stderr=True, _environ=_ENVIRON, emoji=False)
 _ENVIRON.live = True
 
 F = TypeVar("F", bound=Callable[..., Any])
