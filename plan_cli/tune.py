@@ -7,6 +7,7 @@ prints what a study found at any time (also while workers are running).
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -108,7 +109,8 @@ def tune(
     if init_only:
         from tuner.api import create_study
 
-        sc = create_study(cfg)
+        with _stopped_early():
+            sc = create_study(cfg)
         msg = {"study": sc.study.study_name, "space_size": sc.space.size, "network": sc.meta.network_note,
                "network_effect": sc.meta.network_effect}
         print_json(msg) if json_out else console.print(
@@ -117,7 +119,8 @@ def tune(
         return
     from tuner.api import start_study
 
-    report = start_study(cfg, console=err_console)
+    with _stopped_early():
+        report = start_study(cfg, console=err_console)
     _write_profile(report.study, cfg.storage, stack_out, json_out)
     _show(report, cfg.storage, json_out)
 
@@ -140,6 +143,22 @@ def report(
         trials_frame(st).to_csv(csv, index=False)
     _write_profile(study, storage, stack_out, json_out)
     _show(rep, storage, json_out)
+
+
+@contextmanager
+def _stopped_early():
+    """Ctrl-C or SIGTERM before the first trial (while this machine is measured): one line saying so and exit
+    130 (it ended with no word; the bench's ranks are killed by tuner/network.py). Once trials run, the tuner
+    itself stops cleanly and prints its report."""
+    from tuner.api import Terminated
+
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        what = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+        err_console.print(f"stopped by {what} while measuring this machine, before any trial: nothing to keep; "
+                          "run the same command again", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
 
 
 def _write_profile(study: str, storage: str | None, out: Path | None, json_out: bool) -> None:

@@ -20,7 +20,8 @@ from tuner.setup import StudyContext, open_study
 def create_study(config: TuneConfig) -> StudyContext:
     """Create the study (measuring this machine once) without running trials: do this once
     before starting several workers on one storage."""
-    return open_study(config, create=True)
+    with _sigterm_as_interrupt():  # a SIGTERM in the network bench: its ranks are killed too
+        return open_study(config, create=True)
 
 
 def start_study(config: TuneConfig, *, runner: Runner | None = None, console=None) -> TuneReport:
@@ -30,8 +31,13 @@ def start_study(config: TuneConfig, *, runner: Runner | None = None, console=Non
     batch system's time limit, `docker stop`) kills the running trial's process group, marks it
     interrupted, queues it again and returns the report of what was done.
     """
+    with _sigterm_as_interrupt():
+        return _run_study(config, runner, console)
+
+
+def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport:
     budget = Budget(config.budget_s)
-    ctx = open_study(config, create=True)
+    ctx = open_study(config, create=True)  # a SIGTERM in its network bench: the bench's ranks are killed
     progress = TuneProgress(budget, console=console, enabled=config.progress)
 
     def after_trial(tuner: Tuner, line: str | None = None) -> None:
@@ -43,7 +49,7 @@ def start_study(config: TuneConfig, *, runner: Runner | None = None, console=Non
         progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last) if line is None else line)
 
     tuner = Tuner(ctx, budget, runner=runner, on_trial=after_trial)
-    with progress, _sigterm_as_interrupt():
+    with progress:
         try:
             stop = tuner.run()
         except Terminated:

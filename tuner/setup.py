@@ -97,7 +97,12 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
     storage = open_storage(cfg.storage, heartbeat_interval_s=cfg.heartbeat_interval_s,
                            grace_period_s=cfg.grace_period_s)
     on_gpu = device.has_cuda_gpu()
-    nproc = cfg.gpus or local_device_count(on_gpu)
+    here = local_device_count(on_gpu)
+    nproc = cfg.gpus or here
+    if nproc > here:  # every trial runs on this machine: 64 CPU ranks on 2 cores ran a 64-rank bench for minutes
+        kind = "GPUs" if on_gpu else "CPU cores"
+        raise PlanError("gpus", f"{nproc} ranks, but this machine has {here} {kind} and every trial runs here; "
+                        f"give --gpus {here} or fewer (a plan for more GPUs: plan estimate --gpus {nproc})")
     device_id = "gpu" if on_gpu else "cpu"
     name = cfg.study or default_study_name(cfg.model, nproc, device_id, cfg.backend)
     if study_exists(storage, name):
