@@ -167,6 +167,22 @@ def _check_same(cfg: TuneConfig, meta: StudyMeta, nproc: int) -> None:
         raise PlanError("study", f"was created for model {meta.model!r}, not {cfg.model!r}; use another --study")
     if cfg.gpus is not None and meta.nproc != nproc:
         raise PlanError("study", f"was created for {meta.nproc} ranks, not {nproc}; use another --study")
+    # options that only shape a new study: on a resume they were ignored without a word
+    differs = [(opt, given, kept) for opt, given, kept in (
+        ("--seq-len", cfg.seq_len, meta.seq_len), ("--global-batch", cfg.global_batch, meta.global_batch),
+        ("--backend", None if cfg.backend == "any" else cfg.backend, meta.backend)) if given is not None and given != kept]
+    if differs:
+        opt, given, kept = differs[0]
+        made = f"without {opt}" if kept is None else f"with {opt} {kept}"
+        raise PlanError("study", f"{meta_name(meta, cfg)} was created {made}, not {opt} {given}; resume it "
+                        f"without {opt}, or use another --study")
+    if cfg.calibration_in:
+        raise PlanError("calibration", f"{cfg.calibration_in}: study {meta_name(meta, cfg)} exists and keeps its own "
+                        "calibration (refined by its trials); --calibration starts a new study: use another --study")
+
+
+def meta_name(meta: StudyMeta, cfg: TuneConfig) -> str:
+    return cfg.study or default_study_name(meta.model, meta.nproc, "gpu" if meta.on_gpu else "cpu", meta.backend)
 
 
 def _sampler(cfg: TuneConfig) -> optuna.samplers.BaseSampler:
