@@ -140,6 +140,7 @@ def report(
     st = load(study, storage)
     rep = build_report(st, storage)
     if csv:
+        csv.parent.mkdir(parents=True, exist_ok=True)  # as `plan tune --csv` does (an OSError traceback here)
         trials_frame(st).to_csv(csv, index=False)
     _write_profile(study, storage, stack_out, json_out)
     _show(rep, storage, json_out)
