@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from plan_cli import options as opts
-from plan_cli.common import console, handle_errors
+from plan_cli.common import console, handle_errors, writable_file
 
 
 def register(app: typer.Typer) -> None:
@@ -41,7 +41,7 @@ def allreduce_bench(
     if node_rank >= nnodes:
         raise PlanError("node_rank", f"{node_rank}: must be below --nnodes {nnodes} (nodes count from 0)")
     if json_out is not None:  # before the measurement, not after it (a missing folder lost it)
-        writable_file(json_out, "json")
+        writable_file(json_out, "json", "net.json")
     report = run_bench(op_list, size_list, nproc, nnodes, node_rank, rdzv_endpoint, progress=console.is_terminal)
     if report is None:
         return  # not the node of rank 0
@@ -59,19 +59,6 @@ def allreduce_bench(
     if json_out is not None:
         json_out.write_text(report.model_dump_json(indent=2))
     console.print(_summary(report, json_out), highlight=False, soft_wrap=True)  # a path is never cut
-
-
-def writable_file(path: Path, option: str) -> None:
-    """The file's folder exists (made here if need be) and the path is not a folder: a one-line error naming
-    the option otherwise."""
-    from planner.errors import PlanError
-
-    if path.is_dir():
-        raise PlanError(option, f"{path}: is a folder; give a file name, e.g. {path / 'net.json'}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PlanError(option, f"{path}: cannot create its folder ({e.strerror})") from None
 
 
 def _size(n: int) -> str:

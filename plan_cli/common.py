@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -91,3 +92,14 @@ def to_jsonable(obj: Any) -> Any:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, default=str) + "\n")
+
+
+def writable_file(path: Path, option: str, example: str = "out.json") -> None:
+    """The file's folder exists (made here if need be) and the path is not a folder: a one-line error naming
+    the option otherwise."""
+    if path.is_dir():
+        raise PlanError(option, f"{path}: is a folder; give a file name, e.g. {path / example}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PlanError(option, f"{path}: cannot create its folder ({e.strerror})") from None

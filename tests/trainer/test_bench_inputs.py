@@ -87,3 +87,9 @@ def test_bench_reports_the_bytes_it_moved_and_makes_the_json_folder(tmp_path):
     assert [row["size_bytes"] for row in rows] == [8, 64 * 2**10]
     for row in rows:
         assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] * 8 / row["time_s"] / 1e9)
+
+
+def test_train_json_that_is_a_folder_is_a_one_line_error(tmp_path):
+    """It ended in an IsADirectoryError traceback, exit 1."""
+    r = CliRunner().invoke(app, ["train", "--model", "tiny", "--nproc", "2", "--steps", "3", "--json", str(tmp_path)])
+    assert r.exit_code == 2 and f"json: {tmp_path}: is a folder; give a file name" in " ".join(r.output.split()), r.output
