@@ -147,3 +147,13 @@ def test_remeasurements_print_their_own_lines(tmp_path):
     z = first[("zero1", 4)]
     assert (str(z), "1,000 tok/s (its run 2)") in again and (str(z), "crash: exit 1: boom (not counted)") in again
     assert len(ran) == 4 and len(first) == 4  # the four trials, each printed once
+
+
+def test_the_budget_stop_line_adds_up():
+    from tuner.loop import stop_line
+
+    assert stop_line(17.2, 18.4, 5.0) == ("budget: 17 s left, all of it kept to re-measure the top candidates "
+                                          "(they need ~18 s)")  # was '17 s left (~18 s of it re-measure ...)'
+    assert stop_line(36.0, 30.0, 7.0) == ("budget: 36 s left (~30 s of it kept to re-measure the top candidates), "
+                                          "the shortest untried trial needs ~7 s")
+    assert stop_line(3.0, 0.0, 7.0) == "budget: 3 s left, the shortest untried trial needs ~7 s"
