@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from plan_cli import options as opts
-from plan_cli.common import console, handle_errors
+from plan_cli.common import console, handle_errors, writable_file
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,6 @@ def allreduce_bench(
 ) -> None:
     """Measure algbw and busbw (nccl-tests definitions) over a ladder of message sizes."""
     from planner.errors import PlanError, unknown
-    from planner.out_path import check_out_file
     from trainer.collectives import OPS, parse_size, run_bench
     from trainer.config import check_launch
 
@@ -41,8 +40,10 @@ def allreduce_bench(
     if not size_list:
         raise PlanError("sizes", "give at least one size")
     check_launch(nnodes, node_rank, rdzv_endpoint)
-    if json_out is not None:
-        check_out_file(json_out, "json")
+    if nproc * nnodes < 2:  # one rank moves nothing: its busbw is 0, which --network-from refuses
+        raise PlanError("nproc", f"a collective needs at least 2 ranks; got --nproc {nproc} x --nnodes {nnodes}")
+    if json_out is not None:  # before the measurement, not after it (a missing folder lost it)
+        writable_file(json_out, "json", "net.json")
     report = run_bench(op_list, size_list, nproc, nnodes, node_rank, rdzv_endpoint, progress=console.is_terminal)
     if report is None:
         return  # not the node of rank 0

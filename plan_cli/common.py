@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -39,8 +40,8 @@ class _Environ(Mapping):
 
 
 _ENVIRON = _Environ()
-console = Console(_environ=_ENVIRON)
-err_console = Console(stderr=True, _environ=_ENVIRON)
+console = Console(_environ=_ENVIRON, emoji=False)  # user text such as "host:x:" is never an emoji
+err_console = Console(stderr=True, _environ=_ENVIRON, emoji=False)
 _ENVIRON.live = True
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -91,3 +92,14 @@ def to_jsonable(obj: Any) -> Any:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, default=str) + "\n")
+
+
+def writable_file(path: Path, option: str, example: str = "out.json") -> None:
+    """The file's folder exists (made here if need be) and the path is not a folder: a one-line error naming
+    the option otherwise (a folder gets an example file name; the rest: planner/out_path.check_out_file)."""
+    from planner.out_path import check_out_file
+
+    if path.is_dir():
+        raise PlanError(option, f"{path}: is a folder; give a file name, e.g. {path / example}")
+    check_out_file(path, option)
+    path.parent.mkdir(parents=True, exist_ok=True)  # kept: the command writes here once it has measured

@@ -14,6 +14,8 @@ import sys
 import typer
 from rich.markup import escape
 
+from plan_cli import help_tables
+
 # command name -> module in plan_cli/
 COMMANDS = {
     "estimate": "estimate",
@@ -76,6 +78,7 @@ def build_app(only: str | None = None) -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     app.callback()(_root)
+    help_tables.install()
     modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         importlib.import_module(f"plan_cli.{name}").register(app)

@@ -50,6 +50,35 @@ def serve(
     config = ServiceConfig(storage=storage, workdir=workdir, api_token=token, insecure=insecure,
                            max_body_bytes=max_body_kib * 1024, catalog_dirs=list(catalog or []),
                            tune_limits=limits, curve_budget_s=curve_budget_s)
+    sock = listening_socket(host, port)  # before the app starts: a port in use is a one-line error
     app = create_app(config)
     app.state.dashboard_url = dashboard_url
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    bound = sock.getsockname()[1]  # --port 0: the port the OS picked
+    where = f"[{host}]" if ":" in host else host
+    err_console.print(f"serving on http://{where}:{bound}/ (the planning page; OpenAPI at /openapi.json, docs at "
+                      "/docs; Ctrl-C stops it)", highlight=False, soft_wrap=True)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run(sockets=[sock])
+
+
+def listening_socket(host: str, port: int):
+    """A socket bound to host:port, handed to uvicorn (which then binds nothing itself): a port in use or a
+    host with no address here is a one-line error naming the option, exit 2 (uvicorn logged its own
+    'ERROR: [Errno 98] ...' after 'Application startup complete' and exited 3, the code of 'no plan fits')."""
+    import socket
+
+    from planner.errors import PlanError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError):
+        raise PlanError("host", f"{host}: no address found for it on this machine (e.g. 127.0.0.1, 0.0.0.0)") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart reuses its port
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise PlanError("port", f"{host}:{port}: {e.strerror.lower()} (another server holds it? pick another "
+                        "--port)") from None
+    sock.set_inheritable(True)
+    return sock

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from plan_cli import options as opts
-from plan_cli.common import console, err_console, handle_errors, print_json
+from plan_cli.common import console, err_console, handle_errors, print_json, writable_file
 from trainer.cli import trainer_fields
 
 
@@ -22,6 +24,8 @@ def train(knobs: dict) -> None:
     from trainer.result import EXIT_CODES
 
     cfg = _config(TrainConfig, {k: v for k, v in knobs.items() if v is not None})
+    if cfg.run.json_out:  # a folder ended in an IsADirectoryError traceback
+        writable_file(Path(cfg.run.json_out), "json", "result.json")
     result = launch(cfg)
     if result.status == "bad_config":
         err_console.print(f"[bold red]error:[/] {result.error}", highlight=False, soft_wrap=True)

@@ -52,7 +52,8 @@ def validate(
             err = "-" if p.error is None else f"{100 * p.error:+.0f}%"
             mem = "-" if p.measured_mem_gib is None else f"{p.measured_mem_gib:.1f} ({p.mem_convention})"
             console.print(f"{p.id:28} {p.stack:18} {meas:>14} {p.predicted_tokens_per_s_per_gpu:9,.0f} {err:>7} "
-                          f"{p.predicted_mem_gib:6.1f} {mem:>17} {p.outcome}/{p.verdict or 'fits'}", highlight=False)
+                          f"{p.predicted_mem_gib:6.1f} {mem:>17} {p.outcome}/{p.verdict or 'fits'}"
+                          + (f"; not scored: {p.not_scored}" if p.not_scored else ""), highlight=False, soft_wrap=True)
     for miss in report.not_predicted:
         console.print(f"not predicted: {miss.id}: {miss.field}: {miss.reason}", highlight=False)
     total = len(report.runs) + len(report.not_predicted)
@@ -112,9 +113,10 @@ def calibrate(
 
     check_out_file(out, "out")  # a folder, a file on the way, an unwritable place: said before the fit
     cat = load_catalog(catalog)
-    usable = [r for r in load_runs(runs, cat) if r.scored and r.layout_stated]
+    read = load_runs(runs, cat)
+    usable = [r for r in read if r.scored and r.layout_stated]
     if not usable:
-        raise PlanError("runs", f"{runs}: no run with a stated layout, a measured speed and outcome ok")
+        raise PlanError("runs", f"{runs}: nothing to fit: {_unusable(read)}")
     mine, dropped = runs_for_stack(usable, stack, all_rows)
     if not mine:
         named = ", ".join(f"{s} {c}" for s, c in dropped.items())
@@ -137,6 +139,26 @@ def calibrate(
     console.print(f"cross-validated MAPE of tokens/s: {_pct(fitted.cv_mape_pct)} ({held_out})", highlight=False)
     console.print(f"wrote {out}; plan with: plan estimate ... --catalog {out.parent.parent} --stack {stack}",
                   highlight=False)
+
+
+def _unusable(read) -> str:
+    """Why no run of a file can be fitted, counted (it said only 'no run with a stated layout, a measured
+    speed and outcome ok', not which of the three the rows lack)."""
+    from planner.validate import not_scored_reason
+
+    if not read:
+        return "the file has no rows"
+    unscored = [r for r in read if not r.scored]
+    no_layout = [r for r in read if r.scored and not r.layout_stated]
+    parts = [f"{len(read)} rows read"]
+    if no_layout:
+        parts.append(f"{len(no_layout)} state no parallel layout (columns tp and pp, or dp; e.g. {no_layout[0].id}), "
+                     "which a fit needs: `plan validate` scores such rows with the planner's best layout")
+    if unscored:
+        first = unscored[0]
+        why = not_scored_reason(first) or f"outcome {first.outcome}"
+        parts.append(f"{len(unscored)} have no speed to fit (e.g. {first.id}: {why})")
+    return "; ".join(parts)
 
 
 def _n(count: int, noun: str) -> str:

@@ -87,6 +87,12 @@ def _shard_word(v: str) -> str | None:
     return None
 
 
+def sharding_column(row) -> str:
+    """The column the row's sharding came from, as the file names it (an error named zero_stage_or_fsdp
+    where the user's file has a `sharding` column)."""
+    return next((k for k in ("sharding", "zero_stage_or_fsdp") if (row.get(k) or "").strip()), "zero_stage_or_fsdp")
+
+
 def sharding_of(row, stack: str, notes) -> str:
     v = _cell(row, "sharding", "zero_stage_or_fsdp")
     if v.startswith("zero (stage not stated") or re.fullmatch(r"(deepspeed\s*)?zero(\s*\([^0-9]*\))?", v, re.I):
@@ -108,7 +114,7 @@ def sharding_of(row, stack: str, notes) -> str:
         return "none"
     word = _shard_word(v)
     if word is None:
-        raise PlanError("zero_stage_or_fsdp", f"row {row.get('id')}: {v!r} is not a sharding (allowed: none, zero1-3 "
+        raise PlanError(sharding_column(row), f"row {row.get('id')}: {v!r} is not a sharding (allowed: none, zero1-3 "
                         "(ZeRO-1, zero stage 2, distributed optimizer), fsdp_full_shard, fsdp_shard_grad_op, "
                         "fsdp_hybrid / HSDP)")
     return word

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 
+from planner import run_columns
 from planner.errors import PlanError
 
 _TEXT_COLUMNS = ("zero_stage_or_fsdp", "sharding", "framework", "notes")
@@ -59,6 +60,6 @@ def zeropp_of(row, sharding: str, gpus_per_node: int, dp: int, notes: list[str])
         hpz = size
     out = {"zeropp_qwz": bool(qwz), "zeropp_hpz_partition_size": int(hpz) if hpz else 1, "zeropp_qgz": bool(qgz)}
     if sharding != "zero3" and (out["zeropp_qwz"] or out["zeropp_qgz"] or out["zeropp_hpz_partition_size"] > 1):
-        raise PlanError("zero_stage_or_fsdp", f"row {row.get('id')}: ZeRO++ needs ZeRO stage 3, the row says "
+        raise PlanError(run_columns.sharding_column(row), f"row {row.get('id')}: ZeRO++ needs ZeRO stage 3, the row says "
                         f"{sharding} (allowed with qwZ/hpZ/qgZ: zero3, ZeRO++)")
     return out

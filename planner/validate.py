@@ -40,6 +40,20 @@ class RunPrediction(Frozen):
     verdict: str = Field(description="'' (fits), 'memory' or the structural reason")
     mfu: float
     assumptions: list[str]
+    not_scored: str | None = Field(default=None, description="why a run that ran is left out of the speed "
+                                   "scores (its layout contradicts its GPU count, its speed is above the GPU's "
+                                   "peak, its outcome is neither ok nor OOM, no measured speed)")
+
+
+def not_scored_reason(run: Run) -> str | None:
+    """Why a run that ran is not scored, in the words of its notes (None: scored, or an OOM run)."""
+    if run.scored or run.outcome == "OOM":
+        return None
+    if run.inconsistent is not None:
+        return run.inconsistent.replace(": not scored", "")
+    if run.outcome != "ok":
+        return f"outcome {run.outcome!r}: neither ok nor OOM"
+    return "no measured speed (measured_iter_time_s, measured_tflops_per_gpu or measured_tokens_per_sec_per_gpu)"
 
 
 class SourceScore(Frozen):
@@ -130,7 +144,7 @@ def predict(run: Run, settings: Settings) -> RunPrediction:
         predicted_mem_gib=float(peak_memory.peak_bytes(mem, run.mem_convention)[0] / GIB),
         mem_convention=run.mem_convention,
         capacity_gib=float(mem["capacity_bytes"][0] / GIB), fits=verdict == "", verdict=verdict,
-        mfu=float(perf["mfu"][0]), assumptions=run.assumptions,
+        mfu=float(perf["mfu"][0]), assumptions=run.assumptions, not_scored=not_scored_reason(run),
     )
 
 

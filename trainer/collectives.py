@@ -66,11 +66,17 @@ def iterations(size_bytes: int) -> tuple[int, int]:
     return 1, 4
 
 
+def message_bytes(size_bytes: int, world: int) -> int:
+    """The bytes a collective of `size_bytes` really moves: whole float32 elements, a multiple of the
+    ranks (reduce-scatter / all-gather split the buffer evenly), at least one element per rank."""
+    return 4 * max(world, size_bytes // 4 // world * world)
+
+
 def _one(op: str, size_bytes: int, device, world: int, group=None) -> float:
     import torch
     import torch.distributed as dist
 
-    numel = max(world, size_bytes // 4 // world * world)
+    numel = message_bytes(size_bytes, world) // 4
     buf = torch.ones(numel, dtype=torch.float32, device=device)
     if op == "all_reduce":
         call = lambda: dist.all_reduce(buf, group=group)  # noqa: E731
@@ -114,6 +120,7 @@ def bench_rank(ops: list[str], sizes: list[int], nnodes: int, progress: bool) ->
         task = bar.add_task("collectives", total=len(ops) * len(sizes))
     for op in ops:
         for size in sizes:
+            size = message_bytes(size, world)  # reported as moved (3 bytes was reported, 8 moved)
             try:
                 t = _one(op, size, device, world)
                 algbw = size * 8 / t / 1e9
@@ -150,6 +157,7 @@ def _intranode_busbw(size_bytes: int, device, world: int, nnodes: int) -> float 
     if nnodes == 1 or per_node < 2:
         return None
     node_group, _ = dist.new_subgroups(group_size=per_node)
+    size_bytes = message_bytes(size_bytes, per_node)
     t = _one("all_reduce", size_bytes, device, per_node, group=node_group)
     return size_bytes * 8 / t / 1e9 * bus_factor("all_reduce", per_node)
 

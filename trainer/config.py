@@ -145,19 +145,16 @@ class TrainConfig(BaseModel):
 
 
 def check_launch(nnodes: int, node_rank: int, rdzv_endpoint: str | None) -> None:
-    """node_rank below nnodes; the endpoint host:port with a port 1-65535 (what torch elastic parses), given
-    with several nodes unless torchrun / srun launched this process (without it each node waits alone)."""
+    """node_rank below nnodes; a rendezvous the ranks can meet at (trainer/ranks.check_endpoint: several nodes
+    need an agreed host:port, unless torchrun / srun launched this process; a port 0-65535, a host that resolves)."""
     from trainer.dist import launched_externally
+    from trainer.ranks import check_endpoint
 
     if node_rank >= nnodes:
-        raise PlanError("node_rank", f"{node_rank} must be below nnodes ({nnodes}): ranks 0 to {nnodes - 1}")
-    if nnodes > 1 and rdzv_endpoint is None and not launched_externally():
-        raise PlanError("rdzv_endpoint", f"nnodes {nnodes} needs the rendezvous host:port every node meets at "
-                        "(e.g. --rdzv-endpoint node001:29500)")
-    if rdzv_endpoint is not None:
-        host, _, port = rdzv_endpoint.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise PlanError("rdzv_endpoint", f"{rdzv_endpoint!r} is not host:port (e.g. node001:29500; port 1-65535)")
+        raise PlanError("node_rank", f"{node_rank}: must be below --nnodes {nnodes} (nodes count from 0)")
+    if nnodes > 1 and rdzv_endpoint is None and launched_externally():
+        return
+    check_endpoint(rdzv_endpoint, nnodes)
 
 
 def validate_config(cfg: TrainConfig) -> None:

@@ -40,6 +40,7 @@ def elastic_run(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int, no
     from planner.errors import PlanError
     from trainer.bind import PortInUse, bound_stores, local_addr, loopback_comm_env
 
+    check_endpoint(rdzv_endpoint, nnodes)
     endpoint = rdzv_endpoint or "127.0.0.1:0"
     host = endpoint.rpartition(":")[0]
     loopback_comm_env(nnodes)
@@ -54,6 +55,33 @@ def elastic_run(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int, no
                                                  "(give every node a free port)") from None
             print(f"rendezvous {endpoint}: port in use; launching on a port the OS picks", file=sys.stderr)
             endpoint = f"{host}:0"
+
+
+def check_endpoint(endpoint: str | None, nnodes: int) -> None:
+    """A one-line error for a rendezvous the ranks could never meet at (each used to hang silently or end
+    in torch's traceback): several nodes without an agreed port, a port out of range, a host that does
+    not resolve here."""
+    import socket
+
+    from planner.errors import PlanError
+
+    want = "HOST:PORT: node 0's address and a free port, the same on every node, e.g. node0:29500"
+    host, sep, port = (endpoint or "").rpartition(":")
+    if not sep:
+        host, port = endpoint or "", ""
+    if nnodes > 1 and (not endpoint or port in ("", "0")):
+        raise PlanError("rdzv_endpoint", f"--nnodes {nnodes} needs --rdzv-endpoint {want}; got {endpoint or 'none'}")
+    if endpoint is None:
+        return
+    if port and (not port.isdigit() or int(port) > 65535):
+        raise PlanError("rdzv_endpoint", f"{endpoint}: the port must be a number from 0 to 65535; give {want}")
+    host = host.strip("[]")
+    if not host:
+        raise PlanError("rdzv_endpoint", f"{endpoint}: the host is missing; give {want}")
+    try:
+        socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError):
+        raise PlanError("rdzv_endpoint", f"{endpoint}: no address found for host {host!r} on this node; give {want}") from None
 
 
 def launch_config(nproc: int, nnodes: int, node_rank: int, endpoint: str, name: str, local_addr: str | None = None):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from optuna.trial import TrialState
@@ -17,30 +20,40 @@ from tuner.setup import StudyContext, open_study
 def create_study(config: TuneConfig) -> StudyContext:
     """Create the study (measuring this machine once) without running trials: do this once
     before starting several workers on one storage."""
-    return open_study(config, create=True)
+    with _sigterm_as_interrupt():  # a SIGTERM in the network bench: its ranks are killed too
+        return open_study(config, create=True)
 
 
 def start_study(config: TuneConfig, *, runner: Runner | None = None, console=None) -> TuneReport:
     """Run (or resume) a study until its budget, trial cap or space is used up, or Ctrl-C.
 
-    Everything is in the storage after every trial; a Ctrl-C kills the running trial's process
-    group, marks it interrupted, queues it again and returns the report of what was done.
+    Everything is in the storage after every trial; a Ctrl-C or a SIGTERM (`kill`, `timeout`, a
+    batch system's time limit, `docker stop`) kills the running trial's process group, marks it
+    interrupted, queues it again and returns the report of what was done.
     """
+    with _sigterm_as_interrupt():
+        return _run_study(config, runner, console)
+
+
+def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport:
     budget = Budget(config.budget_s)
-    ctx = open_study(config, create=True)
+    ctx = open_study(config, create=True)  # a SIGTERM in its network bench: the bench's ranks are killed
     progress = TuneProgress(budget, console=console, enabled=config.progress)
 
-    def after_trial(tuner: Tuner) -> None:
+    def after_trial(tuner: Tuner, line: str | None = None) -> None:
+        """`line`: what just ran when it is not the study's last trial (a re-measurement)."""
         trials = tuner.study.get_trials(deepcopy=False)
         last = trials[-1] if trials else None
         done = [t for t in trials if t.state == TrialState.COMPLETE and t.value]
         best = max((t.value for t in done), default=None)
-        progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last))
+        progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last) if line is None else line)
 
     tuner = Tuner(ctx, budget, runner=runner, on_trial=after_trial)
     with progress:
         try:
             stop = tuner.run()
+        except Terminated:
+            stop = "stopped by SIGTERM (everything is kept; run the same command to resume)"
         except KeyboardInterrupt:
             stop = "stopped by Ctrl-C (everything is kept; run the same command to resume)"
     tuner.refit()
@@ -49,6 +62,28 @@ def start_study(config: TuneConfig, *, runner: Runner | None = None, console=Non
         Path(config.csv).parent.mkdir(parents=True, exist_ok=True)
         trials_frame(ctx.study).to_csv(config.csv, index=False)
     return report
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, handled as a Ctrl-C: the running trial's group is killed, the trial queued again."""
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises `Terminated` in the main thread while the study runs (it used to end the
+    process at once: no report, the running trial left 'running' in the storage until a resume)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _line(t) -> str:

@@ -122,8 +122,17 @@ def remeasure(tuner, rounds: int) -> dict | None:
                 samples[t.user_attrs["config_key"]].append(out.tokens_per_s)
                 tuner.study.set_user_attr("remeasured", {**stored, **samples})
             if tuner.on_trial:
-                tuner.on_trial(tuner)
+                tuner.on_trial(tuner, remeasure_line(t.number, out, len(samples[t.user_attrs["config_key"]]) + 1))
     return rank_final(tuner.study, samples)
+
+
+def remeasure_line(number: int, out, runs: int) -> str:
+    """A progress line for one re-measurement of trial `number` (the progress printed the study's
+    last trial again instead: '#7 ok ...' three times while #2 and #3 were the ones re-run)."""
+    if out.status == "ok" and out.tokens_per_s:
+        return f"  re-measured #{number}: {out.tokens_per_s:,.0f} tok/s (its run {runs})"
+    why = str(out.error or "")[:100]
+    return f"  re-measured #{number}: {out.status}{': ' + why if why else ''} (not counted)"
 
 
 def final_ranking(study) -> dict | None:

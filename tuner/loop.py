@@ -37,6 +37,16 @@ GIB = 2**30
 MAX_INTERRUPTS = 3
 
 
+def stop_line(left_s: float, reserve_s: float, shortest_s: float) -> str:
+    """Why the search stops on the budget, in numbers that add up ('17 s left (~18 s of it re-measure ...)'
+    was printed when the re-measurements needed all of what was left and more)."""
+    if reserve_s and reserve_s >= left_s:
+        return (f"budget: {left_s:.0f} s left, all of it kept to re-measure the top candidates (they need "
+                f"~{reserve_s:.0f} s)")
+    kept = f" (~{reserve_s:.0f} s of it kept to re-measure the top candidates)" if reserve_s else ""
+    return f"budget: {left_s:.0f} s left{kept}, the shortest untried trial needs ~{shortest_s:.0f} s"
+
+
 class TrialFailed(Exception):
     """A trial that ran and failed (OOM, timeout, crash, bad config): recorded, study goes on."""
 
@@ -46,7 +56,7 @@ Runner = Callable[..., TrialOutcome]
 
 class Tuner:
     def __init__(self, ctx: StudyContext, budget: Budget, runner: Runner | None = None,
-                 on_trial: Callable[["Tuner"], None] | None = None):
+                 on_trial: Callable[..., None] | None = None):
         self.ctx = ctx
         self.study = ctx.study
         self.store = ctx.store
@@ -92,8 +102,7 @@ class Tuner:
         shortest = min((self.expected_s(k) for k in untried), default=0.0)
         reserve = self.reserve_s()
         if not self.budget.allows(shortest + reserve):
-            kept = f" (~{reserve:.0f} s of it re-measure the top candidates)" if reserve else ""
-            return f"budget: {self.budget.left_s:.0f} s left{kept}, the shortest untried trial needs ~{shortest:.0f} s"
+            return stop_line(self.budget.left_s, reserve, shortest)
         if self.skipped_in_a_row >= 200:
             return "the sampler keeps proposing configurations already tried"
         return ""

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tuner.runner import rank_env
+from tuner.runner import kill_group, rank_env
 
 
 def failure_line(text: str) -> str:
@@ -40,15 +40,34 @@ def _bench_once(nproc: int, timeout_s: float) -> tuple[dict | None, str]:
         out = Path(d) / "busbw.json"
         cmd = [sys.executable, "-m", "plan_cli.main", "allreduce-bench", "--nproc", str(nproc),
                "--sizes", "4M,16M,64M", "--json", str(out)]  # a few seconds, not the 1G ladder
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                               env=rank_env(nproc), start_new_session=True)
-        except subprocess.TimeoutExpired:
+        done = run_group(cmd, timeout_s, rank_env(nproc))
+        if done is None:
             return None, f"allreduce-bench timed out after {timeout_s:.0f} s"
+        code, stdout, stderr = done
         if not out.exists():
-            return None, f"allreduce-bench failed (exit {r.returncode}): {failure_line(r.stderr or r.stdout)[:200]}"
+            return None, f"allreduce-bench failed (exit {code}): {failure_line(stderr or stdout)[:200]}"
         data = json.loads(out.read_text())
     busbw = data.get("busbw_gbps") or {}
     if not busbw.get("intranode") and not busbw.get("internode"):
         return None, "allreduce-bench wrote no busbw_gbps"
     return {"intranode": busbw.get("intranode"), "internode": busbw.get("internode")}, ""
+
+
+def run_group(cmd: list[str], timeout_s: float, env: dict | None = None) -> tuple[int, str, str] | None:
+    """(exit code, stdout, stderr) of `cmd` in its own process group; None past `timeout_s`. On a timeout,
+    Ctrl-C or SIGTERM the whole group is killed: subprocess.run killed the launcher alone, and the
+    bench's ranks ran on (64 of them, minutes after the tuner had gone)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        proc.communicate()
+        return None
+    except BaseException:
+        kill_group(proc.pid)
+        proc.communicate()
+        raise
+    kill_group(proc.pid)  # what the launcher left behind when it ended
+    return proc.returncode, stdout, stderr

@@ -97,7 +97,12 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
     storage = open_storage(cfg.storage, heartbeat_interval_s=cfg.heartbeat_interval_s,
                            grace_period_s=cfg.grace_period_s)
     on_gpu = device.has_cuda_gpu()
-    nproc = cfg.gpus or local_device_count(on_gpu)
+    here = local_device_count(on_gpu)
+    nproc = cfg.gpus or here
+    if nproc > here:  # every trial runs on this machine: 64 CPU ranks on 2 cores ran a 64-rank bench for minutes
+        kind = "GPUs" if on_gpu else "CPU cores"
+        raise PlanError("gpus", f"{nproc} ranks, but this machine has {here} {kind} and every trial runs here; "
+                        f"give --gpus {here} or fewer (a plan for more GPUs: plan estimate --gpus {nproc})")
     device_id = "gpu" if on_gpu else "cpu"
     name = cfg.study or default_study_name(cfg.model, nproc, device_id, cfg.backend)
     if study_exists(storage, name):
@@ -164,6 +169,22 @@ def _check_same(cfg: TuneConfig, meta: StudyMeta, nproc: int) -> None:
         raise PlanError("study", f"was created for model {meta.model!r}, not {cfg.model!r}; use another --study")
     if cfg.gpus is not None and meta.nproc != nproc:
         raise PlanError("study", f"was created for {meta.nproc} ranks, not {nproc}; use another --study")
+    # options that only shape a new study: on a resume they were ignored without a word
+    differs = [(opt, given, kept) for opt, given, kept in (
+        ("--seq-len", cfg.seq_len, meta.seq_len), ("--global-batch", cfg.global_batch, meta.global_batch),
+        ("--backend", None if cfg.backend == "any" else cfg.backend, meta.backend)) if given is not None and given != kept]
+    if differs:
+        opt, given, kept = differs[0]
+        made = f"without {opt}" if kept is None else f"with {opt} {kept}"
+        raise PlanError("study", f"{meta_name(meta, cfg)} was created {made}, not {opt} {given}; resume it "
+                        f"without {opt}, or use another --study")
+    if cfg.calibration_in:
+        raise PlanError("calibration", f"{cfg.calibration_in}: study {meta_name(meta, cfg)} exists and keeps its own "
+                        "calibration (refined by its trials); --calibration starts a new study: use another --study")
+
+
+def meta_name(meta: StudyMeta, cfg: TuneConfig) -> str:
+    return cfg.study or default_study_name(meta.model, meta.nproc, "gpu" if meta.on_gpu else "cpu", meta.backend)
 
 
 def _sampler(cfg: TuneConfig) -> optuna.samplers.BaseSampler:
@@ -187,4 +208,5 @@ def _context(cfg: TuneConfig, store: StudyStore, meta: StudyMeta) -> StudyContex
 def export_calibration(cal: Calibration, path: str | None) -> None:
     """Write the calibration as JSON (--calibration-out; what --calibration-in reads)."""
     if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(cal.model_dump(mode="json"), indent=2) + "\n")

@@ -101,6 +101,14 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
 
 
+def sqlite_file(url: str | None) -> Path | None:
+    """The file of a SQLite storage URL (None for other databases and for ':memory:')."""
+    url = normalize_url(url)
+    if not url.startswith("sqlite:///") or url.endswith(":memory:"):
+        return None
+    return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+
+
 def open_storage(url: str | None, *, heartbeat_interval_s: int = 10, grace_period_s: int = 30,
                  max_retry: int = 2) -> RDBStorage:
     url = normalize_url(url)

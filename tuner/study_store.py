@@ -26,7 +26,7 @@ from planner.scenario import ExecutionPlan, Scenario
 from planner.settings import Calibration, Settings
 from planner.system import System
 from tuner.config import Backend
-from tuner.storage import claims_table, masked_url, open_storage
+from tuner.storage import claims_table, masked_url, open_storage, sqlite_file
 from tuner.worker_id import worker_alive
 
 
@@ -132,6 +132,10 @@ def study_exists(storage: RDBStorage, name: str) -> bool:
 def load(study_name: str, storage_url: str | None, *, list_studies: bool = True) -> optuna.Study:
     """A study of the storage; an unknown name is a PlanError that lists the storage's studies
     only with `list_studies` (the HTTP service shows them to authenticated callers only)."""
+    db = sqlite_file(storage_url)
+    if db is not None and not db.exists():  # opening it made an empty database in the wrong folder
+        raise UnknownStudy(f"no study {study_name!r}: {db} does not exist ({db.resolve()}); run this where `plan tune` "
+                           "ran, or give its --storage")
     storage = open_storage(storage_url)
     if not study_exists(storage, study_name):
         where = f"no study {study_name!r} in {masked_url(storage_url)}"

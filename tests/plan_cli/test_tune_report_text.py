@@ -9,3 +9,19 @@ def test_remeasured_candidates_read_as_words():
             {"trial": 0, "median_tokens_per_s": 11485.0, "spread_pct": 0.0, "samples_tokens_per_s": [11485.0]}]
     assert remeasured(rows) == "#1 12,854 tok/s ±23% (2 runs); #0 11,485 tok/s (1 run)"
     assert remeasured([]) == ""
+
+
+def test_the_best_line_gives_the_median_the_winner_was_judged_by():
+    """'best trial 2: 37,308 tokens/s measured' stood under 'ddp won: trial 2, 26,775 tokens/s (median of
+    re-measurements)': one trial, two speeds. The best line now gives the median and says so."""
+    from types import SimpleNamespace
+
+    from plan_cli.tune import best_speed
+
+    rows = [{"trial": 2, "median_tokens_per_s": 26775.0, "spread_pct": 39.0, "samples_tokens_per_s": [37308.0, 26775.0, 16500.0]},
+            {"trial": 0, "median_tokens_per_s": 22899.0, "spread_pct": 0.0, "samples_tokens_per_s": [22899.0]}]
+    rep = SimpleNamespace(best={"trial": 2, "tokens_per_s": 37308.0}, final_ranking={"rows": rows})
+    assert best_speed(rep) == "26,775 tokens/s, the median of 3 runs (its first 37,308)"
+    once = SimpleNamespace(best={"trial": 0, "tokens_per_s": 22899.0}, final_ranking={"rows": rows})
+    assert best_speed(once) == "22,899 tokens/s measured"
+    assert best_speed(SimpleNamespace(best={"trial": 0, "tokens_per_s": 22899.0}, final_ranking=None)) == "22,899 tokens/s measured"

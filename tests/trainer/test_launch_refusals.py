@@ -42,7 +42,7 @@ def test_sizes_at_the_edges_are_taken():
 @pytest.mark.parametrize("nnodes, node_rank, endpoint, field", [
     (1, 1, None, "node_rank"),  # node 1 of 1
     (2, 5, "host:29500", "node_rank"),
-    (1, 0, "nohost", "rdzv_endpoint"),
+    (1, 0, "nohost.invalid", "rdzv_endpoint"),  # no address for the host
     (1, 0, "host:abc", "rdzv_endpoint"),
     (1, 0, "host:99999", "rdzv_endpoint"),
     (1, 0, "", "rdzv_endpoint"),
@@ -57,7 +57,7 @@ def test_launch_settings_refused(nnodes, node_rank, endpoint, field, monkeypatch
 
 
 def test_launch_settings_taken():
-    check_launch(2, 1, "node001:29500")
+    check_launch(2, 1, "localhost:29500")  # a host that resolves here (node001 does not: refused)
     check_launch(1, 0, "[::1]:29500")
 
 

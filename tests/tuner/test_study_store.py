@@ -145,10 +145,12 @@ def test_studies_plan_tune_did_not_make_are_unknown_studies(tmp_path):
 OPEN_AT = """
 import sys, time
 from planner.errors import PlanError
+from tuner.storage import open_storage
 from tuner.study_store import load
 while time.time() < float(sys.argv[2]):
     pass
 try:
+    open_storage(sys.argv[1])  # makes the brand-new tables (load alone now refuses a SQLite file that is not there)
     load("x", sys.argv[1], list_studies=False)
 except PlanError as e:
     print(e.field)

@@ -118,3 +118,42 @@ def test_top_candidates_are_remeasured_interleaved_and_ranked_with_noise(tmp_pat
 
     rep = build_report(ctx.study, ctx.config.storage)
     assert rep.best["sharding"] == "none" and rep.best["median_tokens_per_s"] == pytest.approx(1500.0)
+
+
+def test_remeasurements_print_their_own_lines(tmp_path):
+    """Each re-measurement prints which trial it re-ran and what it measured; before, the progress printed
+    the study's last trial again after each one ('#3 ok ...' six times while the top 3 were re-run)."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from tuner.api import start_study
+
+    buf = io.StringIO()
+    cfg = TuneConfig(model="tiny", gpus=2, budget_s=3600, steps=4, seq_len=32, storage=f"sqlite:///{tmp_path}/n.db",
+                     study="n", measure_network=False, progress=True, top_k=0, remeasure_rounds=2,
+                     choices={"sharding": ("none", "zero1"), "offload": ("none",), "activation_checkpointing": ("none",),
+                              "precision": ("fp32",), "micro_batch": (2, 4)})
+    crash = TrialOutcome(status="crash", error="exit 1: boom", wall_s=5.0, log_tail="")
+    script = Script({("zero1", 4): [ok(2000.0), ok(1000.0), crash], ("none", 4): [ok(1500.0)],
+                     ("zero1", 2): [ok(800.0)], ("none", 2): [ok(700.0)]})
+    start_study(cfg, runner=script, console=Console(file=buf, width=200))
+    out = buf.getvalue()
+    ran = re.findall(r"^  #(\d+) ok .* sharding=(\w+) .* micro_batch=(\d+)", out, re.M)
+    first = {(s, int(m)): int(n) for n, s, m in ran}  # the trial number of each configuration
+    again = re.findall(r"re-measured #(\d+): (.*)", out)
+    assert [int(n) for n, _ in again] == [first[key] for key, _, _ in script.calls[4:]]  # one line per re-run, its own trial
+    z = first[("zero1", 4)]
+    assert (str(z), "1,000 tok/s (its run 2)") in again and (str(z), "crash: exit 1: boom (not counted)") in again
+    assert len(ran) == 4 and len(first) == 4  # the four trials, each printed once
+
+
+def test_the_budget_stop_line_adds_up():
+    from tuner.loop import stop_line
+
+    assert stop_line(17.2, 18.4, 5.0) == ("budget: 17 s left, all of it kept to re-measure the top candidates "
+                                          "(they need ~18 s)")  # was '17 s left (~18 s of it re-measure ...)'
+    assert stop_line(36.0, 30.0, 7.0) == ("budget: 36 s left (~30 s of it kept to re-measure the top candidates), "
+                                          "the shortest untried trial needs ~7 s")
+    assert stop_line(3.0, 0.0, 7.0) == "budget: 3 s left, the shortest untried trial needs ~7 s"
