@@ -373,10 +373,15 @@ def main() -> None:
     if a.examples:
         for k, n in top:
             print(f"  {k} x{n}: {example[k]}")
+    print_findings(found)
+
+
+def print_findings(found: dict, show=" ".join) -> None:
+    """Each distinct finding, most cases first, with its shortest case (`show` writes its arguments)."""
     print(f"{len(found)} distinct findings ({sum(len(v) for v in found.values())} cases)")
     for (problem, key), hits in sorted(found.items(), key=lambda kv: -len(kv[1])):
         shortest = min(hits, key=lambda c: len(c.args))
-        print(f"\n[{problem}] {key}  x{len(hits)}\n  plan {' '.join(shortest.args)}")
+        print(f"\n[{problem}] {key}  x{len(hits)}\n  plan {show(shortest.args)}")
         if shortest.detail:
             print("  " + shortest.detail.replace("\n", "\n  "))
 

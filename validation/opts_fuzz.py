@@ -26,7 +26,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from validation.cli_fuzz import _alarm, run_case
+from validation.cli_fuzz import _alarm, print_findings, run_case
 
 
 class Launched(Exception):
@@ -187,12 +187,7 @@ def main() -> None:
     print(f"{a.cases} cases (seed {a.seed}) in {time.perf_counter() - t0:.0f} s")
     print("outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(outcomes.items())))
     print("exit 2 by field: " + ", ".join(f"{k} {n}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])))
-    print(f"{len(found)} distinct findings ({sum(len(v) for v in found.values())} cases)")
-    for (problem, key), hits in sorted(found.items(), key=lambda kv: -len(kv[1])):
-        case = min(hits, key=lambda c: len(c.args))
-        print(f"\n[{problem}] {key}  x{len(hits)}\n  plan {' '.join(repr(x) if not x or ' ' in x else x for x in case.args)}")
-        if case.detail:
-            print("  " + case.detail.replace("\n", "\n  "))
+    print_findings(found, lambda args: " ".join(repr(x) if not x or " " in x else x for x in args))
 
 
 def _bad_flags(args: list[str]) -> str:
