@@ -62,6 +62,9 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         raise PlanError("runs", f"cannot read {path}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise PlanError("runs", f"{path} is not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
+    if not text.strip():
+        raise PlanError("runs", f"{path} is empty (a header line naming at least {', '.join(REQUIRED)}, then one "
+                        "row per run; layout: validation/data/README.md)")
     rows = run_csv.read_table(text)
     missing = [c for c in REQUIRED if c not in run_csv.header(text)]
     if missing:

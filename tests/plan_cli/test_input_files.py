@@ -75,6 +75,15 @@ def test_runs_file_with_a_header_and_no_rows(tmp_path):
     assert "runs.csv has a header but no runs" in line and "missing" not in line, line
 
 
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_an_empty_runs_file_says_it_is_empty(tmp_path, text):
+    """It said "has no columns id, n_gpus, gpu_type" of a file with nothing in it."""
+    (tmp_path / "runs.csv").write_text(text)
+    for cmd in (("validate", "runs.csv"), ("calibrate", "runs.csv", "--stack", "hf", "--out", "c/stacks/hf.toml")):
+        line = one_line_error(plan(*cmd, cwd=tmp_path))
+        assert "runs.csv is empty" in line and "no columns" not in line, line
+
+
 def test_runs_file_missing_a_column_names_only_that_one(tmp_path):
     (tmp_path / "runs.csv").write_text("id,n_gpus,measured_iter_time_s\nr1,8,1.0\n")
     line = one_line_error(plan("validate", "runs.csv", cwd=tmp_path))
