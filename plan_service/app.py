@@ -219,8 +219,24 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def request_error(request: Request, e: RequestValidationError):
         # FastAPI's shape, minus the echoed input (which may be large or not JSON-safe)
-        detail = [{"loc": list(err.get("loc", ())), "msg": err["msg"], "type": err["type"]} for err in e.errors()]
+        detail = [{"loc": list(err.get("loc", ())), "msg": _hinted(request, err), "type": err["type"]}
+                  for err in e.errors()]
         return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _hinted(request: Request, err: dict) -> str:
+    """pydantic's message; for a field the body's model does not have ("budget" for POST /tune's budget_s),
+    the closest fields it has."""
+    from planner.errors import closest
+
+    loc = list(err.get("loc", ()))
+    if err["type"] != "extra_forbidden" or len(loc) != 2 or loc[0] != "body":
+        return err["msg"]
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(field, "type_", None) or getattr(getattr(field, "field_info", None), "annotation", None)
+    names = list(getattr(model, "model_fields", {}))
+    close = closest(str(loc[1]), names) if names else []
+    return err["msg"] + (f"; did you mean {', '.join(close)}?" if close else "")
 
 
 def _catalog(config: ServiceConfig):
