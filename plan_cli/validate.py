@@ -113,18 +113,10 @@ def calibrate(
 
     check_out_file(out, "out")  # a folder, a file on the way, an unwritable place: said before the fit
     cat = load_catalog(catalog)
-    missed: list = []  # rows the planner cannot read: left out and said, as plan validate does
-    read = load_runs(runs, cat, missed)
-    if missed and not read:
-        first = missed[0]
-        raise PlanError(first.field, f"row {first.id}: {first.reason} (no row of {runs} could be read)")
+    read = load_runs(runs, cat)
     usable = [r for r in read if r.scored and r.layout_stated]
     if not usable:
         raise PlanError("runs", f"{runs}: nothing to fit: {_unusable(read)}")
-    if missed:
-        shown = "; ".join(f"{m.id}: {m.field}: {m.reason}" for m in missed[:3])
-        err_console.print(f"left out {_n(len(missed), 'row')} the planner cannot read ({shown}"
-                          f"{'; ...' if len(missed) > 3 else ''})", highlight=False, soft_wrap=True)
     mine, dropped = runs_for_stack(usable, stack, all_rows)
     if not mine:
         named = ", ".join(f"{s} {c}" for s, c in dropped.items())

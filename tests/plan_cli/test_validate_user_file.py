@@ -69,20 +69,3 @@ def test_calibrate_says_what_the_rows_lack(tmp_path):
     words = " ".join(r.output.split())
     assert r.exit_code == 2 and "1 have no speed to fit (e.g. nospeed: no measured speed" in words, words
     assert not (tmp_path / "c").exists()
-
-
-def test_calibrate_leaves_out_a_row_it_cannot_read_and_says_so(tmp_path):
-    """As `plan validate` does: one unreadable row (sharding 'zero9') stopped the whole fit with exit 2."""
-    good = [f"g{n},mine,7b,A100-80GB,{n},hf,1,1,{n},zero3,2,2048,{2 * n},{tf},ok" for n, tf in ((8, 150), (16, 140), (32, 130))]
-    path = tmp_path / "mine.csv"
-    path.write_text(HEAD + "\n".join(good) + "\nzero9," + ROWS["zero9"] + "\n")
-    out = tmp_path / "c" / "stacks" / "hf.toml"
-    r = run("calibrate", str(path), "--stack", "hf", "--out", str(out))
-    words = " ".join(r.output.split())
-    assert r.exit_code == 0 and out.is_file(), words
-    assert "left out 1 row the planner cannot read (zero9: sharding: 'zero9' is not a sharding" in words, words
-    assert "fitted hf on 3 runs" in words
-    # every row unreadable: one line naming the first, exit 2
-    path.write_text(HEAD + "zero9," + ROWS["zero9"] + "\n")
-    r = run("calibrate", str(path), "--stack", "hf", "--out", str(out))
-    assert r.exit_code == 2 and "sharding: row zero9: 'zero9' is not a sharding" in " ".join(r.output.split()), r.output
