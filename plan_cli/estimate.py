@@ -18,6 +18,8 @@ from planner.scenario import Scenario
 Opt = typer.Option
 SCEN = opts.SCEN
 OUT = "Output"
+INPUTS = "Ranking, measurements and memory margins"
+MOE = "MoE and DeepSeek-V3 options"
 
 
 def register(app: typer.Typer) -> None:
@@ -29,20 +31,20 @@ def register(app: typer.Typer) -> None:
 def estimate(
     knobs: dict,
     gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,
-    objective: opts.Objective = "tokens_per_s",
-    network_from: Annotated[Optional[Path], Opt(help="JSON from `plan allreduce-bench --json`")] = None,
-    calibration: Annotated[Optional[Path], Opt(help="Calibration JSON from `plan tune --calibration-out`")] = None,
-    catalog: opts.CatalogDirs = None,
-    fragmentation_margin: Annotated[Optional[float], Opt(help="Fraction of HBM kept free for the allocator (default 0.10)")] = None,
-    runtime_overhead_gib: Annotated[Optional[float], Opt(help="CUDA context/workspaces per GPU (default 1.5)")] = None,
-    moe_capacity_factor: Annotated[Optional[float], Opt(help="MoE: pad each expert's tokens to this x the mean (default: dropless, busiest rank 1.25 x)")] = None,
-    moe_fp8_dispatch: Annotated[bool, Opt(help="MoE: dispatch tokens to the experts in FP8 (DeepEP), combine in BF16")] = False,
-    moe_node_limit: Annotated[Optional[int], Opt(help="MoE: node-limited routing, each token to at most N nodes, sent once per node (DeepSeek-V3 / DeepEP)")] = None,
-    moe_a2a_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind another micro batch's compute (1F1B batch-level overlap, Megatron-Core --overlap-moe-expert-parallel-comm)")] = False,
-    moe_shared_expert_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind the shared experts' GEMMs (Megatron-Core --moe-shared-expert-overlap)")] = False,
-    recompute_norms_mla_up: Annotated[bool, Opt(help="Recompute the RMSNorms and MLA up-projections in backward, keep their inputs only (DeepSeek-V3 sec. 3.2.3)")] = False,
-    fp8_activation_cache: Annotated[bool, Opt(help="With --precision fp8: keep linear inputs in FP8 (o_proj's in E5M6), SwiGLU inputs in FP8 with its output recomputed (DeepSeek-V3 sec. 3.3.2)")] = False,
-    optimizer_moments_bf16: Annotated[bool, Opt(help="AdamW moments in BF16, masters and gradients in FP32 (DeepSeek-V3 sec. 3.3.2; Megatron --use-precision-aware-optimizer)")] = False,
+    objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom", rich_help_panel=INPUTS)] = "tokens_per_s",
+    network_from: Annotated[Optional[Path], Opt(help="JSON from `plan allreduce-bench --json`", rich_help_panel=INPUTS)] = None,
+    calibration: Annotated[Optional[Path], Opt(help="Calibration JSON from `plan tune --calibration-out`", rich_help_panel=INPUTS)] = None,
+    catalog: Annotated[Optional[list[Path]], Opt(help="Extra catalog folder(s) (also $PLAN_CATALOG)", rich_help_panel=INPUTS)] = None,
+    fragmentation_margin: Annotated[Optional[float], Opt(help="Fraction of HBM kept free for the allocator, in place of the stack profile's allocator model (its largest transient buffers; default)", rich_help_panel=INPUTS)] = None,
+    runtime_overhead_gib: Annotated[Optional[float], Opt(help="CUDA context/workspaces per GPU (default 1.5)", rich_help_panel=INPUTS)] = None,
+    moe_capacity_factor: Annotated[Optional[float], Opt(help="MoE: pad each expert's tokens to this x the mean (default: dropless, busiest rank 1.25 x)", rich_help_panel=MOE)] = None,
+    moe_fp8_dispatch: Annotated[bool, Opt(help="MoE: dispatch tokens to the experts in FP8 (DeepEP), combine in BF16", rich_help_panel=MOE)] = False,
+    moe_node_limit: Annotated[Optional[int], Opt(help="MoE: node-limited routing, each token to at most N nodes, sent once per node (DeepSeek-V3 / DeepEP)", rich_help_panel=MOE)] = None,
+    moe_a2a_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind another micro batch's compute (1F1B batch-level overlap, Megatron-Core --overlap-moe-expert-parallel-comm)", rich_help_panel=MOE)] = False,
+    moe_shared_expert_overlap: Annotated[bool, Opt(help="MoE: hide the expert all-to-all behind the shared experts' GEMMs (Megatron-Core --moe-shared-expert-overlap)", rich_help_panel=MOE)] = False,
+    recompute_norms_mla_up: Annotated[bool, Opt(help="Recompute the RMSNorms and MLA up-projections in backward, keep their inputs only (DeepSeek-V3 sec. 3.2.3)", rich_help_panel=MOE)] = False,
+    fp8_activation_cache: Annotated[bool, Opt(help="With --precision fp8: keep linear inputs in FP8 (o_proj's in E5M6), SwiGLU inputs in FP8 with its output recomputed (DeepSeek-V3 sec. 3.3.2)", rich_help_panel=MOE)] = False,
+    optimizer_moments_bf16: Annotated[bool, Opt(help="AdamW moments in BF16, masters and gradients in FP32 (DeepSeek-V3 sec. 3.3.2; Megatron --use-precision-aware-optimizer)", rich_help_panel=MOE)] = False,
     scenarios: Annotated[Optional[Path], Opt(help="CSV or JSONL of scenarios to evaluate in one process", rich_help_panel=OUT)] = None,
     out: Annotated[Optional[Path], Opt(help="Where --scenarios writes its results (.csv or .jsonl)", rich_help_panel=OUT)] = None,
     top: Annotated[Optional[int], Opt(min=1, help="Show the K best (default 10; 1 per scenario with --scenarios)", rich_help_panel=OUT)] = None,
