@@ -2,6 +2,7 @@
 takes, and bf16 refused where the GPU has no bf16 tensor cores."""
 
 import pytest
+import torch
 
 from planner.errors import PlanError
 from trainer.dist import check_precision, local_device_index
@@ -35,3 +36,43 @@ def test_fp16_and_fp32_run_on_a_v100(precision):
 
 def test_bf16_runs_where_native():
     check_precision("bf16", "NVIDIA H100 80GB HBM3", bf16_native=True)
+
+
+def test_fused_adam_buildable(tmp_path):
+    from trainer.backends.deepspeed_backend import fused_adam_buildable
+
+    assert fused_adam_buildable(True, None)  # prebuilt (DS_BUILD_FUSED_ADAM=1)
+    assert not fused_adam_buildable(False, None)  # pip's torch: no CUDA_HOME
+    assert not fused_adam_buildable(False, str(tmp_path))  # a runtime-only CUDA: no nvcc
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    assert fused_adam_buildable(False, str(tmp_path))
+
+
+def _ds_conf(**plan):
+    from trainer.backends.deepspeed_backend import ds_config_from_knobs
+    from trainer.config import TrainConfig
+    from trainer.spec import resolve_spec
+
+    cfg = TrainConfig(model="tiny", nproc=2, sharding="zero2", precision="bf16", **plan)
+    return ds_config_from_knobs(cfg, 2, True, resolve_spec(cfg.model))  # the trainer's own, on a GPU
+
+
+def test_gpu_adamw_runs_torch_adam_where_fused_adam_cannot_be_built():
+    """On a GPU the shared builder asks for FusedAdam (JIT-compiled with nvcc); this machine's real deepspeed
+    and CUDA_HOME say whether it can be built, and the trainer's config follows."""
+    import torch.utils.cpp_extension
+    from deepspeed.git_version_info import installed_ops
+
+    from trainer.backends.deepspeed_backend import fused_adam_buildable, torch_adam_where_no_fused_adam
+
+    buildable = fused_adam_buildable(bool(installed_ops.get("fused_adam")), torch.utils.cpp_extension.CUDA_HOME)
+    conf = _ds_conf()
+    assert "torch_adam" not in conf["optimizer"]["params"]  # what `plan export deepspeed` writes: unchanged
+    note = torch_adam_where_no_fused_adam(conf, on_gpu=True)
+    assert conf["optimizer"]["params"].get("torch_adam", False) is (not buildable)
+    assert ("FusedAdam" in note and "nvcc" in note) is (not buildable)
+    offload = _ds_conf(offload="optimizer")  # DeepSpeedCPUAdam, not FusedAdam
+    assert torch_adam_where_no_fused_adam(offload, on_gpu=True) == "" and "torch_adam" not in offload["optimizer"]["params"]
+    cpu = _ds_conf()
+    assert torch_adam_where_no_fused_adam(cpu, on_gpu=False) == "" and "torch_adam" not in cpu["optimizer"]["params"]
