@@ -42,12 +42,44 @@ def env_from_slurm(rdzv_endpoint: str | None) -> None:
     os.environ.setdefault("MASTER_PORT", "29500")
 
 
+def local_device_index(local_rank: int, visible: int) -> int:
+    """This rank's GPU among the `visible` ones: its local rank (torchrun, srun seeing the node's GPUs), or the
+    only one a launcher that binds a GPU per task left visible (srun --gpus-per-task=1 / --gpu-bind: each task
+    sees one device, index 0, whatever its SLURM_LOCALID). More ranks than GPUs is a clear error, not CUDA's
+    "invalid device ordinal"."""
+    from planner.errors import PlanError
+
+    if 0 <= local_rank < visible:
+        return local_rank
+    if visible == 1:
+        return 0
+    raise PlanError("nproc", f"local rank {local_rank} but {visible} GPUs are visible to this process "
+                    "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES): give at most one rank per visible GPU")
+
+
 def pick_device() -> torch.device:
     if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
+        local = local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
+
+
+def check_precision(precision: str, device_name: str, bf16_native: bool) -> None:
+    """bf16 needs bf16 tensor cores (compute capability 8.0+, or any ROCm GPU): on a V100 torch emulates it
+    (`torch.cuda.is_bf16_supported()` is True there only with `including_emulation`), many times slower and
+    with no catalog peak to report MFU against. Refused, naming what runs there."""
+    from planner.errors import PlanError
+
+    if precision in ("bf16", "bf16_pure") and not bf16_native:
+        raise PlanError("precision", f"{device_name} has no bf16 tensor cores (torch would emulate {precision}): "
+                        "use fp16 (loss-scaled) or fp32 on it")
+
+
+def check_device_precision(precision: str, device: torch.device) -> None:
+    if device.type == "cuda":
+        check_precision(precision, torch.cuda.get_device_name(device),
+                        torch.cuda.is_bf16_supported(including_emulation=False))
 
 
 def set_cpu_threads() -> None:

@@ -14,7 +14,8 @@ from trainer import dist as tdist
 from trainer.backends import build_engine
 from trainer.config import TrainConfig, validate_config, validate_layout
 from trainer.data import Batches
-from trainer.metrics import catalog_peak_tflops, host_peak_rss_bytes, measured_matmul_tflops, step_stats
+from trainer.metrics import (catalog_peak_tflops, host_peak_rss_bytes, measured_matmul_tflops, step_stats,
+                             unknown_gpu_note)
 from trainer.model import GPT
 from trainer.result import STEP_MARK, MemoryStats, TrainResult
 from trainer.spec import resolve_spec
@@ -53,7 +54,9 @@ def train(cfg: TrainConfig) -> TrainResult | None:
     t_start = time.perf_counter()
     device = tdist.init(cfg.run.timeout_s)
     rank, world = dist.get_rank(), dist.get_world_size()
+    tdist.check_device_precision(cfg.plan.precision, device)
     spec, model, engine = build(cfg, device)
+    tdist.check_device_precision(engine.knobs["precision"], device)  # a --deepspeed-config / --fsdp-config's
     # ranks of one tensor/pipeline-parallel group read the same batches: seed by data-parallel rank
     batches = Batches(cfg.run.data, spec.vocab, engine.micro_batch, cfg.plan.seq_len, seed=cfg.run.seed * 1000 + engine.dp_rank)
     if device.type == "cuda":
@@ -90,10 +93,16 @@ def report(cfg, spec, engine, device, world, times_s, losses, saved, state, meas
     tokens_per_step = engine.micro_batch * engine.grad_accum * engine.dp * cfg.plan.seq_len
     tps = tokens_per_step / stats["step_time_s_median"]
     precision = engine.knobs["precision"]
-    peak = catalog_peak_tflops(device_name(device).removeprefix("cuda:"), precision)
+    name = device_name(device).removeprefix("cuda:")
+    memory_gib = torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda" else None
+    peak = catalog_peak_tflops(name, precision, memory_gib)
     if peak is None:
         sizes = (1024, 2048, 4096) if device.type == "cuda" else (256, 512, 1024)
-        peak = (measured_matmul_tflops(precision, sizes), f"measured matmul (best of {sizes} x 3, {precision})")
+        source = f"measured matmul (best of {sizes} x 3, {precision})"
+        if device.type == "cuda":
+            source += f"; {unknown_gpu_note(name)}"
+            print(f"warning: {unknown_gpu_note(name)}", file=sys.stderr, flush=True)
+        peak = (measured_matmul_tflops(precision, sizes), source)
     # the planner's FLOP count, so that measured and predicted MFU use one formula
     model_tflops = float(model_flops_per_token(spec, cfg.plan.seq_len)) * tps / world / 1e12
     hw_tflops = float(hardware_flops_per_token(spec, cfg.plan.seq_len, engine.knobs["activation_checkpointing"])) \

@@ -21,26 +21,37 @@ def _catalog_dirs() -> list[Path]:
     return dirs
 
 
-def catalog_peak_tflops(device_name: str, precision: str) -> tuple[float, str] | None:
-    """The catalog's peak for this device: an entry whose name matches, else `local`."""
+def catalog_peak_tflops(device_name: str, precision: str, memory_gib: float | None = None) -> tuple[float, str] | None:
+    """The catalog's peak for this device: the GPU the driver's name is (hardware/gpu_names.py, the tuner's
+    matcher), else the `local` entry (on a GPU only one `plan probe` wrote for this very device: a CPU probe's
+    peak is no GPU's). None when neither fits, or the part lacks the precision (bf16 on a V100)."""
     try:
         from hardware.catalog import load_catalog
+        from hardware.gpu_names import match_gpu_id
 
         cat = load_catalog(_catalog_dirs())
     except Exception:  # a broken user catalog must not fail a training run
         return None
-    want = device_name.lower().replace("nvidia", "").split()
     if device_name != "cpu":
-        for gid, gpu in cat.gpus.items():
-            if gid != "local" and all(w in gpu.name.lower() for w in want):
-                return gpu.peak_tflops(precision), f"catalog:{gid}"
+        gid = match_gpu_id(cat, device_name, memory_gib)
+        if gid is not None:
+            try:
+                return cat.gpus[gid].peak_tflops(precision), f"catalog:{gid}"
+            except ValueError:
+                return None
     local = cat.gpus.get("local")
-    if local is not None:
+    if local is not None and (device_name == "cpu" or device_name.lower() in local.name.lower()):
         try:
             return local.peak_tflops(precision), f"catalog:local ({cat.paths.get('gpus/local', '')})"
         except ValueError:
             return None
     return None
+
+
+def unknown_gpu_note(device_name: str) -> str:
+    """Why a GPU's MFU is against a measured matmul, not a datasheet peak (said in the result's peak_source)."""
+    return (f"{device_name!r} is no catalog GPU (catalog/gpus/*.toml names; `plan probe` on this machine writes "
+            "a `local` entry): MFU is against this measured matmul, not the datasheet peak")
 
 
 def measured_matmul_tflops(dtype_name: str = "fp32", sizes: tuple[int, ...] = (256, 512, 1024),

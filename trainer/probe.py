@@ -96,8 +96,8 @@ def host_to_device_gbps(device, size_bytes: int = 256 * 2**20) -> float | None:
 def supported(dtype_name: str, device) -> bool:
     import torch
 
-    if device.type == "cuda" and dtype_name == "bf16":
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda" and dtype_name == "bf16":  # not an emulated bf16 (a V100's): no peak to write
+        return torch.cuda.is_bf16_supported(including_emulation=False)
     return True
 
 

@@ -9,7 +9,6 @@ or this host's RAM / N, and whose network is the measured all-reduce bus bandwid
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -41,46 +40,53 @@ def local_gpus() -> list[tuple[str, float]]:
 
 
 def nvidia_gpus() -> list[tuple[str, float]]:
-    """(name, memory GiB) per visible NVIDIA GPU."""
+    """(name, memory GiB) per NVIDIA GPU this process may use (nvidia-smi lists them all: CUDA_VISIBLE_DEVICES
+    narrows them, as it does for the trials' ranks)."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return []
     try:
-        out = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+        out = subprocess.run([exe, "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
+    return parse_nvidia_smi(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def parse_nvidia_smi(text: str, visible: str | None) -> list[tuple[str, float]]:
+    """(name, GiB) of `nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits`
+    rows, in CUDA_VISIBLE_DEVICES order when it is set. CUDA reads that list as indices or GPU UUIDs (a
+    unique prefix will do) and stops at the first entry that names no device ("" or "-1": none; CUDA C
+    Programming Guide, CUDA Environment Variables). MIG instances ("MIG-...") are not resolved here:
+    every GPU is listed, as before."""
     rows = []
-    for line in out.strip().splitlines():
-        name, _, mib = line.rpartition(",")
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            continue
         try:
-            rows.append((name.strip(), float(mib) / 1024))
+            rows.append((int(parts[0]), parts[1], ",".join(parts[2:-1]), float(parts[-1]) / 1024))
         except ValueError:
             continue
-    return rows
+    if visible is None or any(e.strip().startswith("MIG") for e in visible.split(",")):
+        return [(name, gib) for _, _, name, gib in rows]
+    chosen: list[tuple] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        hits = [r for r in rows if (entry.isdigit() and r[0] == int(entry))
+                or (entry.startswith("GPU-") and r[1].startswith(entry))]
+        if len(hits) != 1:
+            break  # CUDA ignores this entry and every one after it
+        if hits[0] not in chosen:
+            chosen.append(hits[0])
+    return [(name, gib) for _, _, name, gib in chosen]
 
 
 def guess_gpu_id(catalog: Catalog, name: str, memory_gib: float) -> str | None:
-    """The catalog GPU whose name matches the driver's (nvidia-smi, amd-smi, rocm-smi: the model, then most
-    other words: PCIe vs SXM) and whose memory is closest."""
-    def words(text: str) -> str:
-        return text.lower().replace("-", " ")
+    """The catalog GPU whose name matches the driver's (nvidia-smi, amd-smi, rocm-smi) and whose memory is
+    closest: hardware/gpu_names.py, the matcher the trainer uses on torch's device name too."""
+    from hardware.gpu_names import match_gpu_id
 
-    key = words(name).replace("nvidia", "")
-    tokens = [t for t in key.split() if len(t) > 2 and t != "tesla"]
-    # a form factor the driver's name would state ("NVIDIA H100 NVL", "NVIDIA H100 PCIe"): a catalog part
-    # carrying one the name lacks is not it, however close its memory (H100 NVL 94 GB vs a 96 GB SXM part)
-    marks = ("nvl", "pcie")
-    def has(token: str, gpu_name: str) -> bool:  # a whole word: B300 is not GB300, B200 not GB200
-        return re.search(rf"(?<![a-z0-9]){re.escape(token)}(?![a-z0-9])", words(gpu_name)) is not None
-
-    for token in tokens:  # the model, e.g. h100
-        hits = [g for g in catalog.gpus.values() if has(token, g.name)]
-        if hits:
-            return min(hits, key=lambda g: (-sum(has(t, g.name) for t in tokens),
-                                            sum(m in words(g.name) and m not in key for m in marks),
-                                            abs(g.hbm_gib - memory_gib))).id
-    return None
+    return match_gpu_id(catalog, name, memory_gib)
 
 
 def host_ram_gib() -> float:

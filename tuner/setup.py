@@ -70,7 +70,8 @@ def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str,
             rows = device.local_gpus()
             gpu_id = device.guess_gpu_id(catalog, *rows[0]) if rows else None
             if gpu_id is None:
-                raise PlanError("gpu", "cannot tell which catalog GPU this is; pass --gpu ID")
+                seen = f"{rows[0][0]!r}, {rows[0][1]:.1f} GiB" if rows else "no name from nvidia-smi / amd-smi"
+                raise PlanError("gpu", f"cannot tell which catalog GPU this is ({seen}); pass --gpu ID")
         scenario = Scenario(model=cfg.model, gpus=nproc, gpu=gpu_id, cluster=cfg.cluster)
         system = assumed = resolve_system(scenario, catalog)
         if cfg.device_memory_gib:
@@ -130,7 +131,8 @@ def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> StudyMeta:
     parallel = ranked_parallel_choices(Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len), system,
                                        _settings_for(on_gpu))
     space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,
-                        global_batch=cfg.global_batch, dp=nproc, parallel=parallel)
+                        global_batch=cfg.global_batch, dp=nproc, parallel=parallel,
+                        bf16=system.gpu.bf16_tflops is not None)  # a V100 runs no bf16 (trainer/dist.py)
     calibration = _initial_calibration(cfg)
     settings = _settings_for(on_gpu)
     base = Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len, global_batch=cfg.global_batch)

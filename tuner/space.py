@@ -147,13 +147,15 @@ def trainer_runs(knobs: dict) -> str:
 
 
 def build_space(backend: str, *, on_gpu: bool, overrides: dict[str, tuple] | None = None,
-                global_batch: int | None = None, dp: int = 1, parallel: dict[str, tuple] | None = None) -> Space:
-    """Default choices for the backend/device, narrowed by `--choices`.
+                global_batch: int | None = None, dp: int = 1, parallel: dict[str, tuple] | None = None,
+                bf16: bool = True) -> Space:
+    """Default choices for the backend/device, narrowed by `--choices`; `bf16` False (a GPU without bf16
+    tensor cores: the catalog's V100s) leaves bf16 out of the default precisions.
 
     With a global batch, grad_accum follows from micro_batch (global = micro * accum * dp)
     and micro batches that do not divide it are dropped.
     """
-    choices = default_choices(backend, on_gpu=on_gpu)
+    choices = default_choices(backend, on_gpu=on_gpu, bf16=bf16)
     choices.update(parallel or {})  # tp/pp when the planner ranks them (ranked_parallel_choices)
     choices.update(overrides or {})
     if global_batch is not None:

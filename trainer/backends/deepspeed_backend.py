@@ -9,6 +9,7 @@ knobs are then read back from that config.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -66,6 +67,34 @@ def refuse_zeropp_without_cuda(conf: dict, on_gpu: bool) -> None:
                             "(allowed on a CPU: false)")
 
 
+def fused_adam_buildable(prebuilt: bool, cuda_home: str | None) -> bool:
+    """DeepSpeed's FusedAdam (its default for "AdamW" on a GPU) loads from a prebuilt op (DS_BUILD_FUSED_ADAM=1)
+    or is JIT-compiled with nvcc under CUDA_HOME (op_builder/builder.py installed_cuda_version raises
+    MissingCUDAException without one); pip's torch wheels bring no nvcc."""
+    import os
+
+    return prebuilt or bool(cuda_home and os.path.exists(os.path.join(cuda_home, "bin", "nvcc")))
+
+
+def torch_adam_where_no_fused_adam(conf: dict, on_gpu: bool) -> str:
+    """A config built from the knobs whose AdamW would JIT-compile FusedAdam where it cannot be built runs
+    torch's AdamW instead (DeepSpeed's `torch_adam`: the same update, unfused); returns the note said on stderr,
+    "" when nothing changed. Offload runs DeepSpeedCPUAdam (load_cpu_adam_once), not FusedAdam."""
+    opt = conf.get("optimizer") or {}
+    zero = conf.get("zero_optimization") or {}
+    offloaded = (zero.get("offload_optimizer") or {}).get("device") not in (None, "none")
+    if not on_gpu or offloaded or opt.get("type") not in ("Adam", "AdamW") or (opt.get("params") or {}).get("torch_adam"):
+        return ""
+    import torch.utils.cpp_extension
+    from deepspeed.git_version_info import installed_ops
+
+    if fused_adam_buildable(bool(installed_ops.get("fused_adam")), torch.utils.cpp_extension.CUDA_HOME):
+        return ""
+    opt.setdefault("params", {})["torch_adam"] = True
+    return ("DeepSpeed's FusedAdam is not prebuilt and no nvcc is found to build it (CUDA_HOME): running torch's "
+            "AdamW (torch_adam); install the CUDA toolkit or DS_BUILD_FUSED_ADAM=1 pip install deepspeed for the fused one")
+
+
 def load_cpu_adam_once(dist) -> None:
     """Build/load DeepSpeedCPUAdam on local rank 0 first, the other ranks after a barrier.
 
@@ -98,6 +127,9 @@ class DeepSpeedEngine(Engine):
             self.knobs = knobs_from_ds_config(conf, self.knobs)
         else:
             conf = ds_config_from_knobs(cfg, world, device.type == "cuda", model.spec)
+            note = torch_adam_where_no_fused_adam(conf, device.type == "cuda")
+            if note and dist.get_rank() == 0:
+                print(f"note: {note}", file=sys.stderr, flush=True)
         self.ds_config = conf
         refuse_zeropp_without_cuda(conf, device.type == "cuda")
         if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
