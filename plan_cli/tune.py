@@ -127,6 +127,8 @@ def tune(
         report = start_study(cfg, console=err_console)
     _write_profile(report.study, cfg.storage, stack_out, json_out)
     _show(report, cfg.storage, json_out)
+    if report.interrupted_by:  # the Unix convention for a command stopped by a signal: 128 + its number
+        raise typer.Exit(INTERRUPTED_EXIT[report.interrupted_by])
 
 
 @tune_app.command("report")
@@ -151,6 +153,11 @@ def report(
     _show(rep, storage, json_out)
 
 
+# An interrupted study is saved and its report printed, but it did not finish: 128 + the signal's number, as a
+# shell reports it (a script's `plan tune ... && next` must not go on as if the budget had run out; it exited 0)
+INTERRUPTED_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+
 @contextmanager
 def _stopped_early():
     """Ctrl-C or SIGTERM before the first trial (while this machine is measured): one line saying so and exit
@@ -164,7 +171,7 @@ def _stopped_early():
         what = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
         err_console.print(f"stopped by {what} while measuring this machine, before any trial: nothing to keep; "
                           "run the same command again", highlight=False, soft_wrap=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPTED_EXIT["SIGTERM" if isinstance(e, Terminated) else "SIGINT"]) from None
 
 
 def _write_profile(study: str, storage: str | None, out: Path | None, json_out: bool) -> None:
