@@ -221,7 +221,26 @@ def _error_handlers(app: FastAPI) -> None:
         # FastAPI's shape, minus the echoed input (which may be large or not JSON-safe)
         detail = [{"loc": list(err.get("loc", ())), "msg": _hinted(request, err), "type": err["type"]}
                   for err in e.errors()]
+        if (not_json := _not_a_json_object(request, e.errors())) is not None:
+            return JSONResponse(body(["body"], *not_json[:2]), status_code=not_json[2])
         return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _not_a_json_object(request: Request, errors: list[dict]) -> tuple[str, str, int] | None:
+    """A body that is not a JSON object as a whole (`curl -d 'a=b'` sends a form without a JSON content type):
+    what the endpoint takes (was pydantic's "Input should be a valid dictionary or object to extract fields
+    from"); 415 for another content type, 422 for JSON that is not an object. None: field-level errors."""
+    whole = [err for err in errors if list(err.get("loc", ())) == ["body"]]
+    if not whole or whole[0]["type"] not in ("model_attributes_type", "dict_type", "missing"):
+        return None
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    takes = "this endpoint takes a JSON object (Content-Type: application/json; curl: -H 'Content-Type: " \
+            "application/json' -d '{...}', or --json '{...}')"
+    if whole[0]["type"] == "missing":
+        return f"no body: {takes}", "body_missing", 422
+    if kind != "application/json" and not kind.endswith("+json"):
+        return f"{takes}; got Content-Type: {kind or 'none'}", "unsupported_media_type", 415
+    return f"{takes}; got JSON that is not an object", "not_an_object", 422
 
 
 def _hinted(request: Request, err: dict) -> str:
