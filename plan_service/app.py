@@ -147,7 +147,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             if e.field == "study":
                 raise HTTPException(409, str(e)) from None
             raise
-        return TuneStarted(study=name, status_url=f"/tune/{name}", export_url=f"/export/{name}/deepspeed")
+        fmt = "fsdp" if req.backend == "fsdp" else "deepspeed"  # an FSDP study's winner is an FSDP settings file
+        return TuneStarted(study=name, status_url=f"/tune/{name}", export_url=f"/export/{name}/{fmt}")
 
     @app.get("/tune", response_model=StudyList, dependencies=[Depends(require_token)],
              responses={401: {"model": ErrorBody}, 503: {"model": ErrorBody}})
@@ -180,19 +181,20 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
         `recompute_norms_mla_up` / `fp8_activation_cache` / `optimizer_moments_bf16` are `plan export
         --from-study`'s memory-saving switches: refused (422 naming the switch) as the CLI refuses them."""
-        from planner.exports.bundle import ExportOptions, export
-        from planner.memory_recipe import FIELDS as RECIPE_FIELDS, MemoryRecipe
+        return _study_export("deepspeed", study, query, config.storage)
 
-        from tuner.report import chosen_from_study
-        from tuner.study_store import UnknownStudy
+    @app.get("/export/{study}/fsdp", responses={**ERRORS, 404: {"model": ErrorBody}})
+    def export_fsdp(study: Name, query: Annotated[StudyExportQuery, Query()]) -> dict:
+        """The FSDP2 settings JSON of a study's best trial (`plan export fsdp --from-study`: the file an FSDP
+        trial ran from; a DeepSpeed winner is refused as the CLI refuses it). Same switches as /deepspeed."""
+        return _study_export("fsdp", study, query, config.storage)
 
-        try:  # no completed trial yet: a PlanError, 422
-            chosen = chosen_from_study(study, config.storage, list_studies=False)
-        except UnknownStudy as e:
-            raise HTTPException(404, str(e)) from None
-        memory = MemoryRecipe(**query.model_dump(include=set(RECIPE_FIELDS)))
-        result = export("deepspeed", chosen.model_copy(update={"memory": memory}), ExportOptions(target=query.target))
-        return json.loads(result.files[0].content)
+    @app.get("/export/{study}/{fmt}", responses={404: {"model": ErrorBody}}, include_in_schema=False)
+    def export_other(study: Name, fmt: str) -> dict:
+        """A format the service does not serve: a 404 saying which it serves (it was a bare 'Not Found')."""
+        raise HTTPException(404, f"no export format {fmt!r} over HTTP: /export/STUDY/deepspeed or "
+                            f"/export/STUDY/fsdp (JSON); the other formats are files: plan export FORMAT --from-study "
+                            "STUDY")
 
     return app
 
@@ -256,6 +258,23 @@ def _hinted(request: Request, err: dict) -> str:
     names = list(getattr(model, "model_fields", {}))
     close = closest(str(loc[1]), names) if names else []
     return err["msg"] + (f"; did you mean {', '.join(close)}?" if close else "")
+
+
+def _study_export(fmt: str, study: str, query: StudyExportQuery, storage: str) -> dict:
+    """A study's best trial in a JSON format, by `plan export FORMAT --from-study`'s own functions."""
+    from planner.exports.bundle import ExportOptions, export
+    from planner.memory_recipe import FIELDS as RECIPE_FIELDS, MemoryRecipe
+
+    from tuner.report import chosen_from_study
+    from tuner.study_store import UnknownStudy
+
+    try:  # no completed trial yet: a PlanError, 422
+        chosen = chosen_from_study(study, storage, list_studies=False)
+    except UnknownStudy as e:
+        raise HTTPException(404, str(e)) from None
+    memory = MemoryRecipe(**query.model_dump(include=set(RECIPE_FIELDS)))
+    result = export(fmt, chosen.model_copy(update={"memory": memory}), ExportOptions(target=query.target))
+    return json.loads(result.files[0].content)
 
 
 def _catalog(config: ServiceConfig):
