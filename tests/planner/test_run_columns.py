@@ -170,3 +170,15 @@ def test_tflops_count_the_recomputed_forward_only_under_full_recompute(tmp_path)
                  "b,64,A100-80GB,Megatron-LM,40,5120,40,51200,2048,8,1,1,512,none,150\n")
     a, b = load_runs(f)
     assert b.measured_tokens_per_s_per_gpu == pytest.approx(a.measured_tokens_per_s_per_gpu * 4 / 3)
+
+
+@pytest.mark.parametrize("cell, counts", [("16K", "16384 or 16000"), ("1.5k", "1536 or 1500")])
+def test_a_k_count_is_refused_with_what_to_write(cell, counts):
+    """'16K' GPUs: K is 1,000 or 1,024, so the cell stays refused; the line names the field and says to write the
+    count itself (it said only "'16K' is not a number")."""
+    from planner import run_text
+
+    with pytest.raises(PlanError) as e:
+        run_text.number({"id": "x", "n_gpus": cell}, "n_gpus")
+    msg = str(e.value)
+    assert msg.startswith(f"n_gpus: row x: {cell!r} is not a number") and f"write the count itself, e.g. {counts}" in msg
