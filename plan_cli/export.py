@@ -61,7 +61,7 @@ def export(
     out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout); companions go beside it")] = None,
     json_out: Annotated[bool, Opt("--json", help="Print the export (plan, files, notes) as JSON")] = False,
 ) -> None:
-    """Write the chosen plan as a DeepSpeed config, accelerate config, torchrun or sbatch script, or Megatron-LM arguments."""
+    """Write the chosen plan as a DeepSpeed config, FSDP2 settings, accelerate config, torchrun or sbatch script, or Megatron-LM arguments."""
     from planner.errors import PlanError
     from planner.exports.bundle import FORMATS, ExportOptions, export as render_export
     from planner.exports.common import Recipe, check_target

@@ -35,7 +35,7 @@ def tune(
     ctx: typer.Context,
     model: Annotated[Optional[str], Opt(help="Preset id, size (7b) or config.json", rich_help_panel=RUN)] = None,
     gpus: Annotated[Optional[int], Opt(min=1, help="Ranks (GPUs; CPU ranks without a GPU). Default: this machine's devices", rich_help_panel=RUN)] = None,
-    budget: Annotated[Optional[str], Opt(help="Wall-clock budget: 2h, 90m, 3m, 45s", rich_help_panel=RUN)] = None,
+    budget: Annotated[Optional[str], Opt(help="Wall-clock budget: 2h, 90m, 3m, 45s (at most 7d: run the same command again to go on)", rich_help_panel=RUN)] = None,
     steps: Annotated[int, Opt(min=2, help="Trainer steps per trial (warm-up included)", rich_help_panel=RUN)] = 4,
     storage: Annotated[Optional[str], Opt(help="Optuna RDB URL (default sqlite:///plan-tune.db; postgresql://... works)", rich_help_panel=RUN)] = None,
     study: Annotated[Optional[str], Opt(help="Study name (default MODEL-NxDEVICE-BACKEND)", rich_help_panel=RUN)] = None,
@@ -43,7 +43,7 @@ def tune(
     top_k: Annotated[int, Opt(min=0, help="Planner proposals tried first (re-ranked after every trial)", rich_help_panel=SPACE)] = 10,
     choices: Annotated[Optional[list[str]], Opt(help="Narrow the space: KNOB=V1,V2 (repeatable)", rich_help_panel=SPACE)] = None,
     global_batch: Annotated[Optional[int], Opt(min=1, help="Fix sequences per step (grad_accum follows)", rich_help_panel=SPACE)] = None,
-    seq_len: Annotated[Optional[int], Opt(min=1, rich_help_panel=SPACE)] = None,
+    seq_len: Annotated[Optional[int], Opt(min=1, help="Tokens per sequence (default: the model's, at most 2048)", rich_help_panel=SPACE)] = None,
     explore_infeasible: Annotated[bool, Opt(help="Also launch what the planner predicts will not fit", rich_help_panel=SPACE)] = False,
     infeasible_margin: Annotated[float, Opt(min=0, help="Launch predicted memory misses smaller than this fraction", rich_help_panel=SPACE)] = 0.10,
     device_memory_gib: Annotated[Optional[float], Opt(min=0.1, help="Per-rank memory cap (CPU: a real RLIMIT_AS)", rich_help_panel=RUN)] = None,
@@ -54,7 +54,7 @@ def tune(
                                          "(0: none; at most a quarter of the budget)", rich_help_panel=RUN)] = 2,
     trial_timeout: Annotated[Optional[str], Opt(help="Kill a trial after this long (default 3x its expected time)", rich_help_panel=RUN)] = None,
     sampler: Annotated[str, Opt(help="tpe|random (after the planner's proposals)", rich_help_panel=SPACE)] = "tpe",
-    seed: Annotated[Optional[int], Opt(rich_help_panel=SPACE)] = None,
+    seed: Annotated[Optional[int], Opt(help="The sampler's random seed (default: a fresh one each run)", rich_help_panel=SPACE)] = None,
     calibration: Annotated[Optional[Path], Opt(help="Start from this Calibration JSON", rich_help_panel=RUN)] = None,
     calibration_out: Annotated[Optional[Path], Opt(help="Write the fitted Calibration JSON here (for plan estimate --calibration)", rich_help_panel=OUT)] = None,
     csv: Annotated[Optional[Path], Opt(help="Write the trial table as CSV", rich_help_panel=OUT)] = None,
@@ -127,6 +127,8 @@ def tune(
         report = start_study(cfg, console=err_console)
     _write_profile(report.study, cfg.storage, stack_out, json_out)
     _show(report, cfg.storage, json_out)
+    if report.interrupted_by:  # the Unix convention for a command stopped by a signal: 128 + its number
+        raise typer.Exit(INTERRUPTED_EXIT[report.interrupted_by])
 
 
 @tune_app.command("report")
@@ -151,6 +153,11 @@ def report(
     _show(rep, storage, json_out)
 
 
+# An interrupted study is saved and its report printed, but it did not finish: 128 + the signal's number, as a
+# shell reports it (a script's `plan tune ... && next` must not go on as if the budget had run out; it exited 0)
+INTERRUPTED_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+
 @contextmanager
 def _stopped_early():
     """Ctrl-C or SIGTERM before the first trial (while this machine is measured): one line saying so and exit
@@ -164,7 +171,7 @@ def _stopped_early():
         what = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
         err_console.print(f"stopped by {what} while measuring this machine, before any trial: nothing to keep; "
                           "run the same command again", highlight=False, soft_wrap=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPTED_EXIT["SIGTERM" if isinstance(e, Terminated) else "SIGINT"]) from None
 
 
 def _write_profile(study: str, storage: str | None, out: Path | None, json_out: bool) -> None:

@@ -35,12 +35,21 @@ def validate(
     from planner.settings import Settings
     from planner.validate import validate as run_validate
 
+    from planner.run_csv import repeated_note
+    from planner.runs import repeated_ids
+
     cat = load_catalog(catalog)
     skipped: list = []
     report = run_validate(load_runs(runs, cat, skipped), Settings(stacks=cat.stacks), skipped)
+    repeated = repeated_ids(runs)
+    report = report.model_copy(update={"repeated_ids": repeated})
     if not report.runs and report.not_predicted:  # nothing to score: the first reason is the error
         first = report.not_predicted[0]
         raise PlanError(first.field, f"row {first.id}: {first.reason} (no row of {runs} could be predicted)")
+    if repeated:  # a row pasted twice weighs double in every average below (it was scored twice with no word)
+        (err_console if json_out else console).print(
+            f"note: {repeated_note(repeated)} of {runs}: each row is scored; remove a row pasted twice",
+            highlight=False, soft_wrap=True)
     if json_out:
         print_json(report)
         return
@@ -102,7 +111,8 @@ def calibrate(
     from hardware.stacks import profile_to_toml
     from planner import profile_fit
     from planner.calibrate_rows import dropped_note, runs_for_stack
-    from planner.runs import load_runs
+    from planner.run_csv import repeated_note
+    from planner.runs import load_runs, repeated_ids
     from planner.scenario import STACKS
 
     if stack not in STACKS:
@@ -114,6 +124,10 @@ def calibrate(
     check_out_file(out, "out")  # a folder, a file on the way, an unwritable place: said before the fit
     cat = load_catalog(catalog)
     read = load_runs(runs, cat)
+    repeated = repeated_ids(runs)
+    if repeated:  # strict, as for a row it cannot read: a row pasted twice would weigh double in the fit
+        raise PlanError("runs", f"{repeated_note(repeated)} of {runs}: a fit would weigh that run twice; "
+                        "remove the repeated row, or give each run its own id")
     usable = [r for r in read if r.scored and r.layout_stated]
     if not usable:
         raise PlanError("runs", f"{runs}: nothing to fit: {_unusable(read)}")

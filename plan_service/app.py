@@ -147,7 +147,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             if e.field == "study":
                 raise HTTPException(409, str(e)) from None
             raise
-        return TuneStarted(study=name, status_url=f"/tune/{name}", export_url=f"/export/{name}/deepspeed")
+        fmt = "fsdp" if req.backend == "fsdp" else "deepspeed"  # an FSDP study's winner is an FSDP settings file
+        return TuneStarted(study=name, status_url=f"/tune/{name}", export_url=f"/export/{name}/{fmt}")
 
     @app.get("/tune", response_model=StudyList, dependencies=[Depends(require_token)],
              responses={401: {"model": ErrorBody}, 503: {"model": ErrorBody}})
@@ -180,19 +181,20 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
         `recompute_norms_mla_up` / `fp8_activation_cache` / `optimizer_moments_bf16` are `plan export
         --from-study`'s memory-saving switches: refused (422 naming the switch) as the CLI refuses them."""
-        from planner.exports.bundle import ExportOptions, export
-        from planner.memory_recipe import FIELDS as RECIPE_FIELDS, MemoryRecipe
+        return _study_export("deepspeed", study, query, config.storage)
 
-        from tuner.report import chosen_from_study
-        from tuner.study_store import UnknownStudy
+    @app.get("/export/{study}/fsdp", responses={**ERRORS, 404: {"model": ErrorBody}})
+    def export_fsdp(study: Name, query: Annotated[StudyExportQuery, Query()]) -> dict:
+        """The FSDP2 settings JSON of a study's best trial (`plan export fsdp --from-study`: the file an FSDP
+        trial ran from; a DeepSpeed winner is refused as the CLI refuses it). Same switches as /deepspeed."""
+        return _study_export("fsdp", study, query, config.storage)
 
-        try:  # no completed trial yet: a PlanError, 422
-            chosen = chosen_from_study(study, config.storage, list_studies=False)
-        except UnknownStudy as e:
-            raise HTTPException(404, str(e)) from None
-        memory = MemoryRecipe(**query.model_dump(include=set(RECIPE_FIELDS)))
-        result = export("deepspeed", chosen.model_copy(update={"memory": memory}), ExportOptions(target=query.target))
-        return json.loads(result.files[0].content)
+    @app.get("/export/{study}/{fmt}", responses={404: {"model": ErrorBody}}, include_in_schema=False)
+    def export_other(study: Name, fmt: str) -> dict:
+        """A format the service does not serve: a 404 saying which it serves (it was a bare 'Not Found')."""
+        raise HTTPException(404, f"no export format {fmt!r} over HTTP: /export/STUDY/deepspeed or "
+                            f"/export/STUDY/fsdp (JSON); the other formats are files: plan export FORMAT --from-study "
+                            "STUDY")
 
     return app
 
@@ -221,7 +223,26 @@ def _error_handlers(app: FastAPI) -> None:
         # FastAPI's shape, minus the echoed input (which may be large or not JSON-safe)
         detail = [{"loc": list(err.get("loc", ())), "msg": _hinted(request, err), "type": err["type"]}
                   for err in e.errors()]
+        if (not_json := _not_a_json_object(request, e.errors())) is not None:
+            return JSONResponse(body(["body"], *not_json[:2]), status_code=not_json[2])
         return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _not_a_json_object(request: Request, errors: list[dict]) -> tuple[str, str, int] | None:
+    """A body that is not a JSON object as a whole (`curl -d 'a=b'` sends a form without a JSON content type):
+    what the endpoint takes (was pydantic's "Input should be a valid dictionary or object to extract fields
+    from"); 415 for another content type, 422 for JSON that is not an object. None: field-level errors."""
+    whole = [err for err in errors if list(err.get("loc", ())) == ["body"]]
+    if not whole or whole[0]["type"] not in ("model_attributes_type", "dict_type", "missing"):
+        return None
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    takes = "this endpoint takes a JSON object (Content-Type: application/json; curl: -H 'Content-Type: " \
+            "application/json' -d '{...}', or --json '{...}')"
+    if whole[0]["type"] == "missing":
+        return f"no body: {takes}", "body_missing", 422
+    if kind != "application/json" and not kind.endswith("+json"):
+        return f"{takes}; got Content-Type: {kind or 'none'}", "unsupported_media_type", 415
+    return f"{takes}; got JSON that is not an object", "not_an_object", 422
 
 
 def _hinted(request: Request, err: dict) -> str:
@@ -237,6 +258,23 @@ def _hinted(request: Request, err: dict) -> str:
     names = list(getattr(model, "model_fields", {}))
     close = closest(str(loc[1]), names) if names else []
     return err["msg"] + (f"; did you mean {', '.join(close)}?" if close else "")
+
+
+def _study_export(fmt: str, study: str, query: StudyExportQuery, storage: str) -> dict:
+    """A study's best trial in a JSON format, by `plan export FORMAT --from-study`'s own functions."""
+    from planner.exports.bundle import ExportOptions, export
+    from planner.memory_recipe import FIELDS as RECIPE_FIELDS, MemoryRecipe
+
+    from tuner.report import chosen_from_study
+    from tuner.study_store import UnknownStudy
+
+    try:  # no completed trial yet: a PlanError, 422
+        chosen = chosen_from_study(study, storage, list_studies=False)
+    except UnknownStudy as e:
+        raise HTTPException(404, str(e)) from None
+    memory = MemoryRecipe(**query.model_dump(include=set(RECIPE_FIELDS)))
+    result = export(fmt, chosen.model_copy(update={"memory": memory}), ExportOptions(target=query.target))
+    return json.loads(result.files[0].content)
 
 
 def _catalog(config: ServiceConfig):

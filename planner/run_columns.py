@@ -77,7 +77,7 @@ def _shard_word(v: str) -> str | None:
         # FSDP2's fully_shard(reshard_after_forward=False) keeps the parameters after forward: SHARD_GRAD_OP
         return "fsdp_shard_grad_op"
     if re.search(r"fsdp|full[_\s-]*shard|fully[_\s-]*shard", v):
-        return "fsdp_full_shard"
+        return _fsdp_by_zero_stage(v) or "fsdp_full_shard"
     if re.search(r"distributed[_\s-]*optimi[sz]er|dist\.?[_\s-]*opt", v) or v == "do":  # "DO": Megatron's shorthand
         return "zero1"
     m = re.search(r"zero[\s_-]*(?:stage)?[\s_=:-]*([0-3])|stage[\s_=:-]*([0-3])|\bz([0-3])\b", v)
@@ -85,6 +85,21 @@ def _shard_word(v: str) -> str | None:
         n = int(next(g for g in m.groups() if g))
         return f"zero{n}" if n else "none"
     return None
+
+
+_ZERO_STAGE = re.compile(r"zero[\s_-]*(?:stage)?[\s_=:-]*([0-3])")
+# FSDP's strategies by the ZeRO stage they match (Lightning Thunder's FSDPType docs: ZERO2 ~ SHARD_GRAD_OP, ZERO3 ~
+# FULL_SHARD); PyTorch FSDP has no ZeRO-1 (optimizer states only) or ZeRO-0 strategy
+FSDP_OF_ZERO = {"2": "fsdp_shard_grad_op", "3": "fsdp_full_shard"}
+
+
+def _fsdp_by_zero_stage(v: str) -> str | None:
+    """An FSDP cell that names a ZeRO stage ("FSDP (ZeRO-2-like)"): the FSDP strategy of that stage; a stage
+    FSDP has not is "fsdp_zeroN", which sharding_of refuses (it read as full shard, ZeRO-3's memory)."""
+    m = _ZERO_STAGE.search(v)
+    if m is None:
+        return None
+    return FSDP_OF_ZERO.get(m.group(1), f"fsdp_zero{m.group(1)}")
 
 
 def sharding_column(row) -> str:
@@ -113,6 +128,11 @@ def sharding_of(row, stack: str, notes) -> str:
         notes.append("sharding not stated: none")
         return "none"
     word = _shard_word(v)
+    if word is not None and word.startswith("fsdp_zero"):
+        raise PlanError(sharding_column(row), f"row {row.get('id')}: {v!r}: PyTorch FSDP has no ZeRO-{word[-1]} "
+                        "strategy (SHARD_GRAD_OP is ZeRO-2-like, FULL_SHARD ZeRO-3-like); write zero1 if only the "
+                        "optimizer states were sharded (DeepSpeed ZeRO-1, Megatron's distributed optimizer or "
+                        "Megatron-FSDP 'optim'), else the FSDP strategy the run used")
     if word is None:
         raise PlanError(sharding_column(row), f"row {row.get('id')}: {v!r} is not a sharding (allowed: none, zero1-3 "
                         "(ZeRO-1, zero stage 2, distributed optimizer), fsdp_full_shard, fsdp_shard_grad_op, "

@@ -45,3 +45,28 @@ def read_table(text: str, keep_empty_rows: bool = False) -> list[dict[str, str]]
     names = [cell(n) for n in rows[0]]
     return [{n: cell(v) for n, v in zip(names, r)} for r in rows[1:]
             if any(cell(v) for v in r) or (keep_empty_rows and r)]
+
+
+def repeated_ids(text: str) -> dict[str, list[int]]:
+    """Ids on more than one row, each with the file lines it is on (1 = the header): a row pasted twice is
+    scored twice and weighs double in a fit, so the commands say so (plan validate) or refuse (plan calibrate)."""
+    text = text.lstrip("\ufeff")
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=_delimiter(text.split("\n", 1)[0]))
+    names = [cell(n) for n in next(reader, [])]
+    if "id" not in names:
+        return {}
+    col, lines = names.index("id"), {}
+    for r in reader:
+        rid = cell(r[col]) if col < len(r) else ""
+        if rid:
+            lines.setdefault(rid, []).append(reader.line_num)
+    return {rid: at for rid, at in lines.items() if len(at) > 1}
+
+
+def repeated_note(repeated: dict[str, list[int]]) -> str:
+    """'id a on lines 3 and 7, id b on lines 4, 5 and 9' (the first three ids, then how many more)."""
+    def lines(at: list[int]) -> str:
+        return ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+    named = [f"id {rid} on lines {lines(at)}" for rid, at in list(repeated.items())[:3]]
+    more = len(repeated) - len(named)
+    return ", ".join(named) + (f" (and {more} more repeated ids)" if more else "")

@@ -19,6 +19,16 @@ from planner.errors import PlanError
 _NUMBER = re.compile(r"^[~≈]?\s*(-?\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?:\(.*\))?$")
 
 
+def _k_hint(text: str) -> str:
+    """'16K' in a count column: K is 1,000 or 1,024 (16K GPUs are 16,384 in one paper, 16,000 in another), so the
+    cell is refused; the hint says to write the count itself (it said only "is not a number")."""
+    k = re.fullmatch(r"(\d+(?:\.\d+)?)\s*[kK]", text.strip())
+    if k is None:
+        return ""
+    n = float(k.group(1))
+    return f" ({k.group(0)}: K may be 1,000 or 1,024; write the count itself, e.g. {n * 1024:.0f} or {n * 1000:.0f})"
+
+
 def number(row, key: str) -> float | None:
     """A numeric cell: '1,024', '~64', '64 (8 nodes)', '7B', '350M', '1420 ms', '64 GPUs', 'TP8' (the column's
     unit words and scales: planner/run_units.py), '4k' (seq_len: x 1024); blank -> None. Counts and
@@ -29,7 +39,7 @@ def number(row, key: str) -> float | None:
     v, factor = run_units.bare(key, raw)
     m = _NUMBER.match(v)
     if not m:
-        raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a number")
+        raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a number{_k_hint(v)}")
     value = float(m.group(1).replace(",", "").replace("_", "")) * factor
     if not math.isfinite(value):  # '1e400': float() overflows to inf
         raise PlanError(key, f"row {row.get('id')}: {raw!r} is not a finite number")

@@ -75,6 +75,12 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return rows
 
 
+def repeated_ids(path: Path) -> dict[str, list[int]]:
+    """Ids on more than one row of a runs file, with their lines (planner/run_csv.repeated_ids)."""
+    with open(path, newline="", encoding="utf-8-sig") as f:  # read_rows has read it: its errors are said there
+        return run_csv.repeated_ids(f.read())
+
+
 def source_of(row: dict[str, str]) -> str:
     """`origin:table`: the id's prefix and the table or section the row's `source` names. A row whose
     id has no `origin_` prefix (a user's own file: ids r1, r2 ...) is grouped by its `source` text."""

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 from pydantic_core import PydanticCustomError
 
 from planner.errors import PlanError
@@ -69,6 +69,19 @@ IntCount = Annotated[int, BeforeValidator(_field_parser(_count, "count", COUNT_A
 # "2h", "90m", "1h30m": seconds on the model
 Seconds = Annotated[float, BeforeValidator(_field_parser(_seconds, "duration", DURATION_ALLOWED),
                                            json_schema_input_type=float | str)]
+
+
+def at_most(limit: float, why: str, shown: str | None = None, unit: str = "") -> AfterValidator:
+    """An upper bound whose error says why: "at most 7d (604,800 s), got 3.6e+11 s: a study is saved after
+    every trial ...", where a bare `le=` said only "Input should be less than or equal to 604800"."""
+    def check(value):
+        if value is not None and value > limit:
+            raise PydanticCustomError("at_most", "at most {shown}, got {got}: {why}",
+                                      {"shown": shown or f"{limit:,}", "got": (f"{value:,.0f}" if value >= 1e4 else
+                                       f"{value:g}") + unit, "why": why})
+        return value
+
+    return AfterValidator(check)
 
 
 def parse_gpu_range(text: str, step_default: int) -> list[int]:

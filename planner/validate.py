@@ -102,6 +102,8 @@ class ValidationReport(Frozen):
     mean_top1_regret: float | None
     not_predicted: list[NotPredicted] = Field(default_factory=list, description="rows the planner cannot express, "
                                               "with the field and the reason (not scored)")
+    repeated_ids: dict[str, list[int]] = Field(default_factory=dict, description="ids on more than one row, with "
+                                               "their file lines (1 = the header): each row is scored")
 
 
 def resolved_plan(run: Run, settings: Settings):

@@ -49,15 +49,17 @@ def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport
         progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last) if line is None else line)
 
     tuner = Tuner(ctx, budget, runner=runner, on_trial=after_trial)
+    signal_name = None
     with progress:
         try:
             stop = tuner.run()
         except Terminated:
-            stop = "stopped by SIGTERM (everything is kept; run the same command to resume)"
+            stop, signal_name = "stopped by SIGTERM (everything is kept; run the same command to resume)", "SIGTERM"
         except KeyboardInterrupt:
-            stop = "stopped by Ctrl-C (everything is kept; run the same command to resume)"
+            stop, signal_name = "stopped by Ctrl-C (everything is kept; run the same command to resume)", "SIGINT"
     tuner.refit()
     report = build_report(ctx.study, config.storage, stop_reason=stop)
+    report.interrupted_by = signal_name
     if config.csv:
         Path(config.csv).parent.mkdir(parents=True, exist_ok=True)
         trials_frame(ctx.study).to_csv(config.csv, index=False)

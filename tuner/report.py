@@ -48,6 +48,7 @@ class TuneReport(BaseModel):
     launch_settings: dict | None = None
     launch_command: str | None = None
     stop_reason: str | None = None
+    interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM": the CLI exits 130 / 143 after the report
     network: str | None = None
     network_effect: str | None = None  # what the measured busbw changed in the planner's ranking
     by_backend: dict[str, dict[str, int]] = {}  # backend -> launched trials by outcome

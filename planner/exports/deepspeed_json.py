@@ -93,8 +93,9 @@ def _check_plan(plan: ExecutionPlan) -> None:
     if is_fsdp(plan):
         raise PlanError(
             "sharding",
-            f"{plan.sharding} is a PyTorch FSDP plan; export it with `plan export accelerate` "
-            "or `plan export torchrun` (DeepSpeed takes none, zero1, zero2, zero3)",
+            f"{plan.sharding} is a PyTorch FSDP plan; export it with `plan export fsdp` (over HTTP: "
+            "/export/STUDY/fsdp), `plan export accelerate` or `plan export torchrun` (DeepSpeed takes none, zero1, "
+            "zero2, zero3)",
         )
     stage = ZERO_STAGE[plan.sharding]
     if plan.offload != "none" and stage == 0:

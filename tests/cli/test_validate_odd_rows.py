@@ -86,3 +86,41 @@ def test_summary_counts_read_as_words(odd_csv):
     assert "; 1 row not scored: layout contradicts the GPU count" in r.output and "1 rows" not in r.output
     header = next(line for line in r.output.splitlines() if line.startswith("source "))
     assert header.split()[1:4] == ["runs", "scored", "MAPE"], header
+
+
+@pytest.fixture
+def twice_csv(tmp_path):
+    """An invented row pasted twice (lines 2 and 4), another once."""
+    path = tmp_path / "twice.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for rid, mb in (("run_a", "1"), ("run_b", "2"), ("run_a", "1")):
+            w.writerow({**BASE, "id": rid, "micro_batch": mb})
+    return path
+
+
+def test_validate_names_an_id_on_two_rows(twice_csv):
+    """Both rows are scored (as written), with a note naming the id and its lines: it was scored twice with no
+    word, weighing double in every average."""
+    r = runner.invoke(app, ["validate", str(twice_csv)])
+    assert r.exit_code == 0, r.output
+    assert f"note: id run_a on lines 2 and 4 of {twice_csv}: each row is scored" in r.output
+    js = runner.invoke(app, ["validate", str(twice_csv), "--json"])
+    assert js.exit_code == 0
+    rep = json.loads(js.stdout)
+    assert rep["repeated_ids"] == {"run_a": [2, 4]} and len(rep["runs"]) == 3
+
+
+def test_calibrate_refuses_an_id_on_two_rows(twice_csv, tmp_path):
+    """A fit weighs a pasted-twice row double: refused, one line naming the id and its lines (calibrate is strict)."""
+    out = tmp_path / "stacks" / "megatron.toml"
+    r = runner.invoke(app, ["calibrate", str(twice_csv), "--stack", "megatron", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert "id run_a on lines 2 and 4" in r.output and "weigh that run twice" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_no_note_without_repeated_ids(odd_csv):
+    r = runner.invoke(app, ["validate", str(odd_csv)])
+    assert "note: id" not in r.output

@@ -53,6 +53,27 @@ def test_sharding_spellings(text, sharding):
     assert rc.sharding_of({"zero_stage_or_fsdp": text}, "hf", []) == sharding
 
 
+@pytest.mark.parametrize("text,sharding", [
+    ("FSDP (ZeRO-2-like)", "fsdp_shard_grad_op"), ("FSDP ZeRO stage 3", "fsdp_full_shard"),
+    ("fsdp (zero-3 like)", "fsdp_full_shard"), ("SHARD_GRAD_OP", "fsdp_shard_grad_op"),
+    ("HYBRID_SHARD", "fsdp_hybrid"), ("NO_SHARD", "none"), ("FULL_SHARD", "fsdp_full_shard"),
+])
+def test_fsdp_cells_that_name_a_zero_stage(text, sharding):
+    """'FSDP (ZeRO-2-like)' read as full shard (ZeRO-3's memory): FSDP's strategy of the stated stage."""
+    assert rc.sharding_of({"zero_stage_or_fsdp": text}, "fsdp", []) == sharding
+
+
+@pytest.mark.parametrize("text", ["FSDP (ZeRO-1-like)", "fsdp zero1", "FSDP, ZeRO stage 0"])
+def test_fsdp_with_a_zero_stage_it_has_not_is_refused(text):
+    """PyTorch FSDP has no ZeRO-1 strategy: one line naming the column, the cell and what to write (it read as
+    FSDP full shard)."""
+    with pytest.raises(PlanError) as e:
+        rc.sharding_of({"id": "x", "zero_stage_or_fsdp": text}, "fsdp", [])
+    msg = str(e.value)
+    assert msg.startswith("zero_stage_or_fsdp: row x: ") and repr(text) in msg and "no ZeRO-" in msg
+    assert "write zero1" in msg and "\n" not in msg
+
+
 def test_unreadable_cells_name_their_column():
     with pytest.raises(PlanError) as e:
         rc.sharding_of({"id": "x", "zero_stage_or_fsdp": "magic"}, "hf", [])
@@ -149,3 +170,15 @@ def test_tflops_count_the_recomputed_forward_only_under_full_recompute(tmp_path)
                  "b,64,A100-80GB,Megatron-LM,40,5120,40,51200,2048,8,1,1,512,none,150\n")
     a, b = load_runs(f)
     assert b.measured_tokens_per_s_per_gpu == pytest.approx(a.measured_tokens_per_s_per_gpu * 4 / 3)
+
+
+@pytest.mark.parametrize("cell, counts", [("16K", "16384 or 16000"), ("1.5k", "1536 or 1500")])
+def test_a_k_count_is_refused_with_what_to_write(cell, counts):
+    """'16K' GPUs: K is 1,000 or 1,024, so the cell stays refused; the line names the field and says to write the
+    count itself (it said only "'16K' is not a number")."""
+    from planner import run_text
+
+    with pytest.raises(PlanError) as e:
+        run_text.number({"id": "x", "n_gpus": cell}, "n_gpus")
+    msg = str(e.value)
+    assert msg.startswith(f"n_gpus: row x: {cell!r} is not a number") and f"write the count itself, e.g. {counts}" in msg

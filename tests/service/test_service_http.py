@@ -22,7 +22,7 @@ def test_openapi_is_served(base):
     spec = httpx.get(base + "/openapi.json").json()
     for path in ("/estimate", "/catalog", "/catalog/gpus/{gpu_id}", "/catalog/clusters/{cluster_id}",
                  "/catalog/stacks/{stack_id}",
-                 "/tune", "/tune/{study}", "/export/{study}/deepspeed"):
+                 "/tune", "/tune/{study}", "/export/{study}/deepspeed", "/export/{study}/fsdp"):
         assert path in spec["paths"], path
     assert "Scenario" in spec["components"]["schemas"]
 

@@ -16,6 +16,7 @@ from tuner.study_store import StudyMeta, study_id
 
 KNOBS = {"sharding": "zero1", "offload": "none", "activation_checkpointing": "none", "precision": "bf16",
          "micro_batch": 2, "grad_accum": 2}
+FSDP_KNOBS = {**KNOBS, "sharding": "fsdp_shard_grad_op"}
 
 
 @pytest.fixture(scope="module")
@@ -24,12 +25,15 @@ def served(tmp_path_factory):
     url = f"sqlite:///{tmp / 'tune.db'}"
     meta = StudyMeta(model="tiny", nproc=2, seq_len=64, space={"sharding": ["zero1"]},
                      system=resolve_system(Scenario(model="tiny", gpus=2, cluster="dgx-a100")))
-    for name in ("done", "empty"):
+    for name in ("done", "empty", "fsdp_done"):
         study = optuna.create_study(study_name=name, storage=open_storage(url), direction="maximize")
         meta.save(study)
     done = optuna.load_study(study_name="done", storage=url)
     done.add_trial(optuna.trial.create_trial(value=800.0, user_attrs={"knobs": KNOBS, "status": "ok",
                                                                        "config_key": "k"}))
+    fsdp = optuna.load_study(study_name="fsdp_done", storage=url)
+    fsdp.add_trial(optuna.trial.create_trial(value=700.0, user_attrs={"knobs": FSDP_KNOBS, "status": "ok",
+                                                                       "config_key": "f"}))
     optuna.create_study(study_name="foreign", storage=url)
     with TestClient(create_app(ServiceConfig(storage=url, workdir=tmp / "work"))) as client:
         yield client, url
@@ -45,6 +49,40 @@ def test_export_of_a_stored_study_and_its_errors(served):
         assert r.status_code == 404 and "done" not in r.text, r.text  # no study names to anonymous callers
     r = client.get("/export/empty/deepspeed")
     assert r.status_code == 422 and "no completed trial" in r.text
+
+
+@pytest.mark.parametrize("study", ["fsdp_done", "done"])
+def test_fsdp_export_of_a_study_is_plan_exports(served, study):
+    """GET /export/{study}/fsdp answers what `plan export fsdp --from-study` writes (the route was missing:
+    404 'Not Found'), or refuses in its words (a ZeRO winner)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from plan_cli.main import app
+
+    client, url = served
+    r = client.get(f"/export/{study}/fsdp", params={"target": "cpu"})
+    cli = CliRunner().invoke(app, ["export", "fsdp", "--from-study", study, "--storage", url, "--target", "cpu"])
+    if cli.exit_code == 0:
+        assert r.status_code == 200, r.text
+        assert r.json() == json.loads(cli.stdout) and r.json()
+    else:
+        assert cli.exit_code == 2 and r.status_code == 422, (cli.output, r.text)
+        assert r.json()["detail"][0]["msg"] in " ".join(cli.stderr.split())
+    assert study != "fsdp_done" or r.status_code == 200
+
+
+def test_deepspeed_export_of_an_fsdp_winner_names_the_fsdp_export(served):
+    client, _ = served
+    r = client.get("/export/fsdp_done/deepspeed")
+    assert r.status_code == 422 and "plan export fsdp" in r.text and "/export/STUDY/fsdp" in r.text, r.text
+
+
+def test_an_export_format_not_served_says_which_are(served):
+    client, _ = served
+    r = client.get("/export/done/accelerate")
+    assert r.status_code == 404 and "/export/STUDY/fsdp" in r.json()["detail"] and "plan export" in r.json()["detail"]
 
 
 def test_trials_view_links_the_dashboard_page_of_the_study(served):
