@@ -99,6 +99,27 @@ def _tier_note(report: EstimateReport, fitting) -> list[str]:
             + ("; offload plans count as slower by their stack's error." if offload else ".")]
 
 
+def network_line(report: EstimateReport, e, label: str = "plan #1") -> str:
+    """Is the network the bottleneck of this plan: what the inter-node network costs its step at the nodes'
+    bandwidth, and the line rate per node within 1% of an unlimited network (planner/network_need.py)."""
+    perf, s = e.performance, report.system
+    if perf is None or perf.network_gbps_needed is None or s.gpus <= s.gpus_per_node:
+        return ""
+    have = f"{s.internode_gbps:,.0f} Gbps"
+    if perf.network_gbps_needed == 0:
+        return f"Network: the {have} between nodes does not slow {label} (no inter-node traffic in its step)."
+    need = f"{perf.network_gbps_needed:,.0f} Gbps"
+    if perf.network_gbps_needed <= s.internode_gbps:
+        return (f"Network: not the bottleneck: the {have} between nodes costs {label} "
+                f"{_under(perf.network_share)} of its step ({need} per node would do).")
+    return (f"Network: the {have} between nodes costs {label} {_under(perf.network_share)} of its step; "
+            f"{need} per node would bring it within 1% of an unlimited network.")
+
+
+def _under(share: float) -> str:
+    return "under 1%" if share < 0.01 else f"{share:.0%}"
+
+
 def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
     """The ranked plans: a table that fits 100 columns (text folds below that, numbers never
     do), or with `wide` every column at its full width (wider than most terminals)."""
@@ -116,8 +137,9 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
                     force_terminal=console.is_terminal).print(table, crop=False)
         else:
             console.print(table)
-        for line in _memory_notes(fitting) + _tier_note(report, fitting):
-            console.print(line, highlight=False)
+        for line in _memory_notes(fitting) + _tier_note(report, fitting) + [network_line(report, fitting[0])]:
+            if line:
+                console.print(line, highlight=False)
     else:
         console.print("[bold red]No configuration fits.[/] Closest misses:")
         for e in report.results[:5]:
@@ -133,7 +155,7 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
 # The layout wraps (at its spaces) when the terminal is narrow; every other column keeps its full width.
 TEXT_COLUMNS = {"layout"}
 NUMERIC_COLUMNS = {"#", "mb x ga", "GiB/GPU", "reserved", "tokens/s", "MFU", "days", "mb", "ga", "batch", "w/g/opt/act",
-                   "host GiB/node", "TFLOPs/GPU", "step s", "cost"}
+                   "host GiB/node", "TFLOPs/GPU", "step s", "cost", "net %", "net Gbps"}
 _SHORT = {"none": "-", "fsdp_full_shard": "fsdp-full", "fsdp_shard_grad_op": "fsdp-grad-op",
           "fsdp_hybrid": "fsdp-hybrid", "optimizer": "opt", "optimizer+params": "opt+params", "selective": "sel"}
 
@@ -203,13 +225,22 @@ def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
     return columns, rows
 
 
+def _share(x: float | None) -> str:
+    return "" if x is None else f"{x:.0%}"
+
+
+def _gbps(x: float | None) -> str:
+    return "" if x is None else f"{x:,.0f}"
+
+
 def _wide_rows(fitting) -> tuple[list[str], list[list[str]]]:
     has_perf = any(e.performance for e in fitting)
     has_days = any(e.performance and e.performance.days for e in fitting)
     columns = ["#", "stack", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "reserved",
                "w/g/opt/act", "host GiB/node"]
     if has_perf:
-        columns += ["tokens/s", "TFLOPs/GPU", "MFU", "step s", "bottleneck"] + (["days", "cost"] if has_days else [])
+        columns += ["tokens/s", "TFLOPs/GPU", "MFU", "step s", "bottleneck", "net %", "net Gbps"] + (
+            ["days", "cost"] if has_days else [])
     rows = []
     for i, e in enumerate(fitting, 1):
         p, m = e.plan, e.memory
@@ -220,7 +251,8 @@ def _wide_rows(fitting) -> tuple[list[str], list[list[str]]]:
         if has_perf:
             perf, t = e.performance, e.time
             row += [_speed(perf), f"{perf.model_tflops_per_gpu:.0f}", f"{perf.mfu:.0%}",
-                    f"{t.step_time_s:.2f}", t.bottleneck] if perf and t else [""] * 5
+                    f"{t.step_time_s:.2f}", t.bottleneck, _share(perf.network_share),
+                    _gbps(perf.network_gbps_needed)] if perf and t else [""] * 7
             if has_days:
                 row += [f"{perf.days:.1f}" if perf and perf.days else "",
                         f"{perf.cost:,.0f}" if perf and perf.cost is not None else ""]
@@ -266,6 +298,9 @@ def show_explain(report: EstimateReport, rank: int, json_out: bool) -> None:
             if v is not None:  # 403,765 tokens/s, not 4.038e+05
                 speed.add_row(k, (f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}") if isinstance(v, float) else str(v))
         console.print(speed)
+        line = network_line(report, e, f"plan #{rank}")
+        if line:
+            console.print(line, highlight=False)
 
 
 def print_csv(rows: list[dict]) -> None:

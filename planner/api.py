@@ -12,7 +12,7 @@ from pydantic import Field
 
 from hardware.models import Catalog
 from planner import search as search_mod
-from planner import moe, rules, throughput
+from planner import moe, network_need, rules, throughput
 from planner.errors import PlanError, unknown
 from planner.layout import Layout
 from planner.model import ModelSpec
@@ -124,6 +124,8 @@ def estimate(
         _estimate_at(found, int(i), perf, int(j), errors)
         for i, j in zip(chosen, chosen_perf_pos)
     ]
+    head = np.asarray(chosen_perf_pos[:NETWORK_ASSESSED], dtype=int)
+    results = _with_network_need(results, spec, lay.take(head), system, settings)
     if not results and include_rejected:
         results = _closest_misses(spec, found, system, settings, top or 10)
     return EstimateReport(
@@ -201,6 +203,27 @@ def _estimate_at(found, i: int, perf: dict | None, j: int, errors: dict | None =
         reason = rules.RULES[reason_i].explain(rules.Knobs(mem=mem.model_dump()))
     return Estimate(plan=plan, memory=mem, time=time, performance=speed,
                     fits=reason_i < 0, reason=reason)
+
+
+# The best plans assessed for their network (planner/network_need.py: ~70 evaluations each); the rest of a
+# long list (top=None: the tuner's proposals) keep None
+NETWORK_ASSESSED = 100
+
+
+def _with_network_need(results: list[Estimate], spec: ModelSpec, lay: Layout, system: System,
+                       settings: Settings) -> list[Estimate]:
+    """The first len(lay) ranked plans with what the inter-node network costs each and the bandwidth it
+    needs (planner/network_need.py); the others as they are."""
+    if not results or len(lay) == 0:
+        return results
+
+    def step_of(index, scale):
+        return throughput.performance(spec, lay.take(index), system, settings, internode_scale=scale)["step_time_s"]
+
+    needed, share = network_need.assess(step_of, len(lay), system.internode_gbps)
+    return [e.model_copy(update={"performance": e.performance.model_copy(update={
+        "network_gbps_needed": float(needed[r]), "network_share": float(share[r])})})
+        if e.performance and r < len(lay) else e for r, e in enumerate(results)]
 
 
 def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:

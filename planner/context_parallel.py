@@ -138,7 +138,7 @@ def all_to_all_s(links: comm.Links, sent_bytes, group, m, calls) -> np.ndarray:
     m = np.minimum(np.asarray(m, dtype=np.float64), g)
     others = np.maximum(g - 1.0, 1.0)
     intra = sent_bytes * (m - 1.0) / others / links.intra_Bps
-    inter_bw = min(links.intra_Bps, links.inter_node_Bps / links.gpus_per_node)
+    inter_bw = np.minimum(links.intra_Bps, links.inter_node_Bps / links.gpus_per_node)
     inter = sent_bytes * (g - m) / others / inter_bw
     lat = np.where(g > m, comm.INTERNODE_LATENCY_S, comm.INTRANODE_LATENCY_S)
     return (g > 1) * (np.maximum(intra, inter) + calls * lat)

@@ -132,7 +132,7 @@ def node_limited_s(spec, links: comm.Links, sent, ep, m, calls, node_limit) -> n
     chosen = np.minimum(np.minimum(float(node_limit), nodes), spec.moe_top_k)
     nic = per_copy * chosen * (nodes - 1.0) / nodes
     nvlink = per_copy * spec.moe_top_k * (m - 1.0) / m  # forwarded to this GPU's experts inside the node
-    inter_bw = min(links.intra_Bps, links.inter_node_Bps / links.gpus_per_node)
+    inter_bw = np.minimum(links.intra_Bps, links.inter_node_Bps / links.gpus_per_node)
     t = np.maximum(nic / inter_bw, nvlink / links.intra_Bps) + calls * comm.INTERNODE_LATENCY_S
     return np.where(ep > m, t, all_to_all_s(links, sent, ep, m, calls))
 

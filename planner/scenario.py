@@ -212,6 +212,13 @@ class StepTimeBreakdown(Frozen):
     bottleneck: str
     # part of compute_s: host time of synchronous kernel launches (CUDA_LAUNCH_BLOCKING=1 jobs)
     launch_sync_s: float = 0.0
+    # parts of comm_exposed_s, each what its compute does not hide: data-parallel gradient reduction and
+    # parameter gathers (the inter-node network once dp spans nodes), tensor-parallel collectives (usually
+    # NVLink), the context-parallel ring and pipeline point-to-point sends
+    dp_comm_s: float | None = None
+    tp_comm_s: float | None = None
+    cp_comm_s: float | None = None
+    pp_comm_s: float | None = None
     # mixture of experts (planner/moe_time.py; None for a dense model): part of compute_s, the grouped expert
     # GEMMs and routers beyond the active view's dense MLP; part of comm_exposed_s, the expert-parallel
     # all-to-alls (dispatch + combine) and the expert gradients' reduction over the expert-data-parallel group
@@ -230,7 +237,11 @@ class Performance(Frozen):
     hw_tflops_per_gpu: float
     mfu: float
     hfu: float
-    network_gbps_needed: float
+    # is the network the bottleneck (planner/network_need.py): the least inter-node line rate per node at
+    # which the step is within 1% of an unlimited network's (0: no network in the step), and the share of
+    # the step the network costs at the nodes' bandwidth; None where not assessed
+    network_gbps_needed: float | None = None
+    network_share: float | None = None
     # the stack profile's cross-validated error of tokens/s (catalog/stacks/<stack>.toml)
     expected_error_pct: float | None = None
     days: float | None = None

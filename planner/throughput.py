@@ -237,10 +237,11 @@ def _as_float(layout: Layout) -> Layout:
 
 
 def performance(spec: ModelSpec, layout: Layout, system: System, settings: Settings, *,
-                fit_columns: bool = False) -> dict[str, np.ndarray]:
+                fit_columns: bool = False, internode_scale=None) -> dict[str, np.ndarray]:
     """Step-time breakdown, throughput, FLOPs utilisation and time-to-train of each plan. A mixture-of-
     experts model runs as its active view plus its experts' terms (planner/moe_time.py); its model
-    FLOPs (MFU) count the active parameters (planner/moe.py)."""
+    FLOPs (MFU) count the active parameters (planner/moe.py). `internode_scale` (per plan): each plan's
+    inter-node bandwidth x this (planner/network_need.py asks how the step depends on the network)."""
     layout = _as_float(layout)
     moe_spec, spec = spec, moe.dense_view(spec)
     prof = merged(per_candidate(stack_profiles(settings), layout), fp8.per_candidate(fp8.recipes(settings), layout))
@@ -248,6 +249,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     prof = megatron_ddp.with_ddp_overlap(prof, system.ddp_after_backward, system.megatron_core_buckets,
                                          system.grad_reduce_bytes)
     links = comm.Links.of(system, settings)
+    if internode_scale is not None:
+        links = replace(links, inter_node_Bps=links.inter_node_Bps * np.asarray(internode_scale, dtype=np.float64))
     parts = _compute_parts(spec, layout, system, settings, prof)
     scaled = {k: parts[k] * prof[f] for k, f in FACTORS.items() if k in parts}
     micro = sum(scaled.values())
@@ -266,7 +269,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     # most one second of communication: both ride the NICs once cp spans nodes)
     dp_fwd = fwd_micro - parts["fwd_share"] * cp_hidden
     dp_bwd = bwd_micro - (1.0 - parts["fwd_share"]) * cp_hidden
-    dp_s, node_bytes = dp_comm.exposed_s(spec, layout, links, dp_fwd, dp_bwd, prof, hbm_Bps=_hbm_Bps(system, settings))
+    dp_s, _node_bytes = dp_comm.exposed_s(spec, layout, links, dp_fwd, dp_bwd, prof, hbm_Bps=_hbm_Bps(system, settings))
     comm_s = tp_s + cp_s + pp_s + dp_s + mt["moe_a2a_s"] + mt["moe_expert_grad_s"]
     # Pipeline bubble: the makespan of the stages, each with its comm, less the busiest stage's
     # busy time (Alpa eq. 2, Narayanan et al. SC21 sec. 2.2: planner/pipeline_comm.py)
@@ -291,8 +294,6 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     hw_tf = flops.hardware_flops_per_token(moe_spec, layout.seq_len, layout.activation_checkpointing,
                                            layout.checkpoint_fraction) * tps / gpus / 1e12
     parts_stack = np.stack(np.broadcast_arrays(compute_s, comm_s, bubble_s, offload_s))
-    # Seed 001: the NICs must carry the DP traffic within the compute time to stay hidden.
-    needed = node_bytes * 8 / 1e9 / compute_s / settings.calibration.network / comm.internode_efficiency(system)
 
     out = {
         "step_time_s": step,
@@ -308,7 +309,6 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
         "hw_tflops_per_gpu": hw_tf,
         "mfu": model_tf * 1e12 / peak,
         "hfu": hw_tf * 1e12 / peak,
-        "network_gbps_needed": needed,
         "internode_gbps_available": np.broadcast_to(system.internode_gbps, np.shape(step)),
         # raw parts per step (before the stack's factors), for the profile fit and --explain
         "raw_gemm_s": ga * parts["gemm"],

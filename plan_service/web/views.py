@@ -39,6 +39,9 @@ class PlanRow(BaseModel):
     step_time_s: float | None = None
     peak_step_time_s: float | None = Field(default=None, description="the step at 100% MFU (the GPUs' peak)")
     bottleneck: str | None = None
+    network_share: float | None = Field(default=None, description="share of the step the inter-node network costs")
+    network_gbps_needed: float | None = Field(default=None, description="inter-node Gbps per node within 1% of an "
+                                              "unlimited network (0: no inter-node traffic)")
     tokens_per_s: float | None = None
     tokens_per_s_error_pct: float | None = Field(default=None, description="the stack profile's cross-validated error")
     tflops_per_gpu: float | None = None
@@ -102,6 +105,7 @@ def plan_row(rank: int, e: Estimate) -> PlanRow:
         row = row.model_copy(update=dict(
             time_s={k: getattr(t, k) for k in TIME_TERMS}, step_time_s=t.step_time_s,
             peak_step_time_s=t.step_time_s * perf.mfu, bottleneck=t.bottleneck,
+            network_share=perf.network_share, network_gbps_needed=perf.network_gbps_needed,
             tokens_per_s=perf.tokens_per_s, tokens_per_s_error_pct=getattr(perf, "expected_error_pct", None),
             tflops_per_gpu=perf.model_tflops_per_gpu, mfu=perf.mfu,
             days=perf.days, cost=perf.cost))

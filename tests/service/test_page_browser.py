@@ -60,6 +60,9 @@ def test_page_plans_7b_on_48_gpus_and_downloads_a_valid_deepspeed_json(base, tmp
         assert first["#"] == "1" and first["fits"] == "yes" and "dp48" in first["layout"]
         assert first["sharding"] in ("none", "zero1", "zero2", "zero3") and " / 80.0" in first["GiB/GPU"]  # must fit / capacity
         assert float(first["days"]) > 0 and first["cost"].startswith("$")
+        assert first["net %"].endswith("%")  # what the inter-node network costs the step (its title: Gbps needed)
+        assert "Gbps per node" in driver.execute_script(
+            "return document.querySelector('#plans tbody tr').cells[13].title")
         assert "48 x NVIDIA A100" in driver.find_element("id", "summary").text
         rejected = driver.execute_script("return document.querySelectorAll('#rejected tbody tr').length")
         assert rejected >= 1  # the reasons the other candidates were dropped

@@ -124,7 +124,7 @@ function showReport(report) {
   const hasDays = report.plans.some((p) => p.days !== null);
   const hasCost = report.plans.some((p) => p.cost !== null);
   const cols = ["#", "layout", "sharding", "offload", "ckpt", "mb x ga", "batch", "GiB/GPU", "tokens/s",
-                "TFLOPs/GPU", "MFU", "step s", "bottleneck"];
+                "TFLOPs/GPU", "MFU", "step s", "bottleneck", "net %"];
   if (hasDays) cols.push("days");
   if (hasCost) cols.push("cost");
   cols.push("fits");
@@ -158,6 +158,11 @@ function showReport(report) {
     cell(tr, pct(p.mfu));
     cell(tr, fmt(p.step_time_s, 2));
     cell(tr, p.bottleneck || "", "text");
+    const net = cell(tr, p.network_share === null || p.network_share === undefined ? "" : pct(p.network_share));
+    if (net && p.network_gbps_needed !== null && p.network_gbps_needed !== undefined)
+      net.title = p.network_gbps_needed === 0 ? "no inter-node traffic in this plan's step" :
+        `share of the step the inter-node network costs; ${fmt(p.network_gbps_needed, 0)} Gbps per node ` +
+        "would bring it within 1% of an unlimited network";
     if (hasDays) cell(tr, fmt(p.days, 1));
     if (hasCost) cell(tr, p.cost === null ? "" : `$${fmt(p.cost, 0)}`);
     cell(tr, p.fits ? "yes" : p.reason, "text");
