@@ -132,9 +132,7 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
         console.print(title, highlight=False, soft_wrap=True)  # a line, not a title folded to the table's width
         table = _table(columns, rows, wide)
         if wide:
-            natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
-            Console(width=max(console.width, natural), file=console.file,
-                    force_terminal=console.is_terminal).print(table, crop=False)
+            _print_uncut(table)
         else:
             console.print(table)
         for line in _memory_notes(fitting) + _tier_note(report, fitting) + [network_line(report, fitting[0])]:
@@ -152,9 +150,16 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
             console.print(f"  {count:>8,}  {reason}", highlight=False)
 
 
+def _print_uncut(table: Table) -> None:
+    """A table at least as wide as its widest row: a terminal narrower than that wraps the lines, no cell is cut."""
+    natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+    Console(width=max(console.width, natural), file=console.file,
+            force_terminal=console.is_terminal).print(table, crop=False)
+
+
 # The layout wraps (at its spaces) when the terminal is narrow; every other column keeps its full width.
 TEXT_COLUMNS = {"layout"}
-NUMERIC_COLUMNS = {"#", "mb x ga", "GiB/GPU", "reserved", "tokens/s", "MFU", "days", "mb", "ga", "batch", "w/g/opt/act",
+NUMERIC_COLUMNS = {"#", "GPUs", "mb x ga", "GiB/GPU", "reserved", "tokens/s", "MFU", "days", "mb", "ga", "batch", "w/g/opt/act",
                    "host GiB/node", "TFLOPs/GPU", "step s", "cost", "net %", "net Gbps"}
 _SHORT = {"none": "-", "fsdp_full_shard": "fsdp-full", "fsdp_shard_grad_op": "fsdp-grad-op",
           "fsdp_hybrid": "fsdp-hybrid", "optimizer": "opt", "optimizer+params": "opt+params", "selective": "sel"}
@@ -330,27 +335,31 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
     else:
         has_cost = any(pt["best"] and pt["best"].performance and pt["best"].performance.cost is not None
                        for pt in points)
-        columns = ["GPUs", "layout", "sharding", "offload", "ckpt", "mb", "ga", "batch", "GiB/GPU", "tokens/s",
-                   "MFU", "days"] + (["cost"] if has_cost else []) + ["bottleneck"]
+        has_days = any(pt["best"] and pt["best"].performance and pt["best"].performance.days for pt in points)
+        columns = ["GPUs", "layout", "shard/offload/ckpt", "mb x ga", "batch", "GiB/GPU", "tokens/s",
+                   "MFU"] + (["days"] if has_days else []) + (["cost"] if has_cost else []) + ["net %"]
         console.print(_sweep_header(reports[0]), highlight=False)
-        table = Table(title="best configuration per GPU count (batch: the global batch each count trains with)",
-                      title_justify="left")
-        for col in columns:
-            table.add_column(col)
+        console.print("best configuration per GPU count (batch: the global batch each count trains with)",
+                      highlight=False, soft_wrap=True)
+        rows = []
         for pt in points:
             e = pt["best"]
             if e is None:
-                table.add_row(str(pt["gpus"]), "no configuration fits", *[""] * (len(columns) - 2))
+                rows.append([str(pt["gpus"]), "no configuration fits", *[""] * (len(columns) - 2)])
                 continue
             perf, p, m = e.performance, e.plan, e.memory
-            row = [str(pt["gpus"]), _knobs(p), _sharding(p), p.offload, p.activation_checkpointing,
-                   str(p.micro_batch), str(p.grad_accum), str(p.global_batch), _must_fit(m, f"{m.capacity_bytes / GIB:.0f}"),
-                   f"{perf.tokens_per_s:,.0f}" if perf else "", f"{perf.mfu:.0%}" if perf else "",
-                   f"{perf.days:.1f}" if perf and perf.days else ""]
+            strategy = "/".join(_SHORT.get(x, x) for x in (_sharding(p, short=True), p.offload, p.activation_checkpointing))
+            row = [str(pt["gpus"]), _compact_layout(p), strategy,
+                   f"{p.micro_batch} x {p.grad_accum}", str(p.global_batch), _must_fit(m, f"{m.capacity_bytes / GIB:.0f}"),
+                   f"{perf.tokens_per_s:,.0f}" if perf else "", f"{perf.mfu:.0%}" if perf else ""]
+            if has_days:
+                row.append(f"{perf.days:.1f}" if perf and perf.days else "")
             if has_cost:
                 row.append(f"{perf.cost:,.0f}" if perf and perf.cost is not None else "")
-            table.add_row(*row, e.time.bottleneck if e.time else "")
-        console.print(table)
+            rows.append(row + [_share(perf.network_share) if perf else ""])
+        _print_uncut(_table(columns, rows, wide=False))
+        console.print("net %: the share of the step the inter-node network costs (against an unlimited one; "
+                      "--explain with --gpus N says the bandwidth it needs)", highlight=False)
     if plot is not None:
         from plan_cli.plots import plot_sweep
 

@@ -13,18 +13,28 @@ runner = CliRunner()
 ARGS = ["estimate", "--model", "125m", "--gpus", "8:24", "--tokens", "10B"]
 
 
+def _cells(line: str) -> list[str]:
+    """A line of the table: cells are two or more spaces apart (one space is inside a cell: '2 x 128', 'net %')."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def _header(output: str) -> str:
+    return next(line for line in output.splitlines() if line.startswith("GPUs"))
+
+
 def _rows(output: str) -> dict[int, list[str]]:
-    return {int(cells[0]): cells for line in output.splitlines()
-            if (cells := [c.strip() for c in line.strip("│ ").split("│")]) and cells[0].isdigit()}
+    lines = output.splitlines()
+    body = lines[lines.index(_header(output)) + 1:]
+    return {int(cells[0]): cells for line in body if (cells := _cells(line)) and cells[0].isdigit()}
 
 
 def test_sweep_table_shows_batch_memory_and_cost_like_the_json():
     r = runner.invoke(app, [*ARGS, "--price-per-gpu-hour", "2", "--objective", "cost"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    header = next(line for line in r.output.splitlines() if "GPUs" in line)
+    header = _header(r.output)
     for col in ("batch", "GiB/GPU", "cost", "days"):
         assert col in header, header
-    cols = [c.strip() for c in header.strip("┃ ").split("┃")]
+    cols = _cells(header)
     data = {row["gpus"]: row for row in json.loads(runner.invoke(app, [*ARGS, "--price-per-gpu-hour", "2", "--json"]).output)}
     rows = _rows(r.output)
     assert sorted(rows) == [8, 16, 24]
@@ -49,3 +59,16 @@ def test_explain_prints_large_speeds_and_gpu_hours_as_whole_numbers():
     perf = json.loads(runner.invoke(app, [*args, "--json"]).output)["estimate"]["performance"]
     line = next(ln for ln in r.output.splitlines() if "│ tokens_per_s " in ln)
     assert f"{perf['tokens_per_s']:,.0f}" in line and "e+" not in line, line
+
+
+def test_sweep_shows_what_the_network_costs_each_count_and_cuts_no_cell_at_80_columns():
+    args = ["estimate", "--model", "13b", "--gpus", "8:24:8", "--internode-gbps", "100", "--tokens", "1T",
+            "--price-per-gpu-hour", "2"]
+    r = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
+    assert _cells(_header(r.output))[-1] == "net %"
+    data = {row["gpus"]: row for row in json.loads(runner.invoke(app, [*args, "--json"]).output)}
+    shares = {g: cells[-1] for g, cells in _rows(r.output).items()}
+    assert shares == {g: f"{data[g]['network_share']:.0%}" for g in (8, 16, 24)}
+    assert data[8]["network_share"] == 0 < data[16]["network_share"] < data[24]["network_share"]
