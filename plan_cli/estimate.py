@@ -31,6 +31,9 @@ def register(app: typer.Typer) -> None:
 def estimate(
     knobs: dict,
     gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,
+    within_days: Annotated[Optional[float], Opt(min=0.001, max=36500, help="With --tokens and a sweep --gpus LO:HI: "
+                                                "the fewest GPUs that train them within this many days",
+                                                rich_help_panel=SCEN)] = None,
     objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom", rich_help_panel=INPUTS)] = "tokens_per_s",
     network_from: Annotated[Optional[Path], Opt(help="JSON from `plan allreduce-bench --json`", rich_help_panel=INPUTS)] = None,
     calibration: Annotated[Optional[Path], Opt(help="Calibration JSON from `plan tune --calibration-out`", rich_help_panel=INPUTS)] = None,
@@ -86,6 +89,11 @@ def estimate(
     if base["model"] is None and base["n_layers"] is None:
         base["model"] = "7b"
     gpu_counts = [None] if gpus is None else parse_gpu_range(gpus, _node_size(base, cat))
+    if within_days is not None and base.get("tokens") is None:
+        raise PlanError("within_days", "the fewest GPUs within a number of days needs what to train: add --tokens "
+                        "(e.g. 1T)")
+    if within_days is not None and len(gpu_counts) < 2:
+        raise PlanError("within_days", "picks the fewest GPUs of a sweep: give --gpus LO:HI (e.g. 64:1024)")
     if explain and len(gpu_counts) > 1:
         raise PlanError("explain", f"explains one configuration: give one GPU count, not the sweep {gpus}")
     reports = []
@@ -104,7 +112,7 @@ def estimate(
         save_scenario(Scenario(**base, gpus=gpu_counts[0]), save)
     if len(reports) > 1:
         _raise_if_sweep_only_structural(reports, cat.stacks, gpus)
-        view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot)
+        view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot, within_days=within_days)
         _exit_if_nothing_fits(reports)
         return
     report = reports[0]

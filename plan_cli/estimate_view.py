@@ -317,16 +317,51 @@ def print_csv(rows: list[dict]) -> None:
     w.writerows(rows)
 
 
-def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plot) -> None:
+def fewest_within(points: list[dict], days: float) -> dict | None:
+    """The sweep point with the fewest GPUs whose best plan trains the tokens within `days` (None: none does);
+    days need not fall as GPUs grow (each count trains its own global batch), so every count is looked at."""
+    meets = [pt for pt in points if pt["best"] is not None and pt["best"].performance is not None
+             and pt["best"].performance.days is not None and pt["best"].performance.days <= days]
+    return min(meets, key=lambda pt: pt["gpus"]) if meets else None
+
+
+def _count(n: float) -> str:
+    """1e12 -> '1T', 3e11 -> '300B', 2.5e9 -> '2.5B' (as --tokens takes them)."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return f"{n:g}"
+
+
+def _deadline_line(points: list[dict], days: float, tokens: float | None) -> str:
+    what = f"{_count(tokens)} tokens" if tokens else "the tokens"
+    pt = fewest_within(points, days)
+    if pt is None:
+        fastest = min((p for p in points if p["best"] and p["best"].performance and p["best"].performance.days),
+                      key=lambda p: p["best"].performance.days, default=None)
+        best = (f"; the fastest, {fastest['gpus']} GPUs, takes {fastest['best'].performance.days:.1f} days"
+                if fastest else "")
+        return f"No GPU count of the sweep trains {what} within {days:g} days{best}."
+    perf, p = pt["best"].performance, pt["best"].plan
+    hours = f", {perf.gpu_hours:,.0f} GPU-hours" if perf.gpu_hours else ""
+    return (f"Fewest GPUs that train {what} within {days:g} days: {pt['gpus']} ({perf.days:.1f} days{hours}; "
+            f"{_knobs(p)} {_sharding(p)}, micro batch {p.micro_batch} x {p.grad_accum}).")
+
+
+def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plot,
+               within_days: float | None = None) -> None:
     points = []
     for r in reports:
         best = r.best if r.best and r.best.fits else None
         points.append({"gpus": r.system.gpus, "best": best, "report": r})
+    chosen = fewest_within(points, within_days) if within_days is not None else None
     rows = []
     for pt in points:
         row = {"gpus": pt["gpus"], "fits": pt["best"] is not None}
         if pt["best"] is not None:
             row.update(estimate_row(pt["best"], pt["report"]))
+        if within_days is not None:
+            row["fewest_within_days"] = pt is chosen
         rows.append(row)
     if json_out:
         print_json(rows)
@@ -360,6 +395,8 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
         _print_uncut(_table(columns, rows, wide=False))
         console.print("net %: the share of the step the inter-node network costs (against an unlimited one; "
                       "--explain with --gpus N says the bandwidth it needs)", highlight=False)
+        if within_days is not None:
+            console.print(_deadline_line(points, within_days, reports[0].scenario.tokens), highlight=False)
     if plot is not None:
         from plan_cli.plots import plot_sweep
 

@@ -72,3 +72,29 @@ def test_sweep_shows_what_the_network_costs_each_count_and_cuts_no_cell_at_80_co
     shares = {g: cells[-1] for g, cells in _rows(r.output).items()}
     assert shares == {g: f"{data[g]['network_share']:.0%}" for g in (8, 16, 24)}
     assert data[8]["network_share"] == 0 < data[16]["network_share"] < data[24]["network_share"]
+
+
+def test_within_days_names_the_fewest_gpus_that_meet_it_like_the_json():
+    args = ["estimate", "--model", "13b", "--gpus", "64:256:64", "--tokens", "1T", "--within-days", "30"]
+    rows = json.loads(runner.invoke(app, [*args, "--json"]).output)
+    meets = [r["gpus"] for r in rows if r["days"] <= 30]
+    chosen = [r["gpus"] for r in rows if r["fewest_within_days"]]
+    assert chosen == [min(meets)] and min(meets) > 64  # 64 GPUs take longer than 30 days
+    r = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.output.splitlines() if ln.startswith("Fewest GPUs"))
+    best = next(x for x in rows if x["fewest_within_days"])
+    assert line.startswith(f"Fewest GPUs that train 1T tokens within 30 days: {best['gpus']} ({best['days']:.1f} days")
+
+
+def test_within_days_that_no_count_meets_names_the_fastest():
+    r = runner.invoke(app, ["estimate", "--model", "13b", "--gpus", "64:128:64", "--tokens", "1T", "--within-days", "3"],
+                      env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "No GPU count of the sweep trains 1T tokens within 3 days; the fastest, 128 GPUs, takes" in r.output
+
+
+def test_within_days_needs_tokens_and_a_sweep():
+    for extra, said in ((["--gpus", "64:128"], "add --tokens"), (["--gpus", "64", "--tokens", "1T"], "--gpus LO:HI")):
+        r = runner.invoke(app, ["estimate", "--model", "13b", "--within-days", "3", *extra])
+        assert r.exit_code == 2 and "within_days" in r.output and said in r.output, r.output
