@@ -63,7 +63,7 @@ def _header(report: EstimateReport) -> str:
 
 def _measured(s) -> str:
     """The all-reduce bus bandwidths `--network-from` gave the plans (they replace the catalog's links)."""
-    parts = [f"{v:.3g} Gbps {where}" for v, where in ((s.measured_intranode_busbw_gbps, "within a node"),
+    parts = [f"{v:,.4g} Gbps {where}" for v, where in ((s.measured_intranode_busbw_gbps, "within a node"),
                                                      (s.measured_internode_busbw_gbps, "between nodes")) if v]
     return f"\nmeasured all-reduce busbw (--network-from): {', '.join(parts)}" if parts else ""
 
@@ -105,10 +105,15 @@ def network_line(report: EstimateReport, e, label: str = "plan #1") -> str:
     perf, s = e.performance, report.system
     if perf is None or perf.network_gbps_needed is None or s.gpus <= s.gpus_per_node:
         return ""
-    have = f"{s.internode_gbps:,.0f} Gbps"
+    measured = s.measured_internode_busbw_gbps
+    have = f"measured {measured:,.0f} Gbps busbw" if measured else f"{s.internode_gbps:,.0f} Gbps"
     if perf.network_gbps_needed == 0:
         return f"Network: the {have} between nodes does not slow {label} (no inter-node traffic in its step)."
-    need = f"{perf.network_gbps_needed:,.0f} Gbps"
+    need = f"{perf.network_gbps_needed:,.0f} Gbps" + (" busbw" if measured else "")
+    if measured:
+        return (f"Network: the {have} between nodes costs {label} {_under(perf.network_share)} of its step; "
+                + (f"{need} would do." if perf.network_gbps_needed <= measured else
+                   f"{need} would bring it within 1% of an unlimited network."))
     if perf.network_gbps_needed <= s.internode_gbps:
         return (f"Network: not the bottleneck: the {have} between nodes costs {label} "
                 f"{_under(perf.network_share)} of its step ({need} per node would do).")

@@ -220,7 +220,10 @@ def _with_network_need(results: list[Estimate], spec: ModelSpec, lay: Layout, sy
     def step_of(index, scale):
         return throughput.performance(spec, lay.take(index), system, settings, internode_scale=scale)["step_time_s"]
 
-    needed, share = network_need.assess(step_of, len(lay), system.internode_gbps)
+    # in the unit of the bandwidth the plans were given: a measured busbw (--network-from, the tuner), else the
+    # cluster's line rate per node
+    needed, share = network_need.assess(step_of, len(lay),
+                                        system.measured_internode_busbw_gbps or system.internode_gbps)
     return [e.model_copy(update={"performance": e.performance.model_copy(update={
         "network_gbps_needed": float(needed[r]), "network_share": float(share[r])})})
         if e.performance and r < len(lay) else e for r, e in enumerate(results)]

@@ -237,9 +237,10 @@ class Performance(Frozen):
     hw_tflops_per_gpu: float
     mfu: float
     hfu: float
-    # is the network the bottleneck (planner/network_need.py): the least inter-node line rate per node at
-    # which the step is within 1% of an unlimited network's (0: no network in the step), and the share of
-    # the step the network costs at the nodes' bandwidth; None where not assessed
+    # is the network the bottleneck (planner/network_need.py): the least inter-node line rate per node (a
+    # busbw where the system's was measured) at which the step is within 1% of an unlimited network's (0: no
+    # network in the step), and the share of the step the network costs at the nodes' bandwidth; None where
+    # not assessed
     network_gbps_needed: float | None = None
     network_share: float | None = None
     # the stack profile's cross-validated error of tokens/s (catalog/stacks/<stack>.toml)

@@ -42,3 +42,18 @@ def test_explain_and_wide_carry_it_too():
     assert any(ln.startswith("Network:") and "plan #2" in ln for ln in explain.splitlines())
     wide = _run(SLOW + ["--wide"], 300)
     assert "net %" in wide and "net Gbps" in wide
+
+
+def test_a_measured_network_is_judged_in_its_own_unit(tmp_path):
+    """--network-from gives a measured busbw: what is needed is said as a busbw too (was the cluster's 1,600 Gbps
+    line rate x the multiplier, 9,452 Gbps, beside a measured 80)."""
+    net = tmp_path / "net.json"
+    net.write_text('{"busbw_gbps": {"intranode": 1500.0, "internode": 80.0}}')
+    args = ["--model", "13b", "--gpus", "64", "--top", "3", "--network-from", str(net)]
+    best = json.loads(_run(args + ["--json"]))["results"][0]["performance"]
+    out = _run(args, 200)
+    assert "measured all-reduce busbw (--network-from): 1,500 Gbps within a node, 80 Gbps between nodes" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("Network:"))
+    assert line.startswith(f"Network: the measured 80 Gbps busbw between nodes costs plan #1 "
+                           f"{best['network_share']:.0%} of its step; {best['network_gbps_needed']:,.0f} Gbps busbw")
+    assert 80 < best["network_gbps_needed"] < 1600
