@@ -79,12 +79,12 @@ class Links:
             inter_node_Bps=inter * k * 1e9 / 8,
             gpus_per_node=system.gpus_per_node,
             host_Bps=system.host_to_gpu_gbps * HOST_LINK_EFFICIENCY * 1e9 / 8,
-            curves=_curves(system),
+            curves=system_curves(system),
             nvls=_nvls(system, k),
         )
 
 
-def _curves(system: System) -> Curves:
+def system_curves(system: System) -> Curves:
     """The system's sweeps (catalog/links), or the catalog's for its GPU's link and the default network."""
     intra, inter = system.intranode_link, system.internode_link
     if intra is None or inter is None:
