@@ -108,6 +108,8 @@ def _said(curves, reading: Reading | None, value: float, plateau: float | None) 
     at = f"{_gbps(value)} Gbps measured at {_size(reading.size_bytes)} over {reading.ranks} ranks"
     if plateau is None:
         return f" ({at}, taken as the plateau: faster than the curve allows there; measure larger sizes)"
+    if plateau == value:
+        return f" (measured at {_size(reading.size_bytes)} over {reading.ranks} ranks: the top of the curve there)"
     return f" (plateau inferred from {at}: curve share {share_at(curves, reading, plateau):.2f} there)"
 
 

@@ -47,6 +47,7 @@ class StudyContext:
     meta: StudyMeta
     store: StudyStore  # the study's records on its storage (tuner/study_store.py)
     spec: ModelSpec | None = None  # the model the trials train (what the DeepSpeed builder sizes)
+    device_note: str | None = None  # why the trials run on CPU ranks on a machine that lists GPUs
 
 
 def default_study_name(model: str, nproc: int, device_id: str, backend: str) -> str:
@@ -100,7 +101,7 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
     """Load the study named by `cfg` (or create it, measuring this machine once)."""
     storage = open_storage(cfg.storage, heartbeat_interval_s=cfg.heartbeat_interval_s,
                            grace_period_s=cfg.grace_period_s)
-    on_gpu = device.has_cuda_gpu()
+    on_gpu, device_note = device.gpu_decision()  # GPUs the driver lists and torch here can use
     here = local_device_count(on_gpu)
     nproc = cfg.gpus or here
     if nproc > here:  # every trial runs on this machine: 64 CPU ranks on 2 cores ran a 64-rank bench for minutes
@@ -124,7 +125,9 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
             meta = StudyMeta.load(study)
         else:
             meta.save(study)
-    return _context(cfg, store, meta)
+    ctx = _context(cfg, store, meta)
+    ctx.device_note = device_note
+    return ctx
 
 
 def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> StudyMeta:
