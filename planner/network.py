@@ -65,12 +65,12 @@ def readings(data) -> dict[str, Reading | None]:
     sizes = [r.get("size_bytes") for r in data["results"] if isinstance(r, dict) and r.get("op") == "all_reduce"
              and _positive(r.get("busbw_gbps")) and _positive(r.get("size_bytes"))]
     world, per_node = data.get("nproc"), data.get("gpus_per_node")
-    if not sizes or not isinstance(world, int) or not isinstance(per_node, int) or not 2 <= per_node <= world:
+    if not sizes or not isinstance(world, int) or not isinstance(per_node, int) or not 1 <= per_node <= world:
         return none
     bw = data.get("busbw_gbps") or {}
     out = dict(none)
     for key, ranks in (("intranode", per_node), ("internode", world)):
-        if _positive(bw.get(key)) and (key == "intranode" or world > per_node):
+        if _positive(bw.get(key)) and ranks >= 2 and (key == "intranode" or world > per_node):
             out[key] = Reading(busbw_gbps=float(bw[key]), size_bytes=float(max(sizes)), ranks=ranks,
                                per_node=per_node)
     return out

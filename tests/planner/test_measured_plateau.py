@@ -26,7 +26,7 @@ def _as_measured(curves, plateau, size, ranks, per_node) -> Reading:
 
 
 @pytest.mark.parametrize("size", [4 * MiB, 16 * MiB, 64 * MiB, 1024 * MiB])
-@pytest.mark.parametrize("ranks,per_node,plateau", [(8, 8, 3840.0), (2, 2, 3840.0), (16, 8, 1600.0), (32, 8, 1600.0)])
+@pytest.mark.parametrize("ranks,per_node,plateau", [(8, 8, 3840.0), (2, 2, 3840.0), (16, 8, 1600.0), (32, 8, 1600.0), (4, 1, 400.0)])
 def test_the_plateau_is_the_one_whose_curve_gives_the_measurement(size, ranks, per_node, plateau):
     curves = system_curves(_h100())
     r = _as_measured(curves, plateau, size, ranks, per_node)
@@ -78,6 +78,9 @@ def test_readings_of_a_bench_report():
     assert two["internode"] == Reading(busbw_gbps=1500.0, size_bytes=64 * MiB, ranks=16, per_node=8)
     assert two["intranode"].ranks == 8
     assert readings({"busbw_gbps": {"intranode": 900.0}}) == {"intranode": None, "internode": None}
+    one_per_node = readings(_report(per_node=1, nnodes=4, intra=None, inter=200.0))  # no node-local all-reduce
+    assert one_per_node == {"intranode": None,
+                            "internode": Reading(busbw_gbps=200.0, size_bytes=64 * MiB, ranks=4, per_node=1)}
 
 
 def test_with_measured_says_which_plateau_came_from_what():
