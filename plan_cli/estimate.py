@@ -208,10 +208,9 @@ def _system(scenario, cat, network_from):
     system = resolve_system(scenario, cat)
     if network_from is None:
         return system
-    from planner.network import load_network
+    from planner.network import busbw_values, read_bench, readings, with_measured
 
-    measured = load_network(network_from)
-    return system.model_copy(update={
-        "measured_intranode_busbw_gbps": measured.get("intranode_busbw_gbps"),
-        "measured_internode_busbw_gbps": measured.get("internode_busbw_gbps"),
-    })
+    data = read_bench(network_from)
+    measured = busbw_values(data, network_from)
+    values = {k: measured[f"{k}_busbw_gbps"] for k in ("intranode", "internode")}
+    return with_measured(system, values, readings(data))[0]

@@ -65,7 +65,8 @@ def _measured(s) -> str:
     """The all-reduce bus bandwidths `--network-from` gave the plans (they replace the catalog's links)."""
     parts = [f"{v:,.4g} Gbps {where}" for v, where in ((s.measured_intranode_busbw_gbps, "within a node"),
                                                      (s.measured_internode_busbw_gbps, "between nodes")) if v]
-    return f"\nmeasured all-reduce busbw (--network-from): {', '.join(parts)}" if parts else ""
+    said = s.measured_busbw_note or ", ".join(parts)  # the note: which plateau was inferred from what
+    return f"\nmeasured all-reduce busbw (--network-from): {said}" if parts else ""
 
 
 def _sweep_header(report: EstimateReport) -> str:

@@ -116,10 +116,10 @@ def tune(
         with _stopped_early():
             sc = create_study(cfg)
         msg = {"study": sc.study.study_name, "space_size": sc.space.size, "network": sc.meta.network_note,
-               "network_effect": sc.meta.network_effect}
+               "network_effect": sc.meta.network_effect, "device": sc.device_note}
         print_json(msg) if json_out else console.print(
             f"study [bold]{sc.study.study_name}[/] ready: {sc.space.size} configurations; network: {msg['network']}; "
-            f"{msg['network_effect']}")
+            f"{msg['network_effect']}" + (f"\nnote: {sc.device_note}" if sc.device_note else ""))
         return
     from tuner.api import start_study
 

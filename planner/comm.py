@@ -11,9 +11,9 @@ costs calls x the time of one call of bytes / calls. The plateau is the intra-no
 group fits in a node; when it spans nodes, each node's NICs are shared by the gpus_per_node / m
 groups running at once (m = members of one group on a node), so the group gets
 internode_bw * m / gpus_per_node, never more than the intra-node link. A measured busbw (`plan
-allreduce-bench --json`, its largest size, 1 GiB by default, where the sweeps are within 3-4% of
-their top) is that plateau, and the sweep's shape still applies below it; it is what NCCL reached with
-its own choice of algorithm, so NVLS is then not added on top of it.
+allreduce-bench --json`) gives that plateau as read on the same sweep at the size, ranks and nodes it
+was measured at (planner/measured_plateau.py), and the sweep's shape still applies below it; it is
+what NCCL reached with its own choice of algorithm, so NVLS is then not added on top of it.
 
 Rank order is Megatron's: tp innermost, then dp, then pp.
 All functions take numpy arrays (one entry per candidate) and return seconds or bytes.
@@ -79,12 +79,12 @@ class Links:
             inter_node_Bps=inter * k * 1e9 / 8,
             gpus_per_node=system.gpus_per_node,
             host_Bps=system.host_to_gpu_gbps * HOST_LINK_EFFICIENCY * 1e9 / 8,
-            curves=_curves(system),
+            curves=system_curves(system),
             nvls=_nvls(system, k),
         )
 
 
-def _curves(system: System) -> Curves:
+def system_curves(system: System) -> Curves:
     """The system's sweeps (catalog/links), or the catalog's for its GPU's link and the default network."""
     intra, inter = system.intranode_link, system.internode_link
     if intra is None or inter is None:

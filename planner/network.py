@@ -1,8 +1,10 @@
 """Measured bus bandwidths from a `plan allreduce-bench --json` file.
 
-Format: {"busbw_gbps": {"intranode": X | null, "internode": Y | null}, ...}; other keys are
-ignored. The values become System.measured_*_busbw_gbps, which the comm model prefers to the
-catalog's link numbers.
+Format: {"busbw_gbps": {"intranode": X | null, "internode": Y | null}, ...}; with `results` (the
+all-reduce sizes), `nproc` and `gpus_per_node` as `plan allreduce-bench --json` writes them, each busbw is
+read on the planner's curve at the size, ranks and nodes it was measured at (planner/measured_plateau.py)
+and the plateau that gives becomes System.measured_*_busbw_gbps, which the comm model prefers to the
+catalog's link numbers; a file with the busbw alone gives the plateau itself.
 """
 
 from __future__ import annotations
@@ -12,10 +14,17 @@ import math
 from pathlib import Path
 
 from planner.errors import PlanError
+from planner.measured_plateau import Reading, plateau_gbps, share_at
+from planner.system import System
 
 
 def load_network(path: str | Path) -> dict[str, float | None]:
     """{'intranode_busbw_gbps': X | None, 'internode_busbw_gbps': Y | None}; PlanError if malformed."""
+    return busbw_values(read_bench(path), path)
+
+
+def read_bench(path: str | Path):
+    """The parsed JSON of a bench file; PlanError where it cannot be read."""
     field = "network_from"
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -25,6 +34,12 @@ def load_network(path: str | Path) -> dict[str, float | None]:
         raise PlanError(field, f"cannot read {path} ({e})") from None
     except json.JSONDecodeError as e:
         raise PlanError(field, f"{path} is not JSON ({e.msg} at line {e.lineno})") from None
+    return data
+
+
+def busbw_values(data, path: str | Path) -> dict[str, float | None]:
+    """The busbw_gbps object of a bench file, checked."""
+    field = "network_from"
     bw = data.get("busbw_gbps") if isinstance(data, dict) else None
     if not isinstance(bw, dict):
         raise PlanError(field, f"{path} has no 'busbw_gbps' object (write it with `plan allreduce-bench --json`)")
@@ -37,3 +52,73 @@ def load_network(path: str | Path) -> dict[str, float | None]:
     if out["intranode_busbw_gbps"] is None and out["internode_busbw_gbps"] is None:
         raise PlanError(field, f"{path}: busbw_gbps has neither 'intranode' nor 'internode'")
     return out
+
+
+def readings(data) -> dict[str, Reading | None]:
+    """Where each busbw of a `plan allreduce-bench --json` report was measured ({"intranode": Reading | None,
+    "internode": ...}): at its largest all-reduce size (trainer/collectives.py reports that size's busbw, and
+    measures a node's own busbw at the largest size asked), over all `nproc` ranks with `gpus_per_node` on
+    each node, or over one node's ranks. None where the file does not say (a busbw alone, hand-written)."""
+    none = {"intranode": None, "internode": None}
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        return none
+    sizes = [r.get("size_bytes") for r in data["results"] if isinstance(r, dict) and r.get("op") == "all_reduce"
+             and _positive(r.get("busbw_gbps")) and _positive(r.get("size_bytes"))]
+    world, per_node = data.get("nproc"), data.get("gpus_per_node")
+    if not sizes or not isinstance(world, int) or not isinstance(per_node, int) or not 1 <= per_node <= world:
+        return none
+    bw = data.get("busbw_gbps") or {}
+    out = dict(none)
+    for key, ranks in (("intranode", per_node), ("internode", world)):
+        if _positive(bw.get(key)) and ranks >= 2 and (key == "intranode" or world > per_node):
+            out[key] = Reading(busbw_gbps=float(bw[key]), size_bytes=float(max(sizes)), ranks=ranks,
+                               per_node=per_node)
+    return out
+
+
+def _positive(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def with_measured(system: System, values: dict[str, float | None],
+                  where: dict[str, Reading | None]) -> tuple[System, str]:
+    """`system` with measured plateaus (values: {"intranode": Gbps | None, "internode": ...}, each read on the
+    system's curve where `where` says at which size it was measured), and one line saying which plateau was
+    inferred from what."""
+    from planner.comm import system_curves
+
+    curves = system_curves(system)
+    update, words = {}, []
+    for key, label in (("intranode", "within a node"), ("internode", "between nodes")):
+        value, reading = values.get(key), where.get(key)
+        if not value:
+            update[f"measured_{key}_busbw_gbps"] = None
+            continue
+        plateau = plateau_gbps(curves, reading) if reading else None
+        update[f"measured_{key}_busbw_gbps"] = plateau or value
+        words.append(f"{_gbps(plateau or value)} Gbps {label}{_said(curves, reading, value, plateau)}")
+    note = ", ".join(words)
+    return system.model_copy(update={**update, "measured_busbw_note": note}), note
+
+
+def _said(curves, reading: Reading | None, value: float, plateau: float | None) -> str:
+    """How a plateau came from its measurement ("" where the file gave a busbw alone: taken as the plateau)."""
+    if reading is None:
+        return ""
+    at = f"{_gbps(value)} Gbps measured at {_size(reading.size_bytes)} over {reading.ranks} ranks"
+    if plateau is None:
+        return f" ({at}, taken as the plateau: faster than the curve allows there; measure larger sizes)"
+    if plateau == value:
+        return f" (measured at {_size(reading.size_bytes)} over {reading.ranks} ranks: the top of the curve there)"
+    return f" (plateau inferred from {at}: curve share {share_at(curves, reading, plateau):.2f} there)"
+
+
+def _gbps(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n:.0f} B"

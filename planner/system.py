@@ -24,6 +24,9 @@ class System(Frozen):
     # numbers above in the comm model when present.
     measured_intranode_busbw_gbps: float | None = None
     measured_internode_busbw_gbps: float | None = None
+    # Which plateau above was inferred from what measurement (planner/network.py with_measured), for the
+    # reports' header; not written out with the system
+    measured_busbw_note: str | None = Field(default=None, exclude=True)
     # Collective busbw by message size inside a node / between nodes (catalog/links; None: the catalog's
     # for the GPU's intranode_link and the default network): planner/busbw_curve.py. Not written out
     # with the system (reports, --json): catalog data, named by the GPU and the cluster.

@@ -13,6 +13,12 @@
    imports torch here (the tuner stays light).
 
 An MI250X shows as two devices, one per GCD (64 GiB each), as the catalog's mi250x entry counts it.
+
+The tools list every GPU; the trials' ranks see those ROCm's isolation variables leave (ROCm docs, "GPU isolation
+techniques"): ROCR_VISIBLE_DEVICES first (the ROCr runtime), then HIP_VISIBLE_DEVICES, else CUDA_VISIBLE_DEVICES
+(HIP reads both, HIP's first), as indices among the devices ROCR left (torch/cuda/__init__.py
+_parse_visible_devices, pytorch/pytorch#142292: "The ROCR env var is processed first which then reduces the number
+of GPUs that HIP can select from"). torch's own HIP devices (3.) are already narrowed.
 """
 
 from __future__ import annotations
@@ -109,11 +115,41 @@ def torch_hip_gpus() -> list[tuple[str, float]]:
 
 
 def amd_gpus() -> list[tuple[str, float]]:
-    """(name, GiB) per visible AMD GPU: amd-smi, else rocm-smi, else torch's HIP devices."""
+    """(name, GiB) per visible AMD GPU: amd-smi, else rocm-smi (narrowed as ROCm narrows them), else torch's HIP
+    devices."""
     out = _run(["amd-smi", "static", "--asic", "--vram", "--json"])
     if out and (rows := parse_amd_smi_static(out)):
-        return rows
+        return rocm_visible(rows, os.environ)
     out = _run(["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--json"])
     if out and (rows := parse_rocm_smi(out)):
-        return rows
+        return rocm_visible(rows, os.environ)
     return torch_hip_gpus() if os.path.exists("/dev/kfd") else []
+
+
+def rocm_visible(rows: list, env) -> list:
+    """The rows (in the tools' order) a ROCm process sees under `env`: ROCR_VISIBLE_DEVICES, then
+    HIP_VISIBLE_DEVICES (else CUDA_VISIBLE_DEVICES) among what ROCR left."""
+    rows = _pick(rows, env.get("ROCR_VISIBLE_DEVICES"))
+    hip = env.get("HIP_VISIBLE_DEVICES")
+    return _pick(rows, hip if hip is not None else env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def _pick(rows: list, visible: str | None) -> list:
+    """`rows` chosen by a visibility list as torch reads one (_parse_visible_devices): each entry's leading
+    digits; the first entry that names no device ("", "-1", past the last) ends the list; a repeated one
+    leaves no device. UUID entries ("GPU-...") are not resolved (the tools' rows here carry none): all rows stay."""
+    if visible is None:
+        return rows
+    entries = [e.strip() for e in visible.split(",")]
+    if any(e.upper().startswith("GPU-") for e in entries):
+        return rows
+    chosen: list[int] = []
+    for entry in entries:
+        digits = re.match(r"\+?\d+", entry)
+        index = int(digits.group()) if digits else -1
+        if not 0 <= index < len(rows):
+            break
+        if index in chosen:
+            return []
+        chosen.append(index)
+    return [rows[i] for i in chosen]

@@ -38,6 +38,8 @@ def start_study(config: TuneConfig, *, runner: Runner | None = None, console=Non
 def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport:
     budget = Budget(config.budget_s)
     ctx = open_study(config, create=True)  # a SIGTERM in its network bench: the bench's ranks are killed
+    if ctx.device_note and console is not None:
+        console.print(f"note: {ctx.device_note}", highlight=False, soft_wrap=True)
     progress = TuneProgress(budget, console=console, enabled=config.progress)
 
     def after_trial(tuner: Tuner, line: str | None = None) -> None:

@@ -32,6 +32,42 @@ def has_cuda_gpu() -> bool:
     return len(local_gpus()) > 0
 
 
+def torch_sees_gpus(timeout_s: float = 120.0) -> tuple[int, str]:
+    """(GPUs torch can use, what it said) in the trials' interpreter (sys.executable, this environment: the ranks
+    run there, tuner/runner.py): torch.cuda.is_available() and device_count(), which a CPU-only build answers
+    False / 0 on a GPU machine (HIP devices on ROCm builds). Asked in a subprocess: the tuner stays light."""
+    code = ("import torch; ok = torch.cuda.is_available(); "
+            "print(int(ok), torch.cuda.device_count() if ok else 0, torch.__version__, torch.version.cuda or "
+            "getattr(torch.version, 'hip', None) or 'cpu')")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as e:
+        return 0, f"could not ask torch ({e})"
+    words = done.stdout.split()
+    if done.returncode != 0 or len(words) < 4:
+        last = (done.stderr or done.stdout).strip().splitlines()
+        return 0, f"torch failed to load ({last[-1][:160] if last else f'exit {done.returncode}'})"
+    ok, count, version, build = words[:4]
+    return (int(count) if ok == "1" else 0), f"torch {version} ({build} build)"
+
+
+def gpu_decision() -> tuple[bool, str | None]:
+    """(trials run on GPUs, a line saying why not where the driver lists GPUs that torch cannot use). The
+    driver's list (nvidia-smi / the AMD tools) is not enough: a CPU-only torch on a GPU machine ran every
+    trial on CPU ranks while the planner modelled GPUs."""
+    if os.environ.get("PLAN_FORCE_CPU") == "1":
+        return False, None
+    rows = local_gpus()
+    if not rows:
+        return False, None
+    usable, said = torch_sees_gpus()
+    if usable == 0:
+        return False, (f"{len(rows)} GPU(s) listed ({rows[0][0]}), but {said} in {sys.executable} cannot use "
+                       "them (torch.cuda.is_available() is False): tuning on CPU ranks; install a CUDA/ROCm "
+                       "build of torch to tune on the GPUs")
+    return True, None
+
+
 def local_gpus() -> list[tuple[str, float]]:
     """(name, memory GiB) per visible GPU: NVIDIA's (nvidia-smi), else AMD's (tuner/amd_gpus.py)."""
     from tuner.amd_gpus import amd_gpus

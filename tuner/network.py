@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from planner.network import readings
 from tuner.runner import kill_group, rank_env
 
 
@@ -20,26 +21,35 @@ def failure_line(text: str) -> str:
     return (errors or lines or [""])[-1]
 
 
-def measure_busbw(nproc: int, *, timeout_s: float = 180.0, attempts: int = 2) -> tuple[dict | None, str]:
-    """({"intranode": Gbps, "internode": Gbps|None}, note). None when it could not be measured.
+# Message sizes of the bench: on CPU (gloo, ~25 Gbps) 64 MiB is already at the curve's top and each size
+# costs seconds (notes/cpu-runs.md); on GPUs 64 MiB is mid-curve (8 x H200 NVLink, nccl-tests: 77% of the
+# plateau, catalog/links/nvlink.toml) and 256 MiB / 1 GiB take milliseconds per call, so they are measured too.
+CPU_SIZES = "4M,16M,64M"
+GPU_SIZES = "4M,16M,64M,256M,1G"
+
+
+def measure_busbw(nproc: int, *, on_gpu: bool = False, timeout_s: float = 180.0,
+                  attempts: int = 2) -> tuple[dict | None, str]:
+    """({"intranode": Gbps, "internode": Gbps|None, "readings": where each was measured
+    (planner/network.py readings)}, note). None when it could not be measured.
     A failed bench runs once more (a rank lost to a loaded machine is no property of the network);
     when every attempt fails, the note gives each attempt's failure line."""
     if nproc < 2:
         return None, "one rank: no all-reduce to measure"
     failures = []
     for _ in range(attempts):
-        busbw, failure = _bench_once(nproc, timeout_s)
+        busbw, failure = _bench_once(nproc, timeout_s, GPU_SIZES if on_gpu else CPU_SIZES)
         if busbw is not None:
             return busbw, "measured" + (f" (after a failed attempt: {failures[0]})" if failures else "")
         failures.append(failure)
     return None, "; ".join(f"attempt {i + 1}: {f}" for i, f in enumerate(failures))
 
 
-def _bench_once(nproc: int, timeout_s: float) -> tuple[dict | None, str]:
+def _bench_once(nproc: int, timeout_s: float, sizes: str = CPU_SIZES) -> tuple[dict | None, str]:
     with tempfile.TemporaryDirectory(prefix="plan-busbw-") as d:
         out = Path(d) / "busbw.json"
         cmd = [sys.executable, "-m", "plan_cli.main", "allreduce-bench", "--nproc", str(nproc),
-               "--sizes", "4M,16M,64M", "--json", str(out)]  # a few seconds, not the 1G ladder
+               "--sizes", sizes, "--json", str(out)]
         done = run_group(cmd, timeout_s, rank_env(nproc))
         if done is None:
             return None, f"allreduce-bench timed out after {timeout_s:.0f} s"
@@ -50,7 +60,7 @@ def _bench_once(nproc: int, timeout_s: float) -> tuple[dict | None, str]:
     busbw = data.get("busbw_gbps") or {}
     if not busbw.get("intranode") and not busbw.get("internode"):
         return None, "allreduce-bench wrote no busbw_gbps"
-    return {"intranode": busbw.get("intranode"), "internode": busbw.get("internode")}, ""
+    return {"intranode": busbw.get("intranode"), "internode": busbw.get("internode"), "readings": readings(data)}, ""
 
 
 def run_group(cmd: list[str], timeout_s: float, env: dict | None = None) -> tuple[int, str, str] | None:

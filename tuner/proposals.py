@@ -69,7 +69,7 @@ def network_effect(base: Scenario, measured: System, assumed: System, settings: 
         return "no plan of the space fits: the network changes nothing"
     gbps = measured.measured_intranode_busbw_gbps or measured.measured_internode_busbw_gbps
     link = assumed.intranode_gbps if assumed.nodes == 1 else assumed.internode_gbps
-    head = f"measured busbw {gbps:.1f} Gbps (catalog link {link:.0f} Gbps): "
+    head = f"measured busbw plateau {gbps:.1f} Gbps (catalog link {link:.0f} Gbps): "
     if a[0] == m[0]:
         same = "same top 3" if a == m else "top 3 reordered"
         return head + f"the planner's first choice is unchanged ({_label(m[0])}; {same})"

@@ -16,6 +16,7 @@ import optuna
 
 from hardware.catalog import load_catalog
 from planner.errors import PlanError
+from planner.network import with_measured
 from planner.model import ModelSpec
 from planner.resolve import resolve_model, resolve_system, seq_len_of
 from planner.scenario import Scenario
@@ -46,6 +47,7 @@ class StudyContext:
     meta: StudyMeta
     store: StudyStore  # the study's records on its storage (tuner/study_store.py)
     spec: ModelSpec | None = None  # the model the trials train (what the DeepSpeed builder sizes)
+    device_note: str | None = None  # why the trials run on CPU ranks on a machine that lists GPUs
 
 
 def default_study_name(model: str, nproc: int, device_id: str, backend: str) -> str:
@@ -63,7 +65,7 @@ def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str,
     catalog's), its network note, and the same system with the catalog's assumed network
     instead of the measured bus bandwidth (to show what the measurement changed)."""
     catalog = load_catalog()
-    busbw, note = measure_busbw(nproc) if cfg.measure_network else (None, "not measured")
+    busbw, note = measure_busbw(nproc, on_gpu=on_gpu) if cfg.measure_network else (None, "not measured")
     if on_gpu:
         gpu_id = cfg.gpu
         if gpu_id is None and cfg.cluster is None:
@@ -79,17 +81,19 @@ def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str,
     else:
         peaks = device.cpu_peaks_tflops(nproc)
         scenario = Scenario(model=cfg.model, gpus=nproc, cluster=device.CPU_CLUSTER_ID)
-        built = []
-        for bw in ((busbw or {}).get("intranode"), None):
+
+        def cpu_system(bw):
             gpu, cluster = device.cpu_entries(nproc, device_memory_gib=cfg.device_memory_gib, busbw_gbps=bw,
                                               peaks_tflops=peaks)
-            built.append(resolve_system(scenario, device.with_entries(catalog, gpu, cluster)))
-        system, assumed = built
+            return resolve_system(scenario, device.with_entries(catalog, gpu, cluster))
+
+        system = assumed = cpu_system(None)
+        if busbw:  # the CPU entry's link is the plateau the measurement gives (planner/network.py)
+            plateau = with_measured(assumed, busbw, busbw.get("readings") or {})[0].measured_intranode_busbw_gbps
+            system = cpu_system(plateau)
     if busbw:
-        system = system.model_copy(update={
-            "measured_intranode_busbw_gbps": busbw.get("intranode"),
-            "measured_internode_busbw_gbps": busbw.get("internode")})
-        note = f"measured all-reduce busbw {busbw.get('intranode') or busbw.get('internode'):.1f} Gbps"
+        system, said = with_measured(system, busbw, busbw.get("readings") or {})
+        note = f"measured all-reduce busbw: {said}"
     return system, note, assumed
 
 
@@ -97,7 +101,7 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
     """Load the study named by `cfg` (or create it, measuring this machine once)."""
     storage = open_storage(cfg.storage, heartbeat_interval_s=cfg.heartbeat_interval_s,
                            grace_period_s=cfg.grace_period_s)
-    on_gpu = device.has_cuda_gpu()
+    on_gpu, device_note = device.gpu_decision()  # GPUs the driver lists and torch here can use
     here = local_device_count(on_gpu)
     nproc = cfg.gpus or here
     if nproc > here:  # every trial runs on this machine: 64 CPU ranks on 2 cores ran a 64-rank bench for minutes
@@ -121,7 +125,9 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
             meta = StudyMeta.load(study)
         else:
             meta.save(study)
-    return _context(cfg, store, meta)
+    ctx = _context(cfg, store, meta)
+    ctx.device_note = device_note
+    return ctx
 
 
 def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> StudyMeta:
