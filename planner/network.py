@@ -114,7 +114,7 @@ def _said(curves, reading: Reading | None, value: float, plateau: float | None) 
 
 
 def _gbps(v: float) -> str:
-    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
 def _size(n: float) -> str:

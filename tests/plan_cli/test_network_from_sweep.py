@@ -71,6 +71,6 @@ def test_the_header_says_which_plateau_came_from_what(tmp_path):
     r = runner.invoke(app, ["estimate", "--model", "7b", "--cluster", "dgx-h100", "--gpus", "16", "--top", "1",
                             "--network-from", str(sweep)], env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
-    assert ("measured all-reduce busbw (--network-from): 3840 Gbps within a node (plateau inferred from 2955 Gbps "
-            "measured at 64 MiB over 8 ranks: curve share 0.77 there), 2720 Gbps between nodes (plateau inferred "
+    assert ("measured all-reduce busbw (--network-from): 3,840 Gbps within a node (plateau inferred from 2,955 Gbps "
+            "measured at 64 MiB over 8 ranks: curve share 0.77 there), 2,720 Gbps between nodes (plateau inferred "
             "from ") in r.output, r.output

@@ -87,7 +87,7 @@ def test_with_measured_says_which_plateau_came_from_what():
     system, note = with_measured(_h100(8), {"intranode": 2958.6, "internode": None}, readings(_report()))
     assert system.measured_intranode_busbw_gbps == pytest.approx(3846, rel=1e-3)
     assert system.measured_internode_busbw_gbps is None
-    assert note == ("3846 Gbps within a node (plateau inferred from 2959 Gbps measured at 64 MiB over 8 ranks: "
+    assert note == ("3,846 Gbps within a node (plateau inferred from 2,959 Gbps measured at 64 MiB over 8 ranks: "
                     "curve share 0.77 there)")
     plain, said = with_measured(_h100(8), {"intranode": 900.0, "internode": 180.0}, {})
     assert (plain.measured_intranode_busbw_gbps, plain.measured_internode_busbw_gbps) == (900.0, 180.0)

@@ -32,7 +32,7 @@ def test_a_gpu_bench_at_64_mib_gives_the_plateau(monkeypatch):
     cfg = TuneConfig(model="tiny", gpus=8, budget_s=60, gpu="h100-80gb")
     system, note, assumed = setup._system_for(cfg, 8, on_gpu=True)
     assert system.measured_intranode_busbw_gbps / 8 == pytest.approx(480.7, rel=0.03)  # the sweep's plateau
-    assert note.startswith("measured all-reduce busbw: ") and "plateau inferred from 2959 Gbps measured at 64 MiB " \
+    assert note.startswith("measured all-reduce busbw: ") and "plateau inferred from 2,959 Gbps measured at 64 MiB " \
                                                               "over 8 ranks: curve share 0.77 there" in note, note
     assert assumed.measured_intranode_busbw_gbps is None
 
@@ -49,8 +49,8 @@ def test_cpu_ranks_keep_the_measurement_as_plateau(monkeypatch):
     monkeypatch.setenv("PLAN_FORCE_CPU", "1")
     cfg = TuneConfig(model="tiny", gpus=2, budget_s=60, device_memory_gib=2.0)
     system, note, _ = setup._system_for(cfg, 2, on_gpu=False)
-    m = re.fullmatch(r"measured all-reduce busbw: ([\d.]+) Gbps within a node \(measured at 64 MiB over 2 ranks: "
+    m = re.fullmatch(r"measured all-reduce busbw: ([\d.,]+) Gbps within a node \(measured at 64 MiB over 2 ranks: "
                      r"the top of the curve there\)", note)
     assert m, note
     assert system.gpu.id == device.CPU_GPU_ID
-    assert system.measured_intranode_busbw_gbps == system.gpu.intranode_gbps == pytest.approx(float(m.group(1)), rel=0.01)
+    assert system.measured_intranode_busbw_gbps == system.gpu.intranode_gbps == pytest.approx(float(m.group(1).replace(",", "")), rel=0.01)
