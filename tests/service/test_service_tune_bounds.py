@@ -4,12 +4,17 @@ second list, some different, refused with pydantic's generic 'Input should be le
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from plan_cli.main import app as cli
 from plan_service import ServiceConfig, create_app
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +65,17 @@ def test_a_request_within_the_bounds_is_not_refused_by_them(client):
 
 
 @pytest.mark.parametrize("cap", ["8d", "30d"])
-def test_serve_refuses_a_tune_budget_cap_above_7d(cap):
-    out = CliRunner().invoke(cli, ["serve", "--port", "0", "--max-tune-budget", cap])
-    assert out.exit_code == 2, out.output
+def test_serve_refuses_a_tune_budget_cap_above_7d(cap, tmp_path):
+    """In its own process with a time limit: a server that starts (the old behaviour) never returns."""
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-m", "plan_cli.main", "serve", "--port", "0", "--max-tune-budget", cap],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                             env=os.environ | {"PYTHONPATH": ROOT, "PLAN_API_TOKEN": "t"})
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"plan serve --max-tune-budget {cap} started serving: {e.stderr}") from None
+    assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "max_tune_budget" in lines[0] and "at most 7d" in lines[0], out.stderr
