@@ -161,7 +161,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     @app.get("/tune/{study}", response_model=TuneStatus, responses={404: {"model": ErrorBody}})
     def tune_status(study: Name) -> TuneStatus:
-        """A study's state: the worker (if this server started it), trials and best so far."""
+        """A study's state: its worker's (running; finished: it stopped by its own rule; interrupted: stopped by
+        a signal or the server stopping, resumable; failed), the one line why, trials and best so far."""
         job = app.state.jobs.get(study)
         report = _report(study, config.storage)
         if job is None and report is None:
@@ -170,10 +171,11 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             return TuneStatus(study=study, status="stored", report=report)
         from tuner.storage import scrub
 
-        code = job.proc.poll()
-        status = "running" if code is None else ("finished" if code == 0 else "failed")
+        status, code, why = job.state()
         return TuneStatus(study=study, status=status, exit_code=code, report=report,
-                          log_tail=scrub(log_tail(job.log_path), config.storage) if code not in (None, 0) else None)
+                          why=scrub(why, config.storage) if why else None,
+                          log_tail=scrub(log_tail(job.log_path), config.storage) if status in ("failed", "interrupted")
+                          else None)
 
     @app.get("/export/{study}/deepspeed", responses={**ERRORS, 404: {"model": ErrorBody}})
     def export_deepspeed(study: Name, query: Annotated[StudyExportQuery, Query()]) -> dict:

@@ -76,8 +76,11 @@ class TuneStarted(BaseModel):
 
 class TuneStatus(BaseModel):
     study: str
-    status: Literal["running", "finished", "failed", "stored"] = Field(
-        description="running/finished/failed: a worker this server started; stored: only in storage")
+    status: Literal["running", "finished", "interrupted", "failed", "stored"] = Field(
+        description="running; finished: the study stopped by its own rule (budget, max_trials, space); interrupted: "
+                    "stopped by a signal or the server stopping (POST /tune with the same study resumes it); failed: "
+                    "a refused input or a crash; stored: only in storage (no worker of this workdir)")
+    why: str | None = Field(default=None, description="one line: how the worker ended")
     exit_code: int | None = None
     log_tail: str | None = None
     report: dict | None = Field(default=None, description="trials, best, calibration (tuner.TuneReport)")
