@@ -67,3 +67,22 @@ def test_a_server_stopped_mid_study_leaves_it_interrupted_and_resumable(tmp_path
         assert status["status"] == "finished" and status["exit_code"] == 0, status
         assert "--max-trials" in status["why"] and status["report"]["best"] is not None, status
         assert status["report"]["launched"] >= 2  # the interrupted trial and the resumed run's
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_by_sigterm_mid_study_reads_interrupted_not_finished(tmp_path):
+    config = ServiceConfig(storage=f"sqlite:///{tmp_path / 'tune.db'}", workdir=tmp_path / "work", insecure=True)
+    body = {"model": "tiny", "gpus": 2, "budget_s": 900, "steps": 3, "backend": "fsdp", "study": "termed",
+            "seed": 0, "trial_timeout_s": 480, "startup_s": 60}
+    with TestClient(create_app(config)) as client:
+        assert client.post("/tune", json=body).status_code == 202
+        deadline = time.monotonic() + 600
+        while not (client.get("/tune/termed").json()["report"] or {}).get("launched"):  # in its loop
+            assert client.app.state.jobs.get("termed").proc.poll() is None and time.monotonic() < deadline
+            time.sleep(1)
+        job = client.app.state.jobs.get("termed")
+        os.kill(job.proc.pid, signal.SIGTERM)  # a batch system's or an operator's kill of the worker
+        job.proc.wait(timeout=300)
+        status = client.get("/tune/termed").json()
+        assert status["status"] == "interrupted" and status["exit_code"] == 143, status
+        assert "SIGTERM" in status["why"] and "resumes" in status["why"], status
