@@ -19,10 +19,10 @@ from pathlib import Path
 
 import plan_service
 from plan_service.models import TuneRequest
-from plan_service.tune_worker import OUTCOME
 from planner.errors import PlanError
 
 STORAGE_ENV = "PLAN_TUNE_STORAGE"  # the worker's storage URL
+OUTCOME = "outcome.json"  # how the worker ended, written by it (plan_service/tune_worker.py)
 
 
 WORKER = "worker.json"  # the pid of the study's last worker, written when it starts

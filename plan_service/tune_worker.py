@@ -11,7 +11,6 @@ import signal
 import sys
 from pathlib import Path
 
-OUTCOME = "outcome.json"
 EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as plan tune exits
 
 
@@ -37,6 +36,8 @@ def main(argv: list[str]) -> int:
 
         traceback.print_exc()
         code, status, why = 1, "failed", f"crashed: {type(e).__name__}: {e}".splitlines()[0][:300]
+    from plan_service.tune_jobs import OUTCOME  # loaded already: `-m` imports the package first
+
     (cfg_path.parent / OUTCOME).write_text(json.dumps({"status": status, "exit_code": code, "why": why}))
     print(why, file=sys.stderr if code else sys.stdout)
     return code
