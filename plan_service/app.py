@@ -139,7 +139,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         from planner.resolve import resolve_model
 
         check_model_ref(req.model, _catalog(config))  # a preset or a size, never a path
-        resolve_model(Scenario(model=req.model))  # a bad model is a 422 now, not a dead worker
+        # a bad model, or a seq_len past its learned positions, is a 422 now, not a worker that fails at once
+        resolve_model(Scenario(model=req.model, seq_len=req.seq_len))
         check_tune(req.gpus, req.budget_s, app.state.jobs.running(), config.tune_limits)
         try:
             name = app.state.jobs.start(req)

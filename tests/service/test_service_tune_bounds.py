@@ -64,6 +64,13 @@ def test_a_request_within_the_bounds_is_not_refused_by_them(client):
     assert req.budget_s == 7 * 86400 and req.seed == 2**32 - 1
 
 
+def test_a_seq_len_past_the_models_positions_is_refused_before_a_worker_starts(client):
+    """It started a worker that failed at once with exit 2 (the answer was 202 'started')."""
+    r = client.post("/tune", json={"model": "tiny", "budget_s": 60, "seq_len": 100_000, "study": "too-long"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "seq_len"], r.text
+    assert "learned positions" in r.json()["detail"][0]["msg"] and client.app.state.jobs.get("too-long") is None
+
+
 @pytest.mark.parametrize("cap", ["8d", "30d"])
 def test_serve_refuses_a_tune_budget_cap_above_7d(cap, tmp_path):
     """In its own process with a time limit: a server that starts (the old behaviour) never returns."""
