@@ -29,7 +29,7 @@ def serve(
     dashboard_url: Annotated[str, Opt(help="Where optuna-dashboard serves --storage (the page links studies there)")]
     = "http://127.0.0.1:8080",
     max_tune_ranks: Annotated[Optional[int], Opt(min=1, help="POST /tune: most ranks (default: this machine's devices)")] = None,
-    max_tune_budget: Annotated[str, Opt(help="POST /tune: longest budget (e.g. 24h)")] = "24h",
+    max_tune_budget: Annotated[str, Opt(help="POST /tune: longest budget (e.g. 24h; at most 7d, plan tune's)")] = "24h",
     max_tune_jobs: Annotated[int, Opt(min=1, help="POST /tune: studies running at once")] = 2,
     curve_budget_s: Annotated[float, Opt(min=0, help="The page's days/cost curve: planner seconds per request "
                                          "(counts nearest the form's first; the rest are skipped)")] = 30.0,
@@ -39,14 +39,12 @@ def serve(
 
     from plan_service import ServiceConfig, create_app
     from plan_service.guards import TuneLimits
-    from planner.units import parse_duration_s
 
+    limits = TuneLimits(max_ranks=max_tune_ranks, max_budget_s=tune_budget_cap(max_tune_budget), max_jobs=max_tune_jobs)
     token = os.environ.get("PLAN_API_TOKEN") or None
     if token is None and not insecure:
         err_console.print("note: PLAN_API_TOKEN is not set: POST /tune answers 503 (use --insecure to allow it)",
                           highlight=False)
-    limits = TuneLimits(max_ranks=max_tune_ranks, max_budget_s=parse_duration_s("max_tune_budget", max_tune_budget),
-                        max_jobs=max_tune_jobs)
     config = ServiceConfig(storage=storage, workdir=workdir, api_token=token, insecure=insecure,
                            max_body_bytes=max_body_kib * 1024, catalog_dirs=list(catalog or []),
                            tune_limits=limits, curve_budget_s=curve_budget_s)
@@ -58,6 +56,20 @@ def serve(
     err_console.print(f"serving on http://{where}:{bound}/ (the planning page; OpenAPI at /openapi.json, docs at "
                       "/docs; Ctrl-C stops it)", highlight=False, soft_wrap=True)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run(sockets=[sock])
+
+
+def tune_budget_cap(text: str) -> float:
+    """--max-tune-budget in seconds; above `plan tune`'s 7d a one-line error (POST /tune's budget_s stops at 7d
+    whatever the option says: --max-tune-budget 30d was taken and a 10d request then got pydantic's bound)."""
+    from planner.errors import PlanError
+    from planner.units import parse_duration_s
+    from tuner.config import WEEK_S
+
+    cap = parse_duration_s("max_tune_budget", text)
+    if cap > WEEK_S:
+        raise PlanError("max_tune_budget", f"at most 7d (604,800 s), got {text} ({cap:,.0f} s): POST /tune's budget_s "
+                        "is plan tune's, at most 7d (a study is saved after every trial; POST it again to go on)")
+    return cap
 
 
 def listening_socket(host: str, port: int):

@@ -139,7 +139,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         from planner.resolve import resolve_model
 
         check_model_ref(req.model, _catalog(config))  # a preset or a size, never a path
-        resolve_model(Scenario(model=req.model))  # a bad model is a 422 now, not a dead worker
+        # a bad model, or a seq_len past its learned positions, is a 422 now, not a worker that fails at once
+        resolve_model(Scenario(model=req.model, seq_len=req.seq_len))
         check_tune(req.gpus, req.budget_s, app.state.jobs.running(), config.tune_limits)
         try:
             name = app.state.jobs.start(req)
@@ -161,7 +162,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     @app.get("/tune/{study}", response_model=TuneStatus, responses={404: {"model": ErrorBody}})
     def tune_status(study: Name) -> TuneStatus:
-        """A study's state: the worker (if this server started it), trials and best so far."""
+        """A study's state: its worker's (running; finished: it stopped by its own rule; interrupted: stopped by
+        a signal or the server stopping, resumable; failed), the one line why, trials and best so far."""
         job = app.state.jobs.get(study)
         report = _report(study, config.storage)
         if job is None and report is None:
@@ -170,10 +172,11 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             return TuneStatus(study=study, status="stored", report=report)
         from tuner.storage import scrub
 
-        code = job.proc.poll()
-        status = "running" if code is None else ("finished" if code == 0 else "failed")
+        status, code, why = job.state()
         return TuneStatus(study=study, status=status, exit_code=code, report=report,
-                          log_tail=scrub(log_tail(job.log_path), config.storage) if code not in (None, 0) else None)
+                          why=scrub(why, config.storage) if why else None,
+                          log_tail=scrub(log_tail(job.log_path), config.storage) if status in ("failed", "interrupted")
+                          else None)
 
     @app.get("/export/{study}/deepspeed", responses={**ERRORS, 404: {"model": ErrorBody}})
     def export_deepspeed(study: Name, query: Annotated[StudyExportQuery, Query()]) -> dict:

@@ -12,7 +12,8 @@ from hardware.stacks import StackProfile
 from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
-from planner.units import Seconds
+from tuner.config import (Backend, Budget, GlobalBatch, MemoryCap, Ranks, SamplerName, Seed, SeqLen, StartupGuess,
+                          TrialCap, TrialSteps, TrialTimeout)
 
 # catalog ids, model presets/sizes and study names: no paths (the server's files stay its own)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
@@ -45,24 +46,25 @@ class StudyList(BaseModel):
 
 
 class TuneRequest(BaseModel):
-    """A tuning run on the server's machine (its GPUs or CPU ranks) and storage."""
+    """A tuning run on the server's machine (its GPUs or CPU ranks) and storage; bounds and their one-line
+    reasons are `plan tune`'s (tuner/config.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(pattern=NAME_PATTERN, description="preset id or bare size (7b)")
     study: str | None = Field(default=None, pattern=NAME_PATTERN, description="default: generated")
-    gpus: int | None = Field(default=None, ge=1, le=1024, description="ranks; default: the machine's devices")
-    budget_s: Seconds = Field(gt=0, le=7 * 86400, description="wall-clock budget (seconds, or 2h, 90m)")
-    steps: int = Field(default=4, ge=2, le=10_000)
-    max_trials: int | None = Field(default=None, ge=1, le=10_000)
-    backend: Literal["deepspeed", "fsdp", "any"] = "any"
-    seq_len: int | None = Field(default=None, ge=1, le=1 << 20)
-    global_batch: int | None = Field(default=None, ge=1, le=1 << 24)
-    sampler: Literal["tpe", "random"] = "tpe"
-    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
-    device_memory_gib: float | None = Field(default=None, gt=0, le=1 << 20)
-    trial_timeout_s: float | None = Field(default=None, gt=0, le=86400)
-    startup_s: float | None = Field(default=None, gt=0, le=3600, description="first guess of a trial's start-up")
+    gpus: Ranks | None = Field(default=None, ge=1, description="ranks; default: the machine's devices")
+    budget_s: Budget = Field(gt=0, description="wall-clock budget (seconds, or 2h, 90m)")
+    steps: TrialSteps = Field(default=4, ge=2)
+    max_trials: TrialCap | None = Field(default=None, ge=1)
+    backend: Backend = "any"
+    seq_len: SeqLen | None = Field(default=None, ge=1)
+    global_batch: GlobalBatch | None = Field(default=None, ge=1)
+    sampler: SamplerName = "tpe"
+    seed: Seed | None = Field(default=None, ge=0)
+    device_memory_gib: MemoryCap | None = Field(default=None, gt=0, allow_inf_nan=False)
+    trial_timeout_s: TrialTimeout | None = Field(default=None, gt=0)
+    startup_s: StartupGuess | None = Field(default=None, gt=0, description="first guess of a trial's start-up")
 
 
 class TuneStarted(BaseModel):
@@ -74,8 +76,11 @@ class TuneStarted(BaseModel):
 
 class TuneStatus(BaseModel):
     study: str
-    status: Literal["running", "finished", "failed", "stored"] = Field(
-        description="running/finished/failed: a worker this server started; stored: only in storage")
+    status: Literal["running", "finished", "interrupted", "failed", "stored"] = Field(
+        description="running; finished: the study stopped by its own rule (budget, max_trials, space); interrupted: "
+                    "stopped by a signal or the server stopping (POST /tune with the same study resumes it); failed: "
+                    "a refused input or a crash; stored: only in storage (no worker of this workdir)")
+    why: str | None = Field(default=None, description="one line: how the worker ended")
     exit_code: int | None = None
     log_tail: str | None = None
     report: dict | None = Field(default=None, description="trials, best, calibration (tuner.TuneReport)")

@@ -1,11 +1,15 @@
 """Tuning studies started over HTTP: each runs `tuner.start_study` in its own worker process
 (`python -m plan_service.tune_worker`), so the request returns the study name at once and a
-crashing study cannot take the server down. State lives in the Optuna storage; this keeps
-only the worker processes this server started."""
+crashing study cannot take the server down. State lives in the Optuna storage; each job's folder
+(WORKDIR/STUDY) keeps its worker's pid (worker.json) and how it ended (outcome.json, written by the worker), so
+a job reads running / finished / interrupted / failed with the one line why, also after a server restart (a
+worker that ended without a word, e.g. killed with the server, reads interrupted, not running)."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -18,19 +22,51 @@ from plan_service.models import TuneRequest
 from planner.errors import PlanError
 
 STORAGE_ENV = "PLAN_TUNE_STORAGE"  # the worker's storage URL
+OUTCOME = "outcome.json"  # how the worker ended, written by it (plan_service/tune_worker.py)
+
+
+WORKER = "worker.json"  # the pid of the study's last worker, written when it starts
+RESUME = "POST /tune with the same study resumes it (everything up to its last trial is kept)"
 
 
 @dataclass
 class Job:
     study: str
-    proc: subprocess.Popen
-    log_path: Path
+    folder: Path
+    pid: int
+    proc: subprocess.Popen | None = None  # None: a worker an earlier server started
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "worker.log"
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return _is_worker(self.pid, self.folder)
+
+    def state(self) -> tuple[str, int | None, str | None]:
+        """(running|finished|interrupted|failed, exit code where known, the one line why)."""
+        if self.alive():
+            return "running", None, None
+        code = self.proc.returncode if self.proc is not None else None
+        try:
+            outcome = json.loads((self.folder / OUTCOME).read_text())
+            return outcome["status"], outcome.get("exit_code", code), outcome.get("why")
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if code is not None and code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
+            return "interrupted", code, f"its worker was killed by {_signal_name(-code)}; {RESUME}"
+        if code is not None:
+            return "failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}"
+        return "interrupted", None, f"its worker ended without an outcome (the server was stopped or restarted while " \
+                                    f"it ran); {RESUME}"
 
 
 class TuneJobs:
     def __init__(self, storage: str, workdir: Path):
         self.storage = storage
-        self.workdir = workdir
+        self.workdir = Path(workdir).resolve()  # absolute: a later server finds its workers by their command line
         self.jobs: dict[str, Job] = {}
         self.lock = threading.Lock()
 
@@ -44,11 +80,12 @@ class TuneJobs:
         config = TuneConfig(**fields, study=name, storage=None, progress=False,
                             workdir=str(self.workdir / name / "trials"))
         with self.lock:
-            job = self.jobs.get(name)
-            if job is not None and job.proc.poll() is None:
+            job = self._job(name)
+            if job is not None and job.alive():
                 raise PlanError("study", f"{name!r} is already running on this server")
             folder = self.workdir / name
             folder.mkdir(parents=True, exist_ok=True)
+            (folder / OUTCOME).unlink(missing_ok=True)  # the last run's: this run writes its own
             cfg_path = folder / "tune_config.json"
             cfg_path.write_text(config.model_dump_json(indent=2))
             log_path = folder / "worker.log"
@@ -60,26 +97,38 @@ class TuneJobs:
                     [sys.executable, "-m", "plan_service.tune_worker", str(cfg_path)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True)
-            self.jobs[name] = Job(study=name, proc=proc, log_path=log_path)
+            (folder / WORKER).write_text(json.dumps({"pid": proc.pid}))
+            self.jobs[name] = Job(study=name, folder=folder, pid=proc.pid, proc=proc)
         return name
 
     def running(self) -> int:
-        """Workers of this server still running."""
+        """Workers running, this server's and those an earlier server left running."""
         with self.lock:
-            return sum(1 for job in self.jobs.values() if job.proc.poll() is None)
+            names = set(self.jobs) | {p.parent.name for p in self.workdir.glob(f"*/{WORKER}")}
+            return sum(1 for name in names if (job := self._job(name)) is not None and job.alive())
 
     def get(self, name: str) -> Job | None:
+        """This server's job of `name`, else the one an earlier server started in the same workdir."""
         with self.lock:
-            return self.jobs.get(name)
+            return self._job(name)
 
-    def stop_all(self, timeout_s: float = 10.0) -> None:
-        """Ask every running worker to stop (SIGINT: the tuner keeps what it did)."""
-        import signal
+    def _job(self, name: str) -> Job | None:
+        if name in self.jobs:
+            return self.jobs[name]
+        folder = self.workdir / name
+        try:
+            pid = int(json.loads((folder / WORKER).read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return Job(study=name, folder=folder, pid=pid)
 
+    def stop_all(self, timeout_s: float = 30.0) -> None:
+        """Ask every worker this server started to stop (SIGINT: the tuner kills the running trial, keeps what
+        it did and the worker writes 'interrupted'); one still running after `timeout_s` is killed."""
         with self.lock:
             jobs = list(self.jobs.values())
         for job in jobs:
-            if job.proc.poll() is None:
+            if job.alive():
                 try:
                     os.killpg(job.proc.pid, signal.SIGINT)
                 except ProcessLookupError:
@@ -99,3 +148,28 @@ def log_tail(path: Path, n_bytes: int = 2000) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _is_worker(pid: int, folder: Path) -> bool:
+    """`pid` is alive and is this folder's worker (not a process that got the pid since)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        try:  # no /proc (macOS): the pid alone
+            os.kill(pid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    return b"plan_service.tune_worker" in cmdline and str(folder / "tune_config.json").encode() in cmdline
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _last_line(path: Path) -> str:
+    lines = [line for line in log_tail(path).splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else "its log is empty"

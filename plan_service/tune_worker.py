@@ -1,28 +1,68 @@
-"""`python -m plan_service.tune_worker CONFIG.json`: one study, run by the tuner's public API."""
+"""`python -m plan_service.tune_worker CONFIG.json`: one study, run by the tuner's public API.
+
+It writes how it ended to `outcome.json` beside CONFIG.json (plan_service/tune_jobs.py reads it) and exits as
+`plan tune` does: 0 when the study stopped by its own rule (budget, trial cap, space), 130 / 143 when a Ctrl-C
+(the server stopping) or a SIGTERM stopped it, 2 on a refused input, 1 on a crash (traceback in the log)."""
 
 from __future__ import annotations
 
+import json
+import signal
 import sys
+from pathlib import Path
+
+EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as plan tune exits
+
+
+class _Terminated(KeyboardInterrupt):
+    """A SIGTERM before the tuner installs its own handler (while importing, or measuring the network)."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
 
 
 def main(argv: list[str]) -> int:
-    from planner.errors import PlanError
-    from tuner import TuneConfig, start_study
+    signal.signal(signal.SIGTERM, _on_sigterm)  # as a Ctrl-C from the start: an outcome is always written
+    cfg_path = Path(argv[0])
+    try:
+        code, status, why = _run(cfg_path)
+    except KeyboardInterrupt as e:
+        sig = "SIGTERM" if type(e).__name__ in ("Terminated", "_Terminated") else "SIGINT"
+        code, status, why = EXIT[sig], "interrupted", (f"stopped by {sig} before the first trial (while starting or "
+                                                       "measuring this machine): nothing to keep; POST /tune again")
+    except BaseException as e:  # a crash: the traceback goes to the log, its last line to the outcome
+        import traceback
 
+        traceback.print_exc()
+        code, status, why = 1, "failed", f"crashed: {type(e).__name__}: {e}".splitlines()[0][:300]
+    from plan_service.tune_jobs import OUTCOME  # loaded already: `-m` imports the package first
+
+    (cfg_path.parent / OUTCOME).write_text(json.dumps({"status": status, "exit_code": code, "why": why}))
+    print(why, file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def _run(cfg_path: Path) -> tuple[int, str, str]:
     import os
 
+    from planner.errors import PlanError
     from plan_service.tune_jobs import STORAGE_ENV
+    from tuner import TuneConfig, start_study
 
-    config = TuneConfig.model_validate_json(open(argv[0]).read())
+    config = TuneConfig.model_validate_json(cfg_path.read_text())
     if os.environ.get(STORAGE_ENV):
         config = config.model_copy(update={"storage": os.environ[STORAGE_ENV]})
     try:
         report = start_study(config)
     except PlanError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"study {report.study}: {report.launched} trials launched; {report.stop_reason}")
-    return 0
+        return 2, "failed", f"error: {e}"
+    kept = f"{report.launched} trials launched"
+    if report.interrupted_by:
+        return (EXIT[report.interrupted_by], "interrupted",
+                f"stopped by {report.interrupted_by} (the server stopping, or a signal to the worker): {kept}, "
+                f"everything kept; POST /tune with study {report.study!r} resumes it")
+    return 0, "finished", f"{kept}; {report.stop_reason}"
 
 
 if __name__ == "__main__":

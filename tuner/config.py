@@ -20,6 +20,13 @@ Rounds = Annotated[int, at_most(100, "the re-runs of the top 3 stop at a quarter
 TrialTimeout = Annotated[Seconds, at_most(86400, "a trial times a few steps; no trial needs a day", "1d (86,400 s)", " s")]
 SeqLen = Annotated[int, at_most(1 << 24, "tokens per sequence: longer than any model's trained context")]
 GlobalBatch = Annotated[int, at_most(1 << 24, "sequences per optimizer step: far beyond any run's batch")]
+# trainer/config.py LaunchSettings.nproc's bound
+Ranks = Annotated[int, at_most(1024, "ranks on this one machine: the trainer launches at most 1,024 per node")]
+# 1e308 GiB overflowed RLIMIT_AS in the rank
+MemoryCap = Annotated[float, at_most(1_000_000, "a per-rank cap beyond any machine's memory", "1,000,000 GiB", " GiB")]
+Seed = Annotated[int, at_most(2**32 - 1, "Optuna's samplers take numpy's seed range", "4,294,967,295")]
+StartupGuess = Annotated[Seconds, at_most(3600, "a trial's start-up is seconds to minutes; the tuner measures it "
+                                                "after the first trial", "1h (3,600 s)", " s")]
 
 Backend = Literal["deepspeed", "fsdp", "any"]
 SamplerName = Literal["tpe", "random"]
@@ -30,7 +37,7 @@ class TuneConfig(BaseModel):
 
     model: str = Field(description="preset id, bare size (7b) or config.json")
     # ranks on this machine: at most trainer/config.py LaunchSettings.nproc's bound
-    gpus: int | None = Field(default=None, gt=0, le=1024, description="ranks; None: this machine's devices")
+    gpus: Ranks | None = Field(default=None, gt=0, description="ranks; None: this machine's devices")
     budget_s: Budget = Field(gt=0, description="wall-clock budget of this run")
     steps: TrialSteps = Field(default=4, gt=1, description="trainer steps per trial (warm-up included)")
     warmup_steps: int = Field(default=1, ge=0)
@@ -40,9 +47,8 @@ class TuneConfig(BaseModel):
     top_k: Proposals = Field(default=10, ge=0, description="planner-guided proposals tried before the sampler")
     explore_infeasible: bool = False
     infeasible_margin: float = Field(default=0.10, ge=0, allow_inf_nan=False, description="launch memory misses below this")
-    # 1e308 GiB overflowed RLIMIT_AS in the rank: at most a million GiB
-    device_memory_gib: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False,
-                                            description="per-rank cap (CPU: RLIMIT_AS)")
+    device_memory_gib: MemoryCap | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                                description="per-rank cap (CPU: RLIMIT_AS)")
     choices: dict[str, tuple] = Field(default_factory=dict, description="knob -> values to search")
     global_batch: GlobalBatch | None = Field(default=None, gt=0)
     seq_len: SeqLen | None = Field(default=None, gt=0)
@@ -53,10 +59,10 @@ class TuneConfig(BaseModel):
     csv: str | None = None
     max_trials: TrialCap | None = Field(default=None, gt=0, description="launched trials at most")
     trial_timeout_s: TrialTimeout | None = Field(default=None, gt=0)
-    startup_s: float | None = Field(default=None, gt=0, description="first guess of a trial's start-up")
+    startup_s: StartupGuess | None = Field(default=None, gt=0, description="first guess of a trial's start-up")
     remeasure_rounds: Rounds = Field(default=2, ge=0, description="re-runs of the top candidates at the end")
     sampler: SamplerName = "tpe"
-    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)  # Optuna's samplers: numpy's seed range
+    seed: Seed | None = Field(default=None, ge=0)
     measure_network: bool = True
     heartbeat_interval_s: int = Field(default=10, gt=0)
     grace_period_s: int = Field(default=30, gt=0)

@@ -29,8 +29,11 @@ def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1
     """The FSDP2 settings of `plan` over `plan.dp` data-parallel ranks on `nodes` nodes."""
     target = check_target(target)
     if not is_fsdp(plan):
+        # an FSDP study's space holds "none" (plain data parallel): its winner may shard nothing
+        plain = (": it shards nothing (plain data parallel, as DDP runs it) and needs no FSDP settings; the "
+                 "deepspeed export writes it as ZeRO stage 0") if plan.sharding == "none" else ""
         raise PlanError("sharding", f"{plan.sharding} is not an FSDP plan (FSDP settings take fsdp_full_shard, "
-                        "fsdp_shard_grad_op, fsdp_hybrid)")
+                        f"fsdp_shard_grad_op, fsdp_hybrid){plain}")
     if plan.offload == "optimizer":
         raise PlanError("offload", "FSDP offloads parameters, gradients and optimizer state together: "
                         "use offload=optimizer+params or none")

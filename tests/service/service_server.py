@@ -20,7 +20,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(tmp: Path, *, token: str | None, extra: list[str] = ()):
+def running_server(tmp: Path, *, token: str | None, extra: list[str] = (), stop_timeout_s: float = 15):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PLAN_API_TOKEN"} | {"OMP_NUM_THREADS": "1"}
     if token is not None:
@@ -45,7 +45,7 @@ def running_server(tmp: Path, *, token: str | None, extra: list[str] = ()):
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=stop_timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()

@@ -128,3 +128,18 @@ def test_study_export_switches_off_and_unknown_query_parameters(served):
                           ({"target": "tpu"}, "target")):
         r = client.get("/export/done/deepspeed", params=params)
         assert r.status_code == 422 and [d["loc"][-1] for d in r.json()["detail"]] == [field], r.text
+
+
+def test_fsdp_export_of_a_winner_that_shards_nothing_says_what_it_is(served, tmp_path):
+    """An FSDP study's space holds sharding none (POST /tune's export_url for it is /fsdp): its refusal says the
+    winner is plain data parallel and where its config is (it said only 'none is not an FSDP plan')."""
+    client, url = served
+    study = optuna.create_study(study_name="fsdp_plain", storage=open_storage(url), direction="maximize")
+    StudyMeta(model="tiny", nproc=2, seq_len=64, space={"sharding": ["none", "fsdp_full_shard"]},
+              system=resolve_system(Scenario(model="tiny", gpus=2, cluster="dgx-a100"))).save(study)
+    study.add_trial(optuna.trial.create_trial(value=900.0, user_attrs={"knobs": {**KNOBS, "sharding": "none"},
+                                                                        "status": "ok", "config_key": "n"}))
+    r = client.get("/export/fsdp_plain/fsdp", params={"target": "cpu"})
+    assert r.status_code == 422 and "plain data parallel" in r.text and "deepspeed export" in r.text, r.text
+    assert client.get("/export/fsdp_plain/deepspeed", params={"target": "cpu"}).json()["zero_optimization"] == {
+        "stage": 0}

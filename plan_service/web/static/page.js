@@ -331,7 +331,8 @@ async function refreshTune(study) {
     text += ` | ${rep.trials} trials (${rep.launched} run; ${Object.entries(rep.by_status).map(([k, v]) => `${k} ${v}`).join(", ")})`;
     if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
   }
-  if (st.log_tail) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
+  if (st.why) text += ` | ${st.why}`;  // how the worker ended: finished / interrupted (resumable) / failed
+  else if (st.log_tail) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
   if (rep) await showTrials(study, !!rep.best);  // the rows first: a "finished" line comes with its final rows
   setStatus(summary, text, st.status === "failed");
   return st.status !== "running";
