@@ -112,7 +112,9 @@ def estimate(
         save_scenario(Scenario(**base, gpus=gpu_counts[0]), save)
     if len(reports) > 1:
         _raise_if_sweep_only_structural(reports, cat.stacks, gpus)
-        view.show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot, within_days=within_days)
+        from plan_cli.sweep_view import show_sweep
+
+        show_sweep(reports, json_out=json_out, csv_out=csv_out, plot=plot, within_days=within_days)
         _exit_if_nothing_fits(reports)
         return
     report = reports[0]
