@@ -40,6 +40,7 @@ PARSE_ONLY = {
     "--calibration cal.json": "cal.json comes from a 2-hour study",
     "plan serve": "serves until stopped (the service has its own tests)",
     "validation/sanity_sweep.py": "1-3 minutes of ~15k plans (its fixes: tests/planner/test_corner_physics.py)",
+    "validation/network_check.py": "~1 minute of 288 plans (tests/planner/test_network_need.py runs its --quick)",
     "Qwen/Qwen2.5-7B": "a Hugging Face hub id: needs the network",
     "benchmarks/service_load.py": "a load test of 200 requests (a benchmark, not a test)",
 }

@@ -70,3 +70,12 @@ def test_assess_finds_a_threshold_between_grid_points():
     assert needed == pytest.approx([exact, exact], rel=0.025)
     assert needed[0] >= exact * (1 - 1e-9)  # never below the threshold: at the grid/refine point above it
     assert share == pytest.approx(1.0 - 1.0 / (1.0 + 0.5 * 2.7))
+
+
+def test_the_validation_check_finds_no_violation_on_its_quick_grid(capsys):
+    """validation/network_check.py --quick: 18 plans re-planned at the bandwidth each needs, 0.9x, 0.5x, 2x."""
+    from validation import network_check
+
+    assert network_check.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "0 violations" in out and "18 plans checked" in out
