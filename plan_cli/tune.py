@@ -125,7 +125,7 @@ def tune(
 
     with _stopped_early():
         report = start_study(cfg, console=err_console)
-    _write_profile(report.study, cfg.storage, stack_out, json_out)
+    report.stack_profile = _write_profile(report.study, cfg.storage, stack_out, json_out)
     _show(report, cfg.storage, json_out)
     if report.interrupted_by:  # the Unix convention for a command stopped by a signal: 128 + its number
         raise typer.Exit(INTERRUPTED_EXIT[report.interrupted_by])
@@ -149,7 +149,7 @@ def report(
     if csv:
         csv.parent.mkdir(parents=True, exist_ok=True)  # as `plan tune --csv` does (an OSError traceback here)
         trials_frame(st).to_csv(csv, index=False)
-    _write_profile(study, storage, stack_out, json_out)
+    rep.stack_profile = _write_profile(study, storage, stack_out, json_out)
     _show(rep, storage, json_out)
 
 
@@ -174,17 +174,22 @@ def _stopped_early():
         raise typer.Exit(INTERRUPTED_EXIT["SIGTERM" if isinstance(e, Terminated) else "SIGINT"]) from None
 
 
-def _write_profile(study: str, storage: str | None, out: Path | None, json_out: bool) -> None:
+def _write_profile(study: str, storage: str | None, out: Path | None, json_out: bool) -> dict | None:
+    """Write --stack-out; the check (held-out vs shipped error, n, which was written) for the JSON report."""
     if out is None:
-        return
+        return None
     from tuner.report import load
     from tuner.stack_profile import write_study_profile
 
-    prof = write_study_profile(load(study, storage), out)
-    cv = f"{prof.cv_mape_pct:.1f}%" if prof.cv_mape_pct is not None else "n/a (one trial)"
+    prof, check = write_study_profile(load(study, storage), out)
+    held = check["held_out_mean_abs_pct"]
+    errors = (f"leave-one-run-out error of tokens/s over {check['n']} trials: fitted {held:.1f}%, shipped "
+              f"{check['shipped_mean_abs_pct']:.1f}%" if held is not None else "n/a (one trial)")
+    what = ("stack profile fitted on the trials written" if check["kept"] == "fitted" else
+            "the shipped stack profile written, not the fit (" + check["why"] + ")")
     (err_console if json_out else console).print(
-        f"stack profile written to {out} (leave-one-run-out CV error of tokens/s: {cv}); "
-        f"use it with --catalog {out.parent.parent} --stack bundled", highlight=False)
+        f"{what} to {out} ({errors}); use it with --catalog {out.parent.parent} --stack bundled", highlight=False)
+    return check | {"path": str(out)}
 
 
 def _show(rep, storage: str | None, json_out: bool) -> None:
@@ -196,7 +201,7 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
     from tuner.report import load, trials_frame
 
     df = trials_frame(load(rep.study, storage))
-    t = Table(title=f"study {rep.study}: {rep.launched} run of {rep.trials} trials ({rep.device}, {rep.ranks} ranks)")
+    t = Table(title=f"study {rep.study}: {rep.launched} run of {rep.trials} trials in all ({rep.device}, {rep.ranks} ranks)")
     cols = ["trial", "status", "source", "sharding", "offload", "activation_checkpointing", "precision",
             "micro_batch", "grad_accum", "measured_tokens_per_s", "predicted_tokens_per_s_default",
             "predicted_memory_gib", "measured_memory_gib", "reason"]
@@ -207,6 +212,8 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
     for _, row in df.iterrows():
         t.add_row(*[_fmt(row[c]) for c in cols])
     console.print(t)
+    if rep.this_run is not None:
+        console.print(this_run_line(rep), highlight=False)
     if rep.best:
         b = rep.best
         knobs = " ".join(f"{k}={b[k]}" for k in ("sharding", "offload", "activation_checkpointing",
@@ -231,8 +238,12 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
     e0, e1 = rep.error_before, rep.error_after
     if e0["n"]:
         console.print(f"prediction error of tokens/s over {e0['n']} trials: mean {e0['mean_abs_pct']:.0f}% "
-                      f"before calibration, {e1['mean_abs_pct']:.0f}% after "
-                      f"(compute x{rep.calibration['compute']:.3g}, network x{rep.calibration['network']:.3g})")
+                      f"uncalibrated, {e1['mean_abs_pct']:.0f}% with the calibration applied (both on these trials)",
+                      highlight=False)
+    if rep.calibration_check:
+        from tuner.calibration_check import line
+
+        console.print(line(rep.calibration_check, rep.calibration), highlight=False)
     if rep.deepspeed_config:
         console.print("DeepSpeed config (ds_config.json):")
         console.print_json(json.dumps(rep.deepspeed_config))
@@ -251,6 +262,17 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
     return str(v)
+
+
+def this_run_line(rep) -> str:
+    """What this run did, apart from the study's totals (a resumed study's `launched` counted every run's)."""
+    r = rep.this_run
+    outcomes = ", ".join(f"{n} {s}" for s, n in sorted(r["by_status"].items()))
+    again = f", re-measured the top candidates {r['remeasurements']} time{'s' if r['remeasurements'] != 1 else ''}" \
+        if r.get("remeasurements") else ""
+    return (f"this run: launched {r['launched']} trial{'s' if r['launched'] != 1 else ''}"
+            f"{' (' + outcomes + ')' if outcomes else ''}{again}; the study in all: {rep.launched} launched of "
+            f"{rep.trials} trials")
 
 
 def best_speed(rep) -> str:

@@ -13,7 +13,7 @@ from tuner.budget import Budget
 from tuner.config import TuneConfig
 from tuner.loop import Runner, Tuner
 from tuner.progress import TuneProgress
-from tuner.report import TuneReport, build_report, ran, trials_frame
+from tuner.report import TuneReport, build_report, ran, run_summary, trials_frame
 from tuner.setup import StudyContext, open_study
 
 
@@ -60,7 +60,8 @@ def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport
         except KeyboardInterrupt:
             stop, signal_name = "stopped by Ctrl-C (everything is kept; run the same command to resume)", "SIGINT"
     tuner.refit()
-    report = build_report(ctx.study, config.storage, stop_reason=stop)
+    report = build_report(ctx.study, config.storage, stop_reason=stop,
+                          this_run=run_summary(ctx.study, tuner.trial_numbers, tuner.remeasurements))
     report.interrupted_by = signal_name
     if config.csv:
         Path(config.csv).parent.mkdir(parents=True, exist_ok=True)

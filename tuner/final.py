@@ -42,10 +42,10 @@ def tie_order(knobs: list[dict], scores: list[float], window: float = api.TIE_FR
     return [int(i) for i in api._rank(lay, found, np.arange(n), {"tokens_per_s": s}, "tokens_per_s")]
 
 
-def spread(values: list[float]) -> float:
-    """Relative half-range of repeated measurements (0 with one)."""
+def spread(values: list[float]) -> float | None:
+    """Relative half-range of repeated measurements (None with one: unknown, not 0)."""
     if len(values) < 2:
-        return 0.0
+        return None
     return (max(values) - min(values)) / (2 * statistics.median(values))
 
 
@@ -75,8 +75,8 @@ def rank_final(study, remeasured: dict[str, list[float]]) -> dict:
         samples = [t.value, *remeasured[t.user_attrs["config_key"]]]
         rows.append({"trial": t.number, "config_key": t.user_attrs["config_key"], "knobs": t.user_attrs["knobs"],
                      "samples_tokens_per_s": samples, "median_tokens_per_s": statistics.median(samples),
-                     "spread_pct": 100 * spread(samples)})
-    spreads = [r["spread_pct"] / 100 for r in rows if len(r["samples_tokens_per_s"]) > 1]
+                     "runs": len(samples), "spread_pct": None if len(samples) < 2 else 100 * spread(samples)})
+    spreads = [r["spread_pct"] / 100 for r in rows if r["spread_pct"] is not None]
     noise = statistics.median(spreads) if spreads else 0.0
     # the medians are surer than one run: their noise shrinks as 1/sqrt(runs)
     runs = statistics.median(len(r["samples_tokens_per_s"]) for r in rows) if rows else 1
@@ -118,6 +118,7 @@ def remeasure(tuner, rounds: int) -> dict | None:
                                                   ("fsdp_json", "fsdp_config_json")) if t.user_attrs.get(a)}
             out = tuner.runner(knobs, trial_number=t.number, timeout_s=min(trial_timeout_s(expected), tuner.budget.left_s),
                                on_start=lambda pid, wd: None, **kw)
+            tuner.remeasurements += 1
             if out.status == "ok" and out.tokens_per_s:
                 samples[t.user_attrs["config_key"]].append(out.tokens_per_s)
                 tuner.study.set_user_attr("remeasured", {**stored, **samples})

@@ -20,7 +20,9 @@ from planner.settings import Calibration
 from tuner import storage as st
 from tuner.worker_id import worker_id
 from tuner.budget import Budget, trial_duration_s, trial_timeout_s
-from tuner.calibrate import Observation, fit_calibration
+from tuner import calibration_check
+from tuner.calibrate import Observation
+from tuner.calibration_check import Measured
 from tuner.residual import ResidualModel
 from tuner.runner import TrialOutcome
 from tuner.setup import StudyContext, export_calibration
@@ -67,6 +69,8 @@ class Tuner:
         self.calibration = current_calibration(self.study)
         self._startup_memo: dict[str, float] = {}
         self.launched = 0
+        self.trial_numbers: list[int] = []  # the trials this run made (a resumed study has others before)
+        self.remeasurements = 0  # re-runs of the top candidates by this run (tuner/final.py)
         self.skipped_in_a_row = 0
         self.stop_reason = ""
         self.configs = [complete(p, global_batch=ctx.meta.global_batch, dp=ctx.nproc)
@@ -245,6 +249,7 @@ class Tuner:
 
     # ---- one trial ------------------------------------------------------------------------
     def _objective(self, trial: Trial) -> float:
+        self.trial_numbers.append(trial.number)
         trial.set_user_attr("worker_id", worker_id())  # identity (tuner/worker_id.py)
         trial.set_user_attr("worker_host", st.HOST)  # for people reading the trial
         trial.set_user_attr("worker_pid", os.getpid())
@@ -356,43 +361,39 @@ class Tuner:
                 v = v[-1500:] if out.status != "ok" else ""
             trial.set_user_attr(k if k != "tokens_per_s" else "measured_tokens_per_s", v)
         trial.set_user_attr("measured_memory_gib", out.peak_memory_bytes / GIB if out.peak_memory_bytes else None)
-        if out.step_time_s and out.step_time_s_p90:  # the spread of the timed steps (warm-up excluded)
+        timed = self.ctx.meta.steps - self.ctx.meta.warmup_steps
+        trial.set_user_attr("timed_steps", timed)
+        # the spread of the timed steps (warm-up excluded); one timed step has none to show (it read 0.0)
+        if out.step_time_s and out.step_time_s_p90 and timed >= 2:
             trial.set_user_attr("step_spread_pct", 100 * (out.step_time_s_p90 / out.step_time_s - 1))
         if out.status != "ok" or not out.tokens_per_s:
             raise TrialFailed(f"{out.status}: {out.error}")
-        self.refit(extra=(pred0, out))
+        self.refit(extra=(knobs, pred0, out))
         return out.tokens_per_s
 
     # ---- calibration ----------------------------------------------------------------------
     def _completed(self) -> list[FrozenTrial]:
         return self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
-    def observations(self) -> list[Observation]:
-        obs = []
+    def measured(self) -> list[Measured]:
+        """The completed trials the calibration is fitted on (knobs, default breakdown, measured step, tokens/s)."""
+        out = []
         for t in self._completed():
-            b, step = t.user_attrs.get("breakdown_default_s"), t.user_attrs.get("step_time_s")
-            if b and step:
-                obs.append(Observation(b[0], b[1], b[2], step))
-        return obs
+            b, step, knobs = t.user_attrs.get("breakdown_default_s"), t.user_attrs.get("step_time_s"), t.user_attrs.get("knobs")
+            if b and step and knobs and t.value:
+                out.append(Measured(knobs, Observation(b[0], b[1], b[2], step), t.value))
+        return out
 
     def refit(self, extra=None) -> Calibration:
-        obs = self.observations()
+        """Fit the calibration on the completed trials; apply it only where it predicts trials it was not
+        fitted on better than the study's starting calibration (tuner/calibration_check.py)."""
+        trials = self.measured()
         if extra is not None:  # the trial being told now is not COMPLETE in storage yet
-            pred0, out = extra
-            obs.append(pred0.observation(out.step_time_s))
-        if obs:
-            fitted = fit_calibration(obs)
-            # The fit is linear in the breakdown, the planner is not (overlap hides part of
-            # the communication): keep the fitted factors only where the planner itself,
-            # run with them, predicts the completed trials better than with the current ones.
-            if self._planner_error(fitted) <= self._planner_error(self.calibration):
-                self.calibration = fitted
-            save_calibration(self.study, self.calibration)
+            knobs, pred0, out = extra
+            trials.append(Measured(knobs, pred0.observation(out.step_time_s), out.tokens_per_s))
+        if trials:
+            self.calibration, check = calibration_check.choose(
+                trials, lambda k, cal: self.ctx.predictor(k, cal).tokens_per_s, self.ctx.meta.calibration)
+            save_calibration(self.study, self.calibration, check)
             export_calibration(self.calibration, self.cfg.calibration_out)
         return self.calibration
-
-    def _planner_error(self, cal: Calibration) -> float:
-        from tuner.report import prediction_errors
-
-        _, after = prediction_errors(self.study, cal)
-        return after["mean_abs_pct"] if after["mean_abs_pct"] is not None else math.inf

@@ -21,7 +21,7 @@ from tuner.calibrate import relative_errors, summarize_errors
 from tuner.predict import Predictor
 from tuner.space import TUNED_KNOBS
 from tuner.storage import masked_url
-from tuner.study_store import StudyMeta, current_calibration, load
+from tuner.study_store import StudyMeta, calibration_check, current_calibration, load
 
 COLUMNS = (
     "trial", "state", "status", "source", *TUNED_KNOBS,
@@ -36,14 +36,17 @@ class TuneReport(BaseModel):
     model: str
     ranks: int
     device: str
-    trials: int
-    launched: int
+    trials: int  # the study's, every run of it (a resumed study counts the earlier runs' too)
+    launched: int  # the study's launched trials, every run of it
+    this_run: dict | None = None  # what this `plan tune` run did: launched, by_status, trial numbers, re-measurements
     by_status: dict[str, int]  # decided configurations by outcome (re-draws of one left out)
     duplicates: int = 0  # sampler re-draws of a configuration already decided (not run)
     best: dict | None  # knobs + measured numbers of the winner
     calibration: dict
     error_before: dict  # |predicted - measured| / measured of tokens/s, default calibration
-    error_after: dict  # same with the fitted calibration
+    error_after: dict  # same with the calibration applied (in-sample: see calibration_check)
+    stack_profile: dict | None = None  # --stack-out: its held-out error vs the shipped profile's, n, which was written
+    calibration_check: dict | None = None  # the fit's held-out error vs the starting one, n, which was kept
     deepspeed_config: dict | None = None
     launch_settings: dict | None = None
     launch_command: str | None = None
@@ -155,7 +158,20 @@ def exports_for(plan: ExecutionPlan, system: System, model: str,
     return ds, settings, torchrun.render(cmd)
 
 
-def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None) -> TuneReport:
+def run_summary(study: optuna.Study, numbers: list[int], remeasurements: int = 0) -> dict:
+    """What one run of a study did: its own trials (`numbers`) by outcome, apart from the study's totals."""
+    mine = [t for t in study.get_trials(deepcopy=False) if t.number in set(numbers)]
+    by_status: dict[str, int] = {}
+    for t in mine:
+        if status_of(t) != "duplicate":
+            by_status[status_of(t)] = by_status.get(status_of(t), 0) + 1
+    return {"trials": len([t for t in mine if status_of(t) != "duplicate"]), "launched": sum(1 for t in mine if ran(t)),
+            "by_status": by_status, "trial_numbers": sorted(t.number for t in mine if status_of(t) != "duplicate"),
+            "remeasurements": remeasurements}
+
+
+def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None,
+                 this_run: dict | None = None) -> TuneReport:
     meta = StudyMeta.load(study)
     trials = study.get_trials(deepcopy=False)
     by_status: dict[str, int] = {}
@@ -171,6 +187,7 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
         device=meta.system.gpu.name, trials=len(trials),
         launched=sum(1 for t in trials if ran(t)), by_status=by_status, duplicates=dups, best=None,
         calibration=cal.model_dump(mode="json"), error_before=before, error_after=after,
+        calibration_check=calibration_check(study), this_run=this_run,
         stop_reason=stop_reason, network=meta.network_note, network_effect=meta.network_effect,
         winner=final.why_it_won(study) or None, final_ranking=final.final_ranking(study),
     )
@@ -180,7 +197,8 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
         ds, settings, cmd = _safe_exports(plan, meta.system, meta.model, best.user_attrs.get("deepspeed_config_json"))
         row = next((r for r in (report.final_ranking or {}).get("rows", []) if r["trial"] == best.number), {})
         report.best = {"trial": best.number, **best.user_attrs["knobs"], "tokens_per_s": best.value,
-                       "median_tokens_per_s": row.get("median_tokens_per_s"), "spread_pct": row.get("spread_pct"),
+                       "median_tokens_per_s": row.get("median_tokens_per_s"), "runs": row.get("runs", 1),
+                       "spread_pct": row.get("spread_pct"),  # None: measured once, its spread is unknown
                        "step_spread_pct": best.user_attrs.get("step_spread_pct"),
                        "step_time_s": best.user_attrs.get("step_time_s"),
                        "measured_memory_gib": best.user_attrs.get("measured_memory_gib"),

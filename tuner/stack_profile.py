@@ -12,6 +12,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
@@ -47,22 +48,37 @@ def study_runs(study: optuna.Study) -> list[Run]:
     return runs
 
 
-def fit_study_profile(study: optuna.Study, prior: StackProfile | None = None) -> StackProfile:
+def fit_study_profile(study: optuna.Study, prior: StackProfile | None = None) -> tuple[StackProfile, dict]:
+    """(the profile to write, the check): the profile fitted on the trials where its leave-one-run-out error
+    (profile_fit.fit_one's own CV) beats the shipped profile's error on the same trials, else the shipped one."""
     runs = study_runs(study)
     if not runs:
         raise PlanError("study", f"{study.study_name!r} has no completed trial to fit a stack profile on")
     prior = prior or load_catalog().stacks.get(STACK) or StackProfile(id=STACK, name=STACK)
-    return profile_fit.fit_one(runs, prior)
+    fitted = profile_fit.fit_one(runs, prior)
+    scored = [r for r in runs if r.scored and r.layout_stated]  # what fit_one scores
+    shipped = round(100 * float(np.mean(np.abs(profile_fit.predict_ratio(scored, {STACK: prior}) - 1))), 1) \
+        if scored else None
+    check = {"method": "leave-one-run-out", "n": len(scored), "shipped_mean_abs_pct": shipped,
+             "held_out_mean_abs_pct": fitted.cv_mape_pct, "kept": "shipped"}
+    if fitted.cv_mape_pct is not None and shipped is not None and fitted.cv_mape_pct < shipped:
+        return fitted, check | {"kept": "fitted"}
+    why = ("one completed trial: a fit on the others needs two at least" if fitted.cv_mape_pct is None else
+           f"the fit on {len(scored)} trials predicted each held-out trial worse ({fitted.cv_mape_pct:.1f}%) than the "
+           f"shipped profile ({shipped:.1f}%)")
+    return prior.model_copy(update={"fit_method": f"{prior.fit_method}; not refitted by plan tune {study.study_name}: "
+                                                  f"{why}"}), check | {"why": why}
 
 
-def write_study_profile(study: optuna.Study, out: Path) -> StackProfile:
-    """Fit and write DIR/stacks/bundled.toml (the file name must be the stack id to be loaded)."""
+def write_study_profile(study: optuna.Study, out: Path) -> tuple[StackProfile, dict]:
+    """Fit and write DIR/stacks/bundled.toml (the file name must be the stack id to be loaded): the fitted
+    profile where it beats the shipped one on held-out trials, else the shipped one (and the check says so)."""
     out = Path(out)
     if out.suffix != ".toml" or out.stem != STACK:
         raise PlanError("stack_out", f"{out}: the file must be named {STACK}.toml (under DIR/stacks/ for --catalog DIR)")
-    prof = fit_study_profile(study)
+    prof, check = fit_study_profile(study)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = profile_to_toml(prof)
     tomllib.loads(text)
     out.write_text(text)
-    return prof
+    return prof, check

@@ -39,6 +39,7 @@ class UnknownStudy(PlanError):
 
 META_KEY = "plan_tune"  # the study user attribute holding its StudyMeta
 CALIBRATION_KEY = "calibration"  # the calibration fitted so far (updated after every trial)
+CALIBRATION_CHECK_KEY = "calibration_check"  # its held-out error against the starting calibration's
 
 
 class StudyMeta(BaseModel):
@@ -117,8 +118,16 @@ def current_calibration(study: optuna.Study) -> Calibration:
     return Calibration.model_validate(stored.get("calibration") or {})
 
 
-def save_calibration(study: optuna.Study, cal: Calibration) -> None:
+def save_calibration(study: optuna.Study, cal: Calibration, check: dict | None = None) -> None:
+    """The calibration applied now and, when given, how it was chosen (tuner/calibration_check.py)."""
     study.set_user_attr(CALIBRATION_KEY, cal.model_dump(mode="json"))
+    if check is not None:
+        study.set_user_attr(CALIBRATION_CHECK_KEY, check)
+
+
+def calibration_check(study: optuna.Study) -> dict | None:
+    """How the applied calibration was chosen: held-out vs starting error, n, which was kept."""
+    return study.user_attrs.get(CALIBRATION_CHECK_KEY)
 
 
 def study_names(storage: RDBStorage) -> list[str]:
