@@ -2,7 +2,7 @@
 
 Errors: a PlanError or catalog error is a 422 naming the field (FastAPI's own validation
 errors have the same shape); an unknown catalog id or study is a 404. Mutating endpoints
-(POST /tune) and the list of studies (GET /tune) need `Authorization: Bearer $PLAN_API_TOKEN`;
+(POST /tune, DELETE /tune/STUDY) and the list of studies (GET /tune) need `Authorization: Bearer $PLAN_API_TOKEN`;
 with no token configured they answer 503 unless the server was started with --insecure. Bodies
 over `max_body_bytes` get 413. Models are never read from the server's disk (guards.py); /tune
 has limits (ranks, budget, concurrent jobs) whose 4xx answers name the limit. Storage URLs are
@@ -31,7 +31,7 @@ from plan_service.guards import (LimitError, TuneLimits, check_model_ref, check_
 from plan_service.limits import BodySizeLimit
 from plan_service.models import (
     NAME_PATTERN, CatalogSummary, ErrorBody, EstimateRequest, StudyExportQuery, StudyList, TuneRequest, TuneStarted,
-    TuneStatus,
+    TuneStatus, TuneStopping,
 )
 from plan_service.tune_jobs import TuneJobs, log_tail
 from plan_service.web import web_router
@@ -177,6 +177,31 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                           why=scrub(why, config.storage) if why else None,
                           log_tail=scrub(log_tail(job.log_path), config.storage) if status in ("failed", "interrupted")
                           else None)
+
+    @app.delete("/tune/{study}", status_code=202, response_model=TuneStopping, dependencies=[Depends(require_token)],
+                responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
+                           503: {"model": ErrorBody}})
+    def tune_stop(study: Name) -> TuneStopping:
+        """Stop a running study's worker (this server's, or one an earlier server of this workdir left running, e.g.
+        after a `kill -9` of the server, when its pid is still that worker): SIGTERM, as `kill` does. The running
+        trial is killed and queued again; GET /tune/STUDY reads interrupted once the worker has stopped, and
+        POST /tune with the same study resumes it. 409 when it is not running, 404 when this server has no job."""
+        job = app.state.jobs.get(study)
+        if job is None:
+            stored = _report(study, config.storage) is not None
+            raise HTTPException(409 if stored else 404, f"study {study!r} has no worker of this server's workdir: "
+                                "nothing to stop" if stored else f"no study {study!r} on this server or in its storage")
+        from plan_service.tune_jobs import NotRunning
+
+        try:
+            job.stop()
+        except NotRunning as e:
+            state, _, why = job.state()
+            raise HTTPException(409, f"{e} (it is {state}{': ' + why if why else ''})") from None
+        return TuneStopping(study=study, pid=job.pid, status_url=f"/tune/{study}",
+                            why=f"SIGTERM sent to its worker (pid {job.pid}): it kills the running trial and keeps the "
+                                f"study; GET /tune/{study} reads interrupted once it has stopped; POST /tune with the "
+                                "same study resumes it")
 
     @app.get("/export/{study}/deepspeed", responses={**ERRORS, 404: {"model": ErrorBody}})
     def export_deepspeed(study: Name, query: Annotated[StudyExportQuery, Query()]) -> dict:

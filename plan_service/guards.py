@@ -104,7 +104,10 @@ def check_tune(gpus: int | None, budget_s: float, running_jobs: int, limits: Tun
         why = "max_tune_ranks" if limits.max_ranks is not None else "the server's local devices"
         raise LimitError("gpus", f"must be <= {max_ranks} ({why}; got {gpus})", 422)
     if budget_s > limits.max_budget_s:
-        raise LimitError("budget_s", f"must be <= {limits.max_budget_s:g} s (max_tune_budget_s; got {budget_s:g})", 422)
+        from plan_service.models import GO_ON
+
+        raise LimitError("budget_s", f"must be <= {limits.max_budget_s:g} s (max_tune_budget_s; got {budget_s:g}); "
+                         f"{GO_ON}", 422)
     if running_jobs >= limits.max_jobs:
         raise LimitError("study", f"{running_jobs} tuning jobs already running: at most {limits.max_jobs} "
                          "at once (max_tune_jobs); retry when one has finished", 429)

@@ -3,7 +3,7 @@ exist: Scenario, EstimateReport, GPU, Cluster, StackProfile, TuneReport)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,8 +12,13 @@ from hardware.stacks import StackProfile
 from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
 from planner.scenario import Scenario
-from tuner.config import (Backend, Budget, GlobalBatch, MemoryCap, Ranks, SamplerName, Seed, SeqLen, StartupGuess,
+from planner.units import Seconds, at_most
+from tuner.config import (WEEK_S, Backend, GlobalBatch, MemoryCap, Ranks, SamplerName, Seed, SeqLen, StartupGuess,
                           TrialCap, TrialSteps, TrialTimeout)
+
+GO_ON = "a study is saved after every trial: POST the same request again (same study) to go on"
+# plan tune's bound (tuner/config.py Budget), said the service's way (it said "run the same command again")
+Budget = Annotated[Seconds, at_most(WEEK_S, GO_ON, "7d (604,800 s)", " s")]
 
 # catalog ids, model presets/sizes and study names: no paths (the server's files stay its own)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"
@@ -72,6 +77,14 @@ class TuneStarted(BaseModel):
     status: Literal["started"] = "started"
     status_url: str
     export_url: str
+
+
+class TuneStopping(BaseModel):
+    study: str
+    status: Literal["stopping"] = "stopping"
+    pid: int = Field(description="the worker's pid, sent SIGTERM")
+    status_url: str
+    why: str
 
 
 class TuneStatus(BaseModel):

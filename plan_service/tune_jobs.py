@@ -35,6 +35,7 @@ class Job:
     folder: Path
     pid: int
     proc: subprocess.Popen | None = None  # None: a worker an earlier server started
+    start_ticks: int | None = None  # the worker's start time (/proc/PID/stat), recorded at launch
 
     @property
     def log_path(self) -> Path:
@@ -43,7 +44,19 @@ class Job:
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        return _is_worker(self.pid, self.folder)
+        return _is_worker(self.pid, self.folder, self.start_ticks)
+
+    def stop(self) -> None:
+        """SIGTERM to the worker, as `kill` would: the tuner kills the running trial, marks it interrupted and
+        queued again, and the worker writes 'interrupted' (POST /tune with the same study resumes it). A worker
+        an earlier server started is signalled only while its pid is still that worker (command line and start
+        time): a pid the system gave to another process since is never signalled."""
+        if not self.alive():
+            raise NotRunning(self.study)
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:  # it ended just now
+            pass
 
     def state(self) -> tuple[str, int | None, str | None]:
         """(running|finished|interrupted|failed, exit code where known, the one line why)."""
@@ -97,8 +110,9 @@ class TuneJobs:
                     [sys.executable, "-m", "plan_service.tune_worker", str(cfg_path)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True)
-            (folder / WORKER).write_text(json.dumps({"pid": proc.pid}))
-            self.jobs[name] = Job(study=name, folder=folder, pid=proc.pid, proc=proc)
+            ticks = start_ticks(proc.pid)
+            (folder / WORKER).write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks}))
+            self.jobs[name] = Job(study=name, folder=folder, pid=proc.pid, proc=proc, start_ticks=ticks)
         return name
 
     def running(self) -> int:
@@ -117,10 +131,11 @@ class TuneJobs:
             return self.jobs[name]
         folder = self.workdir / name
         try:
-            pid = int(json.loads((folder / WORKER).read_text())["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
+            worker = json.loads((folder / WORKER).read_text())
+            pid, ticks = int(worker["pid"]), worker.get("start_ticks")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        return Job(study=name, folder=folder, pid=pid)
+        return Job(study=name, folder=folder, pid=pid, start_ticks=int(ticks) if isinstance(ticks, int) else None)
 
     def stop_all(self, timeout_s: float = 30.0) -> None:
         """Ask every worker this server started to stop (SIGINT: the tuner kills the running trial, keeps what
@@ -150,16 +165,33 @@ def log_tail(path: Path, n_bytes: int = 2000) -> str:
         return ""
 
 
-def _is_worker(pid: int, folder: Path) -> bool:
-    """`pid` is alive and is this folder's worker (not a process that got the pid since)."""
+class NotRunning(PlanError):
+    def __init__(self, study: str):
+        super().__init__("study", f"{study!r} is not running on this server: nothing to stop")
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22, proc(5)); None without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "(comm)": state is field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _is_worker(pid: int, folder: Path, ticks: int | None = None) -> bool:
+    """`pid` is alive and is this folder's worker (not a process that got the pid since): its command line names
+    this folder's config and, where recorded at launch, its start time is the worker's."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        try:  # no /proc (macOS): the pid alone
-            os.kill(pid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
+        try:  # no /proc (macOS): the command line from ps
+            out = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
             return False
+        return "plan_service.tune_worker" in out.stdout and str(folder / "tune_config.json") in out.stdout
+    if ticks is not None and start_ticks(pid) != ticks:
+        return False
     return b"plan_service.tune_worker" in cmdline and str(folder / "tune_config.json").encode() in cmdline
 
 

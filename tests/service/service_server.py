@@ -20,7 +20,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(tmp: Path, *, token: str | None, extra: list[str] = (), stop_timeout_s: float = 15):
+def running_server(tmp: Path, *, token: str | None, extra: list[str] = (), stop_timeout_s: float = 15,
+                   started: list | None = None):
+    """`started`: a list the server's Popen is appended to (a test that kills it itself)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PLAN_API_TOKEN"} | {"OMP_NUM_THREADS": "1"}
     if token is not None:
@@ -29,6 +31,8 @@ def running_server(tmp: Path, *, token: str | None, extra: list[str] = (), stop_
            "--storage", f"sqlite:///{tmp / 'tune.db'}", "--workdir", str(tmp / "work"), *extra]
     log = open(tmp / f"server-{port}.log", "wb")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
+    if started is not None:
+        started.append(proc)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -43,7 +43,21 @@ def test_tune_bounds_are_plan_tunes_with_its_reason(client, tmp_path, field, val
         args += [flag, str(value)]
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 2, out.output
-    assert detail["msg"] in " ".join(out.stderr.split())  # the CLI's line, word for word
+    if field != "budget_s":
+        assert detail["msg"] in " ".join(out.stderr.split())  # the CLI's line, word for word
+        return
+    # the bound and why are the CLI's; how to go on is the service's own (it said "run the same command again")
+    bound = detail["msg"].split(": ")[0]
+    assert bound.startswith("at most 7d") and bound in " ".join(out.stderr.split())
+    assert "POST the same request again" in detail["msg"] and "command" not in detail["msg"], detail
+    assert "run the same command again" in " ".join(out.stderr.split())
+
+
+def test_the_servers_budget_cap_says_how_to_go_on_over_http(client):
+    r = client.post("/tune", json={"model": "tiny", "budget_s": "30h"})  # past the default cap, 24h
+    assert r.status_code == 422, r.text
+    msg = r.json()["detail"][0]["msg"]
+    assert "max_tune_budget_s" in msg and "POST the same request again" in msg and "command" not in msg, msg
 
 
 @pytest.mark.parametrize("field, value, words", [
