@@ -197,7 +197,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             job.stop()
         except NotRunning as e:
             state, _, why = job.state()
-            raise HTTPException(409, f"{e} (it is {state}{': ' + why if why else ''})") from None
+            raise HTTPException(409, f"{e.message} (it is {state}{': ' + why if why else ''})") from None
         return TuneStopping(study=study, pid=job.pid, status_url=f"/tune/{study}",
                             why=f"SIGTERM sent to its worker (pid {job.pid}): it kills the running trial and keeps the "
                                 f"study; GET /tune/{study} reads interrupted once it has stopped; POST /tune with the "
