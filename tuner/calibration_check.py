@@ -69,7 +69,7 @@ def choose(trials: list[Measured], predict: Callable[[dict, Calibration], float 
     if held_pct < base_pct:
         check.update(kept="fitted", why=f"it predicts trials it was not fitted on better than the {baseline}")
         return fitted, check
-    check["why"] = (f"the calibration fitted on the other trials predicts each trial worse than the {baseline}: "
+    check["why"] = (f"fitted on the other trials, it predicts each trial worse on average than the {baseline}: "
                     "it is not applied")
     return start.model_copy(update={"source": f"{start.source}: the fit on {len(trials)} trials was not applied "
                                               f"(held-out error {held_pct:.0f}% vs {base_pct:.0f}%)"}), check

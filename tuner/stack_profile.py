@@ -64,8 +64,8 @@ def fit_study_profile(study: optuna.Study, prior: StackProfile | None = None) ->
     if fitted.cv_mape_pct is not None and shipped is not None and fitted.cv_mape_pct < shipped:
         return fitted, check | {"kept": "fitted"}
     why = ("one completed trial: a fit on the others needs two at least" if fitted.cv_mape_pct is None else
-           f"the fit on {len(scored)} trials predicted each held-out trial worse ({fitted.cv_mape_pct:.1f}%) than the "
-           f"shipped profile ({shipped:.1f}%)")
+           f"the fit on {len(scored)} trials predicted the held-out trials worse on average ({fitted.cv_mape_pct:.1f}%) "
+           f"than the shipped profile ({shipped:.1f}%)")
     return prior.model_copy(update={"fit_method": f"{prior.fit_method}; not refitted by plan tune {study.study_name}: "
                                                   f"{why}"}), check | {"why": why}
 

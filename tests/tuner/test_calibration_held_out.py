@@ -73,6 +73,17 @@ def test_a_fit_that_predicts_held_out_trials_worse_is_not_applied(tmp_path):
     assert "not fitted on (leave-one-trial-out, 4 trials)" in text and "not applied, the uncalibrated planner is kept" \
         in " ".join(text.split())
     assert _report_json(tmp_path)["calibration_check"] == chk
+    # --stack-out: the profile fitted on these trials predicts held-out ones worse than the shipped one: not written
+    out = tmp_path / "mine" / "stacks" / "bundled.toml"
+    r = runner.invoke(app, ["tune", "report", "--study", "c", "--storage", cfg.storage, "--stack-out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    sp = json.loads(r.stdout)["stack_profile"]
+    assert sp["n"] == 4 and sp["kept"] == "shipped" and sp["held_out_mean_abs_pct"] > sp["shipped_mean_abs_pct"], sp
+    assert "the shipped stack profile written, not the fit" in " ".join(r.stderr.split())
+    from hardware.catalog import load_catalog
+
+    written, shipped = load_catalog([tmp_path / "mine"]).stacks["bundled"], load_catalog().stacks["bundled"]
+    assert written.gemm_time_factor == shipped.gemm_time_factor and "not refitted by plan tune c" in written.fit_method
 
 
 def test_a_fit_that_predicts_held_out_trials_better_is_applied(tmp_path):
@@ -85,6 +96,11 @@ def test_a_fit_that_predicts_held_out_trials_better_is_applied(tmp_path):
     assert rep.calibration["compute"] != 1.0 and rep.error_after["mean_abs_pct"] < rep.error_before["mean_abs_pct"]
     text = " ".join(runner.invoke(app, ["tune", "report", "--study", "c", "--storage", cfg.storage]).output.split())
     assert "uncalibrated planner" in text and ": applied (compute x" in text
+    out = tmp_path / "mine" / "stacks" / "bundled.toml"
+    r = runner.invoke(app, ["tune", "report", "--study", "c", "--storage", cfg.storage, "--stack-out", str(out), "--json"])
+    sp = json.loads(r.stdout)["stack_profile"]
+    assert sp["kept"] == "fitted" and sp["held_out_mean_abs_pct"] < sp["shipped_mean_abs_pct"], sp
+    assert "stack profile fitted on the trials written" in " ".join(r.stderr.split())
 
 
 def test_one_trial_is_not_calibrated(tmp_path):

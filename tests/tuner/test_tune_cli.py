@@ -67,23 +67,33 @@ def test_short_real_study_on_two_cpu_ranks(tmp_path):
     df = pd.read_csv(csv)
     assert list(df.sort_values("trial")["source"]) == ["planner", "model"]
     assert df["measured_tokens_per_s"].notna().all() and df["predicted_tokens_per_s_default"].notna().all()
-    # the fitted calibration is a planner Calibration that `plan estimate` reads
+    # the calibration is a planner Calibration that `plan estimate` reads: the fitted one only where it predicts
+    # the trials it was not fitted on better than the uncalibrated planner (tuner/calibration_check.py)
     c = Calibration.model_validate_json(cal.read_text())
-    assert c.compute != 1.0 and "plan tune" in c.source
+    chk = data["calibration_check"]
+    assert chk["n"] == 2 and chk["held_out_mean_abs_pct"] is not None and "calibration checked" in r.stdout
+    if chk["kept"] == "fitted":
+        assert chk["held_out_mean_abs_pct"] < chk["baseline_mean_abs_pct"] and c.compute != 1.0 and "plan tune" in c.source
+    else:
+        assert (c.compute, c.network) == (1.0, 1.0) and "not applied" in c.source
     est = runner.invoke(app, ["estimate", "--model", "tiny", "--gpus", "8", "--calibration", str(cal), "--json"])
     assert est.exit_code == 0, est.output
     # the bundled stack's profile fitted on the trials, read back by --catalog DIR --stack bundled
     out = tmp_path / "mine" / "stacks" / "bundled.toml"
     wr = runner.invoke(app, ["tune", "report", "--study", "short", "--storage", db, "--stack-out", str(out)])
     assert wr.exit_code == 0, wr.output
-    assert "stack profile written" in wr.output and out.is_file()
+    assert "leave-one-run-out error of tokens/s over 2 trials" in " ".join(wr.output.split()) and out.is_file()
     from hardware.catalog import load_catalog
 
     prof = load_catalog([tmp_path / "mine"]).stacks["bundled"]
     shipped = load_catalog().stacks["bundled"]
-    assert prof.fit_sources == ["plan tune short"] and prof.cv_by_source[0].rows == 2
-    assert "leave-one-run-out" in prof.fit_method and prof.cv_mape_pct is not None
-    assert prof.gemm_time_factor != shipped.gemm_time_factor  # fitted on the CPU trials, not copied
+    if "stack profile fitted on the trials written" in wr.output:  # its held-out error beat the shipped one's
+        assert prof.fit_sources == ["plan tune short"] and prof.cv_by_source[0].rows == 2
+        assert "leave-one-run-out" in prof.fit_method and prof.cv_mape_pct is not None
+        assert prof.gemm_time_factor != shipped.gemm_time_factor  # fitted on the CPU trials, not copied
+    else:
+        assert "the shipped stack profile written, not the fit" in wr.output and "not refitted" in prof.fit_method
+        assert prof.gemm_time_factor == shipped.gemm_time_factor
     est = runner.invoke(app, ["estimate", "--model", "tiny", "--gpus", "8", "--catalog", str(tmp_path / "mine"),
                               "--stack", "bundled", "--json"])
     assert est.exit_code == 0, est.output
