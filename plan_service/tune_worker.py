@@ -57,7 +57,9 @@ def _run(cfg_path: Path) -> tuple[int, str, str]:
         report = start_study(config)
     except PlanError as e:
         return 2, "failed", f"error: {e}"
-    kept = f"{report.launched} trials launched"
+    mine = (report.this_run or {}).get("launched", report.launched)
+    # this run's trials apart from the study's (a resumed study's `launched` counts every run's)
+    kept = f"{mine} trial{'s' if mine != 1 else ''} launched by this run ({report.launched} in the study)"
     if report.interrupted_by:
         return (EXIT[report.interrupted_by], "interrupted",
                 f"stopped by {report.interrupted_by} (the server stopping, or a signal to the worker): {kept}, "

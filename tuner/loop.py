@@ -393,7 +393,8 @@ class Tuner:
             trials.append(Measured(knobs, pred0.observation(out.step_time_s), out.tokens_per_s))
         if trials:
             self.calibration, check = calibration_check.choose(
-                trials, lambda k, cal: self.ctx.predictor(k, cal).tokens_per_s, self.ctx.meta.calibration)
+                trials, lambda k, cal: self.ctx.predictor(k, cal, cache=cal == self.ctx.meta.calibration).tokens_per_s,
+                self.ctx.meta.calibration)
             save_calibration(self.study, self.calibration, check)
             export_calibration(self.calibration, self.cfg.calibration_out)
         return self.calibration

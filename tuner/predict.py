@@ -67,12 +67,16 @@ class Predictor:
         self.settings = settings or Settings()
         self._cache: dict[tuple, Prediction] = {}
 
-    def __call__(self, knobs: dict, calibration: Calibration | None = None) -> Prediction:
+    def __call__(self, knobs: dict, calibration: Calibration | None = None, *, cache: bool = True) -> Prediction:
+        """`cache=False`: a one-off calibration (a held-out fit, tuner/calibration_check.py), not kept."""
         cal = calibration or Calibration()
         key = (tuple(sorted(knobs.items())), cal.compute, cal.network)
-        if key not in self._cache:
-            self._cache[key] = self._predict(knobs, cal)
-        return self._cache[key]
+        if key in self._cache:
+            return self._cache[key]
+        pred = self._predict(knobs, cal)
+        if cache:
+            self._cache[key] = pred
+        return pred
 
     def _predict(self, knobs: dict, cal: Calibration) -> Prediction:
         why_not = trainer_runs(knobs)
