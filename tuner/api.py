@@ -48,7 +48,8 @@ def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport
         last = trials[-1] if trials else None
         done = [t for t in trials if t.state == TrialState.COMPLETE and t.value]
         best = max((t.value for t in done), default=None)
-        progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last) if line is None else line)
+        progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last) if line is None else line,
+                        mine=tuner.launched)
 
     tuner = Tuner(ctx, budget, runner=runner, on_trial=after_trial)
     signal_name = None

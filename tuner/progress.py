@@ -47,11 +47,16 @@ class TuneProgress:
         if self._task is not None:
             self._progress.update(self._task, completed=min(self.budget.total_s, self.budget.elapsed_s))
 
-    def update(self, launched: int, total: int, best_tokens_per_s: float | None, last: str = "") -> None:
+    def update(self, launched: int, total: int, best_tokens_per_s: float | None, last: str = "",
+               mine: int | None = None) -> None:
+        """`launched` / `total`: the study's; `mine`: launched by this run (shown when a resumed study has more)."""
         if self._task is None:
             return
         best = f"{best_tokens_per_s:,.0f} tok/s" if best_tokens_per_s else "-"
+        trials = f"{launched} run / {total} trials"
+        if mine is not None and mine != launched:
+            trials = f"{mine} run now; the study {trials}"
         self._progress.update(self._task, completed=min(self.budget.total_s, self.budget.elapsed_s),
-                              trials=f"{launched} run / {total} trials", best=best)
+                              trials=trials, best=best)
         if last:
             self._progress.console.print(last, highlight=False)

@@ -160,7 +160,8 @@ def exports_for(plan: ExecutionPlan, system: System, model: str,
 
 def run_summary(study: optuna.Study, numbers: list[int], remeasurements: int = 0) -> dict:
     """What one run of a study did: its own trials (`numbers`) by outcome, apart from the study's totals."""
-    mine = [t for t in study.get_trials(deepcopy=False) if t.number in set(numbers)]
+    numbers = set(numbers)
+    mine = [t for t in study.get_trials(deepcopy=False) if t.number in numbers]
     by_status: dict[str, int] = {}
     for t in mine:
         if status_of(t) != "duplicate":
