@@ -134,7 +134,8 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
             _print_uncut(table)
         else:
             console.print(table)
-        for line in _memory_notes(fitting) + _tier_note(report, fitting) + [network_line(report, fitting[0])]:
+        for line in (_memory_notes(fitting) + [_error_note(fitting, wide)] + _tier_note(report, fitting)
+                     + [network_line(report, fitting[0])]):
             if line:
                 console.print(line, highlight=False)
     else:
@@ -211,6 +212,19 @@ def _memory_notes(fitting) -> list[str]:
         notes.append(f"* tight: within the memory model's error ({MEMORY_ERROR_PCT:g}% on measured peaks) of "
                      "capacity; it may not fit. --objective memory-headroom ranks by headroom.")
     return notes
+
+
+def _error_note(fitting, wide: bool) -> str:
+    """What the +-N% after tokens/s is, with each listed stack's error: the table names no stack unless wide."""
+    errors = {}
+    for e in fitting:
+        if e.performance is not None and e.performance.expected_error_pct is not None:
+            errors.setdefault(e.plan.stack, e.performance.expected_error_pct)
+    if not errors:
+        return ""
+    stacks = ", ".join(f"{s} {pct:.0f}%" for s, pct in errors.items())
+    where = "" if wide else "; --wide names each row's stack"
+    return f"tokens/s +-: the cross-validated error of the plan's stack profile ({stacks}; catalog/stacks{where})."
 
 
 def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:

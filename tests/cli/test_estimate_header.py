@@ -72,3 +72,20 @@ def test_measured_network_is_in_the_header(tmp_path):
     out = _run("--model", "1.3b", "--gpus", "8:16", "--network-from", str(net))
     assert "measured all-reduce busbw (--network-from): 900 Gbps within a node, 180 Gbps between nodes\n" in out
     assert "measured" not in _run("--model", "1.3b", "--gpus", "16", "--top", "1")
+
+
+def test_error_note_names_each_listed_stack_with_its_cross_validated_error():
+    """The +-N% after tokens/s is the row's stack profile's CV error; the compact table names no stack, so the
+    note under it does, one entry per stack listed, with the error the JSON gives that stack's plans."""
+    args = ("--model", "7b", "--gpus", "48", "--top", "6")
+    report = json.loads(runner.invoke(app, ["estimate", *args, "--json"]).output)
+    listed = {}
+    for e in [e for e in report["results"] if e["fits"]][:6]:
+        listed.setdefault(e["plan"]["stack"], e["performance"]["expected_error_pct"])
+    assert len(listed) >= 2, listed  # the case the note is for: more than one stack in the table
+    note = next(line for line in _run(*args).splitlines() if line.startswith("tokens/s +-:"))
+    for stack, pct in listed.items():
+        assert f"{stack} {pct:.0f}%" in note, note
+    assert "--wide names" in note
+    wide = next(line for line in _run(*args, "--wide").splitlines() if line.startswith("tokens/s +-:"))
+    assert "--wide names" not in wide
