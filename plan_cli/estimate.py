@@ -9,6 +9,7 @@ import typer
 
 from plan_cli import options as opts
 from plan_cli.common import NOTHING_FITS_EXIT, console, handle_errors, print_json
+from planner.bounds import WithinDays, checked
 from planner.errors import PlanError
 from planner.fields import cli_fields
 from planner.memory_recipe import MemoryRecipe
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
 def estimate(
     knobs: dict,
     gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,
-    within_days: Annotated[Optional[float], Opt(min=0.001, max=36500, help="With --tokens and a sweep --gpus LO:HI: "
+    within_days: Annotated[Optional[float], Opt(help="With --tokens and a sweep --gpus LO:HI: "
                                                 "the fewest GPUs that train them within this many days",
                                                 rich_help_panel=SCEN)] = None,
     objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom", rich_help_panel=INPUTS)] = "tokens_per_s",
@@ -89,6 +90,8 @@ def estimate(
     if base["model"] is None and base["n_layers"] is None:
         base["model"] = "7b"
     gpu_counts = [None] if gpus is None else parse_gpu_range(gpus, _node_size(base, cat))
+    if within_days is not None:
+        within_days = checked("within_days", within_days, WithinDays)
     if within_days is not None and base.get("tokens") is None:
         raise PlanError("within_days", "the fewest GPUs within a number of days needs what to train: add --tokens "
                         "(e.g. 1T)")
