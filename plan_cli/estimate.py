@@ -218,4 +218,10 @@ def _system(scenario, cat, network_from):
     data = read_bench(network_from)
     measured = busbw_values(data, network_from)
     values = {k: measured[f"{k}_busbw_gbps"] for k in ("intranode", "internode")}
-    return with_measured(system, values, readings(data))[0]
+    measured, note = with_measured(system, values, readings(data))
+    if isinstance(data, dict) and data.get("backend") == "gloo" and measured.gpu.vendor != "local":
+        # a CPU bench (the README's own example on a laptop) planned as a GPU cluster's links: 2% MFU, unexplained
+        note += (f"; measured with gloo on CPU ranks, not the NCCL links of {measured.gpu.id}: run "
+                 "`plan allreduce-bench` on the GPUs you plan for")
+        measured = measured.model_copy(update={"measured_busbw_note": note})
+    return measured
