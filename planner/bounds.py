@@ -57,3 +57,9 @@ def checked(field: str, value: Any, kind: Any) -> Any:
         return TypeAdapter(kind).validate_python(value)
     except ValidationError as e:
         raise PlanError(field, e.errors()[0]["msg"]) from None
+
+
+def model_size(limit: int):
+    """A ModelSpec dimension's bound (planner/model.py): far beyond any real model, it keeps nonsense input (a
+    config.json's 1e12 layers) from exhausting memory."""
+    return at_most(limit, "far beyond any real model's (a typo, or a unit slip?)")
