@@ -65,7 +65,7 @@ def handle_errors(fn: F) -> F:
         except ValidationError as e:
             first = e.errors()[0]
             field = ".".join(str(p) for p in first.get("loc", ())) or "input"
-            fail(_literal_line(field, first) or f"{field}: {first['msg']}")
+            fail(literal_line(field, first) or f"{field}: {first['msg']}")
         except FileNotFoundError as e:
             fail(f"{e.filename}: file not found")
         except ModuleNotFoundError as e:  # an optional part missing after the planner-only set-up
@@ -74,7 +74,7 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _literal_line(field: str, error: dict) -> str | None:
+def literal_line(field: str, error: dict) -> str | None:
     """A closed choice mistyped (--sharding ZeRO-3, --stack megatronn) in the words of every other closed choice,
     "unknown value ...; did you mean zero3?" (pydantic said only "Input should be 'none', 'zero1', ...")."""
     import re

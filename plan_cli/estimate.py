@@ -83,6 +83,8 @@ def estimate(
         n, errors = run_scenarios(scenarios, out, catalog=cat, settings=settings, objective=objective,
                                   top=top or 1, catalog_dirs=catalog)
         console.print(f"{n} rows written to {out} ({errors} with an error)")
+        if n and errors == n:  # nothing evaluated is no success: a script's `plan estimate --scenarios ... && next`
+            raise PlanError("scenarios", f"every row of {scenarios} has an error: see the error column of {out}")
         return
 
     base = dict(knobs)
