@@ -292,9 +292,10 @@ def _check_places(storage: str | None = None, study: str | None = None, gpu: str
         for name, value, ids in (("gpu", gpu, cat.gpus), ("cluster", cluster, cat.clusters)):
             if value is not None and value not in ids:
                 raise unknown(name, value, ids)
-    if stack_out is not None and (stack_out.suffix != ".toml" or stack_out.stem != "bundled"):
-        raise PlanError("stack_out", f"{stack_out}: the file must be named bundled.toml (under DIR/stacks/ for "
-                        "--catalog DIR)")
+    if stack_out is not None and (stack_out.name != "bundled.toml" or stack_out.parent.name != "stacks"):
+        # a bundled.toml outside a stacks/ folder is a profile no --catalog DIR reads (it was written all the same)
+        raise PlanError("stack_out", f"{stack_out}: the file must be DIR/stacks/bundled.toml, where --catalog DIR "
+                        "reads it (e.g. mycat/stacks/bundled.toml)")
     for name, path in (("calibration_out", calibration_out), ("csv", csv), ("stack_out", stack_out)):
         if path is not None:
             check_out_file(path, name)
