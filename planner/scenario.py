@@ -283,11 +283,11 @@ class _ModelAndSystem(Frozen):
     parallel_block: bool | None = Field(
         default=None, description="Attention and MLP in parallel on the block input (GPT-J, GPT-NeoX, Falcon, "
         "PaLM): one TP all-reduce per block and pass instead of two; default: the model's own block")
-    attn_window: Annotated[int, B.ATTN_WINDOW] | None = Field(
-        default=None, ge=0, description="Sliding-window attention: keys each query sees (Mistral "
+    attn_window: Annotated[int, Field(ge=0), B.ATTN_WINDOW] | None = Field(
+        default=None, description="Sliding-window attention: keys each query sees (Mistral "
         "4096; 0: full causal attention); default: the model's own (config.json sliding_window)")
-    attn_local_layers: Annotated[int, B.ATTN_LAYERS] | None = Field(
-        default=None, ge=0, description="Layers that use attn_window (Gemma 2: half, Gemma 3: 5 of 6; "
+    attn_local_layers: Annotated[int, Field(ge=0), B.ATTN_LAYERS] | None = Field(
+        default=None, description="Layers that use attn_window (Gemma 2: half, Gemma 3: 5 of 6; "
         "the others full causal); default: the model's own, or all layers")
     # mixture of experts (planner/moe.py): the ModelSpec fields of the same names
     moe_experts: int | None = Field(default=None, ge=0, description="Routed experts per MoE layer (0: dense)")
@@ -303,11 +303,11 @@ class _ModelAndSystem(Frozen):
                                                "(DeepSeek first_k_dense_replace)")
     # system
     gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
-    gpus: Annotated[int, B.GPUS] | None = Field(default=None, gt=0, description="GPU count")
-    gpus_per_node: Annotated[int, B.GPUS_PER_NODE] | None = Field(default=None, gt=0, description="GPUs per node (default: the cluster's)")
+    gpus: Annotated[int, Field(gt=0), B.GPUS] | None = Field(default=None, description="GPU count")
+    gpus_per_node: Annotated[int, Field(gt=0), B.GPUS_PER_NODE] | None = Field(default=None, description="GPUs per node (default: the cluster's)")
     cluster: str | None = Field(default=None, description="Cluster catalog id (default: with --gpu, the first "
                                    "cluster of that GPU; else dgx-a100)")
-    internode_gbps: Annotated[float, B.INTERNODE_GBPS] | None = Field(default=None, ge=0.001, description="Inter-node bandwidth per node (Gbit/s; at least 1 Mbit/s)")
+    internode_gbps: Annotated[float, Field(ge=0.001), B.INTERNODE_GBPS] | None = Field(default=None, description="Inter-node bandwidth per node (Gbit/s; at least 1 Mbit/s)")
 
 
 # Where a blank Scenario cell's value comes from, when it is not the planner's search (the help says it)
@@ -336,9 +336,9 @@ class Scenario(_PinnedKnobs):  # type: ignore[misc, valid-type]
 
     model_config = ConfigDict(allow_inf_nan=False)  # an inf or NaN input is bad input, not a NaN plan
 
-    global_batch: Annotated[int, B.GLOBAL_BATCH] | None = Field(default=None, gt=0, description="Sequences per optimizer step")
-    global_batch_tokens: Annotated[IntCount, B.GLOBAL_BATCH_TOKENS] | None = Field(default=None, gt=0, description="Tokens per optimizer step (e.g. 4M)")
+    global_batch: Annotated[int, Field(gt=0), B.GLOBAL_BATCH] | None = Field(default=None, description="Sequences per optimizer step")
+    global_batch_tokens: Annotated[IntCount, Field(gt=0), B.GLOBAL_BATCH_TOKENS] | None = Field(default=None, description="Tokens per optimizer step (e.g. 4M)")
     # what to train, and what it costs
-    tokens: Annotated[Count, B.TOKENS] | None = Field(default=None, gt=0, description="Tokens to train (e.g. 100B): gives days, "
+    tokens: Annotated[Count, Field(gt=0), B.TOKENS] | None = Field(default=None, description="Tokens to train (e.g. 100B): gives days, "
                                  "GPU-hours and cost (export: the steps and the time limit)")
-    price_per_gpu_hour: Annotated[float, B.PRICE] | None = Field(default=None, ge=0, description="Price of one GPU-hour (for the cost)")
+    price_per_gpu_hour: Annotated[float, Field(ge=0), B.PRICE] | None = Field(default=None, description="Price of one GPU-hour (for the cost)")

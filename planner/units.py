@@ -8,6 +8,7 @@ A bad value is a one-line validation error naming the field and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Annotated, Any
@@ -77,7 +78,19 @@ Seconds = Annotated[float, BeforeValidator(_field_parser(_seconds, "duration", D
                                            json_schema_input_type=float | str)]
 
 
-def at_most(limit: float, why: str, shown: str | None = None, unit: str = "") -> AfterValidator:
+@dataclasses.dataclass(frozen=True, slots=True)
+class AtMost(AfterValidator):
+    """at_most's validator, its limit kept as `le` for whoever reads a field's bound (tuner/space.py reads
+    ExecutionPlan's, as it read annotated_types.Le)."""
+
+    le: float | None = None
+
+    def __get_pydantic_json_schema__(self, core_schema, handler):
+        schema = handler(core_schema)  # the OpenAPI schema keeps its "maximum", as le= wrote it
+        return {**schema, "maximum": self.le} if self.le is not None and "type" in schema else schema
+
+
+def at_most(limit: float, why: str, shown: str | None = None, unit: str = "") -> AtMost:
     """An upper bound whose error says why: "at most 7d (604,800 s), got 3.6e+11 s: a study is saved after
     every trial ...", where a bare `le=` said only "Input should be less than or equal to 604800"."""
     def check(value):
@@ -86,7 +99,7 @@ def at_most(limit: float, why: str, shown: str | None = None, unit: str = "") ->
                                       {"shown": shown or f"{limit:,}", "got": _shown(value) + unit, "why": why})
         return value
 
-    return AfterValidator(check)
+    return AtMost(check, le=limit)
 
 
 def _shown(value: float) -> str:
