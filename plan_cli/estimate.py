@@ -99,6 +99,10 @@ def estimate(
                         "(e.g. 1T)")
     if within_days is not None and len(gpu_counts) < 2:
         raise PlanError("within_days", "picks the fewest GPUs of a sweep: give --gpus LO:HI (e.g. 64:1024)")
+    if plot is not None:  # before the search: a wrong name refused after the whole table was a wasted run
+        from plan_cli.plots import check_plot
+
+        check_plot(plot, sweep=len(gpu_counts) > 1, tokens=base.get("tokens"))
     if explain and len(gpu_counts) > 1:
         raise PlanError("explain", f"explains one configuration: give one GPU count, not the sweep {gpus}")
     reports = []
