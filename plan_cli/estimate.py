@@ -68,6 +68,9 @@ def estimate(
 
     if json_out and csv_out:
         raise PlanError("csv", "--json and --csv each print the whole report: give one")
+    if explain and csv_out:  # the breakdown was printed as a table, --csv ignored without a word
+        raise PlanError("csv", "--explain prints one plan's breakdown (a table, or --json); --csv prints the ranked "
+                        "plans: give one")
     cat = load_catalog(catalog)
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,

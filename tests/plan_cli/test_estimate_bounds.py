@@ -44,3 +44,9 @@ def test_the_limits_themselves_are_taken():
                  internode_gbps=1e6, tp=1024, checkpoint_fraction=1)
     assert s.tokens == 1e16 and s.global_batch_tokens == 10**12 and s.gpus == 1_000_000
     assert Settings(runtime_overhead_gib=1024).runtime_overhead_gib == 1024
+
+
+def test_explain_with_csv_is_refused():
+    """--explain --csv printed the explain table and ignored --csv without a word."""
+    r = CliRunner().invoke(app, ["estimate", "--gpus", "8", "--explain", "--csv"])
+    assert r.exit_code == 2 and r.output.startswith("error: csv: --explain prints one plan's breakdown"), r.output
