@@ -37,8 +37,9 @@ GLOBAL_BATCH_TOKENS = at_most(1e12, "tokens per optimizer step: far beyond any r
                               "1T (1e12)")
 TOKENS = at_most(1e16, "tokens to train: a thousand times the largest runs' (write 1T, 15T)", "10,000T (1e16)")
 PRICE = at_most(1e6, "the price of one GPU-hour: dollars, not cents (e.g. 2.5)", "1,000,000")
-INTERNODE_GBPS = at_most(1e6, "Gbit/s per node: 1 Pbit/s is far beyond any network (400-3,200 Gbps today); "
-                              "write Gbit/s, not bit/s", "1,000,000 Gbps", " Gbps")
+# 1e7 stands for an unlimited network in tests/planner/test_network_need.py
+INTERNODE_GBPS = at_most(1e8, "Gbit/s per node: far beyond any network (400-3,200 Gbps today); write Gbit/s, "
+                              "not bit/s", "100,000,000 Gbps", " Gbps")
 RUNTIME_OVERHEAD_GIB = at_most(1024, "GiB of CUDA context and workspaces per GPU: more than any GPU's memory",
                                "1,024 GiB", " GiB")
 WITHIN_DAYS = at_most(36_500, "days: a hundred years", "36,500")

@@ -17,7 +17,7 @@ from plan_cli.main import app
     (["--tp", "4096"], "tp", "at most 1,024, got 4,096"),
     (["--micro-batch", "9999999"], "micro_batch", "at most 1,000,000"),
     (["--gpus-per-node", "100000"], "gpus_per_node", "at most 1,024"),
-    (["--internode-gbps", "1e30"], "internode_gbps", "at most 1,000,000 Gbps, got 1e+30 Gbps"),
+    (["--internode-gbps", "1e30"], "internode_gbps", "at most 100,000,000 Gbps, got 1e+30 Gbps"),
     (["--price-per-gpu-hour", "1e9"], "price_per_gpu_hour", "at most 1,000,000"),
     (["--runtime-overhead-gib", "1e9"], "runtime_overhead_gib", "at most 1,024 GiB"),
     (["--checkpoint-fraction", "2"], "checkpoint_fraction", "at most 1, got 2"),
@@ -41,7 +41,7 @@ def test_the_limits_themselves_are_taken():
     from planner.settings import Settings
 
     s = Scenario(gpus=1_000_000, seq_len=100_000_000, tokens="10000T", global_batch_tokens="1T",
-                 internode_gbps=1e6, tp=1024, checkpoint_fraction=1)
+                 internode_gbps=1e8, tp=1024, checkpoint_fraction=1)
     assert s.tokens == 1e16 and s.global_batch_tokens == 10**12 and s.gpus == 1_000_000
     assert Settings(runtime_overhead_gib=1024).runtime_overhead_gib == 1024
 
