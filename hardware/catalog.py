@@ -40,12 +40,14 @@ def catalog_dirs(extra_dirs: Sequence[str | Path] | None = None) -> tuple[Path, 
     if isinstance(extra_dirs, str | Path):  # one folder given bare
         extra_dirs = [extra_dirs]
     env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
-    user = [Path(p).expanduser() for p in [*env, *(extra_dirs or ())]]
-    for d in user:
+    named = [*((Path(p).expanduser(), f"${ENV_VAR}") for p in env),
+             *((Path(p).expanduser(), "--catalog") for p in (extra_dirs or ()))]
+    user = [d for d, _ in named]
+    for d, given in named:  # the line says where the folder was named: $PLAN_CATALOG is easily forgotten
         if not d.is_dir():
-            raise CatalogError(d, "catalog", "not a directory")
+            raise CatalogError(d, "catalog", f"not a directory (named by {given})")
         if not any((d / kind).is_dir() for kind in KINDS):
-            raise CatalogError(d, "catalog", f"has none of the subfolders {', '.join(KINDS)}")
+            raise CatalogError(d, "catalog", f"has none of the subfolders {', '.join(KINDS)} (named by {given})")
     return (builtin_dir(), *(d.resolve() for d in user))
 
 

@@ -56,7 +56,7 @@ def allreduce_bench(
         if r.time_s is None:
             table.add_row(r.op, _size(r.size_bytes), "-", "-", f"unsupported: {r.error}")
         else:
-            table.add_row(r.op, _size(r.size_bytes), f"{r.time_s * 1e3:.3f}", f"{r.algbw_gbps:.2f}", f"{r.busbw_gbps:.2f}")
+            table.add_row(r.op, _size(r.size_bytes), f"{r.time_s * 1e3:.3f}", _gbps(r.algbw_gbps), _gbps(r.busbw_gbps))
     console.print(table)
     if json_out is not None:
         json_out.write_text(report.model_dump_json(indent=2))
@@ -67,7 +67,12 @@ def _size(n: int) -> str:
     for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
         if n >= scale and n % scale == 0:
             return f"{n // scale}{unit}"
-    return str(n)
+    return f"{n:,} B"
+
+
+def _gbps(v: float) -> str:
+    """1,234, 12.3, 0.031: a small CPU reading keeps its digits (gloo at 2K printed '0.0 Gbps')."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 1 else f"{v:.2g}"
 
 
 def _summary(report, json_out: Path | None = None) -> str:
@@ -81,5 +86,5 @@ def _summary(report, json_out: Path | None = None) -> str:
     where = "within one node" if report.nnodes == 1 else f"between {report.nnodes} nodes"
     then = (f"wrote {json_out}: plan with `plan estimate ... --network-from {json_out}`." if json_out is not None
             else "save it with --json FILE for `plan estimate --network-from FILE`.")
-    return (f"All-reduce bus bandwidth {where}: {largest.busbw_gbps:.1f} Gbps at {_size(largest.size_bytes)} "
+    return (f"All-reduce bus bandwidth {where}: {_gbps(largest.busbw_gbps)} Gbps at {_size(largest.size_bytes)} "
             f"over {report.nproc} ranks ({report.backend}); {then}")

@@ -65,13 +65,32 @@ def handle_errors(fn: F) -> F:
         except ValidationError as e:
             first = e.errors()[0]
             field = ".".join(str(p) for p in first.get("loc", ())) or "input"
-            fail(f"{field}: {first['msg']}")
+            fail(literal_line(field, first) or f"{field}: {first['msg']}")
         except FileNotFoundError as e:
             fail(f"{e.filename}: file not found")
         except ModuleNotFoundError as e:  # an optional part missing after the planner-only set-up
             fail(f"{e.name or e}: not installed; this needs the full environment (scripts/setup.sh --full)")
 
     return wrapper  # type: ignore[return-value]
+
+
+def literal_line(field: str, error: dict) -> str | None:
+    """A closed choice mistyped (--sharding ZeRO-3, --stack megatronn) in the words of every other closed choice,
+    "unknown value ...; did you mean zero3?" (pydantic said only "Input should be 'none', 'zero1', ...")."""
+    import re
+
+    from hardware.errors import closest
+    from planner.errors import unknown
+
+    if error.get("type") != "literal_error" or not isinstance(error.get("input"), str):
+        return None
+    allowed = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+    value = error["input"]
+    line = str(unknown(field, value, allowed))
+    squeezed = re.sub(r"[\s_-]", "", value.lower())  # 'ZeRO-3' -> zero3, 'bf-16' -> bf16
+    if "did you mean" not in line and (near := closest(squeezed, allowed)):
+        line = line.replace(f"{value!r} (allowed", f"{value!r}; did you mean {', '.join(near)}? (allowed", 1)
+    return line if allowed else None
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from plan_cli import options as opts
 from plan_cli.common import NOTHING_FITS_EXIT, console, handle_errors, print_json
+from planner.bounds import WithinDays, checked
 from planner.errors import PlanError
 from planner.fields import cli_fields
 from planner.memory_recipe import MemoryRecipe
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
 def estimate(
     knobs: dict,
     gpus: Annotated[Optional[str], Opt(help="GPU count, or a sweep LO:HI[:STEP]", rich_help_panel=SCEN)] = None,
-    within_days: Annotated[Optional[float], Opt(min=0.001, max=36500, help="With --tokens and a sweep --gpus LO:HI: "
+    within_days: Annotated[Optional[float], Opt(help="With --tokens and a sweep --gpus LO:HI: "
                                                 "the fewest GPUs that train them within this many days",
                                                 rich_help_panel=SCEN)] = None,
     objective: Annotated[str, Opt(help="tokens_per_s|days|cost|memory-headroom", rich_help_panel=INPUTS)] = "tokens_per_s",
@@ -67,6 +68,9 @@ def estimate(
 
     if json_out and csv_out:
         raise PlanError("csv", "--json and --csv each print the whole report: give one")
+    if explain and csv_out:  # the breakdown was printed as a table, --csv ignored without a word
+        raise PlanError("csv", "--explain prints one plan's breakdown (a table, or --json); --csv prints the ranked "
+                        "plans: give one")
     cat = load_catalog(catalog)
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
@@ -82,6 +86,8 @@ def estimate(
         n, errors = run_scenarios(scenarios, out, catalog=cat, settings=settings, objective=objective,
                                   top=top or 1, catalog_dirs=catalog)
         console.print(f"{n} rows written to {out} ({errors} with an error)")
+        if n and errors == n:  # nothing evaluated is no success: a script's `plan estimate --scenarios ... && next`
+            raise PlanError("scenarios", f"every row of {scenarios} has an error: see the error column of {out}")
         return
 
     base = dict(knobs)
@@ -89,11 +95,17 @@ def estimate(
     if base["model"] is None and base["n_layers"] is None:
         base["model"] = "7b"
     gpu_counts = [None] if gpus is None else parse_gpu_range(gpus, _node_size(base, cat))
+    if within_days is not None:
+        within_days = checked("within_days", within_days, WithinDays)
     if within_days is not None and base.get("tokens") is None:
         raise PlanError("within_days", "the fewest GPUs within a number of days needs what to train: add --tokens "
                         "(e.g. 1T)")
     if within_days is not None and len(gpu_counts) < 2:
         raise PlanError("within_days", "picks the fewest GPUs of a sweep: give --gpus LO:HI (e.g. 64:1024)")
+    if plot is not None:  # before the search: a wrong name refused after the whole table was a wasted run
+        from plan_cli.plots import check_plot
+
+        check_plot(plot, sweep=len(gpu_counts) > 1, tokens=base.get("tokens"))
     if explain and len(gpu_counts) > 1:
         raise PlanError("explain", f"explains one configuration: give one GPU count, not the sweep {gpus}")
     reports = []
@@ -215,4 +227,10 @@ def _system(scenario, cat, network_from):
     data = read_bench(network_from)
     measured = busbw_values(data, network_from)
     values = {k: measured[f"{k}_busbw_gbps"] for k in ("intranode", "internode")}
-    return with_measured(system, values, readings(data))[0]
+    measured, note = with_measured(system, values, readings(data))
+    if isinstance(data, dict) and data.get("backend") == "gloo" and measured.gpu.vendor != "local":
+        # a CPU bench (the README's own example on a laptop) planned as a GPU cluster's links: 2% MFU, unexplained
+        note += (f"; measured with gloo on CPU ranks, not the NCCL links of {measured.gpu.id}: run "
+                 "`plan allreduce-bench` on the GPUs you plan for")
+        measured = measured.model_copy(update={"measured_busbw_note": note})
+    return measured

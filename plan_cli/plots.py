@@ -23,6 +23,17 @@ def _figure_path(path: str | Path) -> Path:
     return p
 
 
+def check_plot(path: str | Path, *, sweep: bool, tokens) -> None:
+    """What `plot_sweep` / `plot_breakdown` would refuse only after the search: the name, the place, and a sweep
+    plot's days (it needs --tokens)."""
+    from planner.out_path import check_out_file
+
+    _figure_path(path)
+    check_out_file(path, "plot")
+    if sweep and tokens is None:
+        raise PlanError("plot", "a sweep plot shows days to train: add --tokens (e.g. 100B)")
+
+
 def _pyplot():
     try:
         import matplotlib

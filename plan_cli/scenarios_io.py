@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hardware.errors import CatalogError
+from plan_cli.common import literal_line
 from planner import api, run_csv
 from planner.errors import PlanError
 from planner.scenario import Scenario
@@ -76,7 +77,7 @@ def _error_text(e: Exception) -> str:
     if isinstance(e, ValidationError):
         first = e.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ())) or "row"
-        return f"{field}: {first['msg']}"
+        return literal_line(field, first) or f"{field}: {first['msg']}"
     return str(e)
 
 

@@ -11,7 +11,8 @@ from planner.errors import PlanError
 
 
 def _sweep_header(report: EstimateReport) -> str:
-    """A sweep's model, GPU (the counts are the rows), sequence length and precision."""
+    """A sweep's model, GPU (the counts are the rows), sequence length and precision; `report` is the largest
+    count's, whose GPUs per node are the cluster's (a sweep from 1 GPU said '1/node' of a dgx-a100)."""
     s = report.system
     return (f"{report.model.describe()}\n{s.gpu.name} ({s.cluster_id or s.gpu.id}, {s.gpus_per_node}/node, "
             f"{s.internode_gbps:g} Gbps between nodes){_measured(s)}\n{_training(report)}")
@@ -73,7 +74,7 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
         has_days = any(pt["best"] and pt["best"].performance and pt["best"].performance.days for pt in points)
         columns = ["GPUs", "layout", "shard/offload/ckpt", "mb x ga", "batch", "GiB/GPU", "tokens/s",
                    "MFU"] + (["days"] if has_days else []) + (["cost"] if has_cost else []) + ["net %"]
-        console.print(_sweep_header(reports[0]), highlight=False)
+        console.print(_sweep_header(reports[-1]), highlight=False)
         console.print("best configuration per GPU count (batch: the global batch each count trains with)",
                       highlight=False, soft_wrap=True)
         rows = []

@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from plan_cli.common import console, err_console, handle_errors, print_json
+from planner.bounds import InfeasibleMargin, checked
 from planner.errors import PlanError, unknown
 
 Opt = typer.Option
@@ -45,7 +46,7 @@ def tune(
     global_batch: Annotated[Optional[int], Opt(min=1, help="Fix sequences per step (grad_accum follows)", rich_help_panel=SPACE)] = None,
     seq_len: Annotated[Optional[int], Opt(min=1, help="Tokens per sequence (default: the model's, at most 2048)", rich_help_panel=SPACE)] = None,
     explore_infeasible: Annotated[bool, Opt(help="Also launch what the planner predicts will not fit", rich_help_panel=SPACE)] = False,
-    infeasible_margin: Annotated[float, Opt(min=0, help="Launch predicted memory misses smaller than this fraction", rich_help_panel=SPACE)] = 0.10,
+    infeasible_margin: Annotated[float, Opt(help="Launch predicted memory misses smaller than this fraction", rich_help_panel=SPACE)] = 0.10,
     device_memory_gib: Annotated[Optional[float], Opt(min=0.1, help="Per-rank memory cap (CPU: a real RLIMIT_AS)", rich_help_panel=RUN)] = None,
     gpu: Annotated[Optional[str], Opt(help="Catalog GPU id of this machine's GPUs", rich_help_panel=RUN)] = None,
     cluster: Annotated[Optional[str], Opt(help="Catalog cluster id", rich_help_panel=RUN)] = None,
@@ -101,7 +102,7 @@ def tune(
                   stack_out=stack_out, workdir=workdir)
     cfg = _tune_config(
         TuneConfig, model=model, gpus=gpus, budget_s=budget, steps=steps, storage=storage, study=study,
-        backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=infeasible_margin,
+        backend=backend, top_k=top_k, explore_infeasible=explore_infeasible, infeasible_margin=checked("infeasible_margin", infeasible_margin, InfeasibleMargin),
         device_memory_gib=device_memory_gib, choices=parse_choices(choices or []), global_batch=global_batch,
         seq_len=seq_len, gpu=gpu, cluster=cluster, max_trials=max_trials, remeasure_rounds=remeasure_rounds,
         trial_timeout_s=trial_timeout,
@@ -313,9 +314,10 @@ def _check_places(storage: str | None = None, study: str | None = None, gpu: str
         for name, value, ids in (("gpu", gpu, cat.gpus), ("cluster", cluster, cat.clusters)):
             if value is not None and value not in ids:
                 raise unknown(name, value, ids)
-    if stack_out is not None and (stack_out.suffix != ".toml" or stack_out.stem != "bundled"):
-        raise PlanError("stack_out", f"{stack_out}: the file must be named bundled.toml (under DIR/stacks/ for "
-                        "--catalog DIR)")
+    if stack_out is not None and (stack_out.name != "bundled.toml" or stack_out.parent.name != "stacks"):
+        # a bundled.toml outside a stacks/ folder is a profile no --catalog DIR reads (it was written all the same)
+        raise PlanError("stack_out", f"{stack_out}: the file must be DIR/stacks/bundled.toml, where --catalog DIR "
+                        "reads it (e.g. mycat/stacks/bundled.toml)")
     for name, path in (("calibration_out", calibration_out), ("csv", csv), ("stack_out", stack_out)):
         if path is not None:
             check_out_file(path, name)

@@ -93,7 +93,10 @@ def estimate(
     if objective == "days" and settings.tokens is None:
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
     if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
-        raise PlanError("objective", "cost needs tokens and price_per_gpu_hour")
+        missing = [w for w, v in (("tokens (e.g. --tokens 100B)", settings.tokens),
+                                  ("price_per_gpu_hour (e.g. --price-per-gpu-hour 2.5)", settings.price_per_gpu_hour))
+                   if v is None]  # the one given was named as missing too
+        raise PlanError("objective", f"cost needs {' and '.join(missing)}")
     if objective == "cost" and settings.price_per_gpu_hour == 0:
         raise PlanError("objective", "cost is 0 for every plan at price_per_gpu_hour 0: rank by time "
                         "(--objective days), or give the price")

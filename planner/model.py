@@ -6,10 +6,11 @@ and its prediction always describe the same model. Nothing here knows about para
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner import bounds as B
 from planner.units import format_params
 
 Mlp = Literal["gelu", "swiglu"]
@@ -37,14 +38,14 @@ class ModelSpec(BaseModel):
     name: str = "custom"
     family: str = "gpt"
     # Upper bounds are far beyond any real model; they keep nonsense input from exhausting memory.
-    n_layers: int = Field(gt=0, le=10_000)
-    hidden: int = Field(gt=0, le=1_000_000)
-    n_heads: int = Field(gt=0, le=100_000)
-    n_kv_heads: int | None = Field(default=None, gt=0, le=100_000)  # None: = n_heads (no GQA)
-    ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)  # None: 4 * hidden
-    vocab: int = Field(gt=0, le=100_000_000)
-    vocab_multiple: int = Field(default=1, gt=0, le=1_000_000)
-    max_positions: int = Field(default=2048, gt=0, le=100_000_000)
+    n_layers: Annotated[int, B.model_size(10_000)] = Field(gt=0)
+    hidden: Annotated[int, B.model_size(1_000_000)] = Field(gt=0)
+    n_heads: Annotated[int, B.model_size(100_000)] = Field(gt=0)
+    n_kv_heads: Annotated[int, Field(gt=0), B.model_size(100_000)] | None = Field(default=None)  # None: = n_heads (no GQA)
+    ffn_hidden: Annotated[int, Field(gt=0), B.model_size(10_000_000)] | None = Field(default=None)  # None: 4 * hidden
+    vocab: Annotated[int, B.model_size(100_000_000)] = Field(gt=0)
+    vocab_multiple: Annotated[int, B.model_size(1_000_000)] = Field(default=1, gt=0)
+    max_positions: Annotated[int, B.model_size(100_000_000)] = Field(default=2048, gt=0)
     mlp: Mlp = "gelu"
     norm: Norm = "layernorm"
     position: Position = "learned"
@@ -53,9 +54,9 @@ class ModelSpec(BaseModel):
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     norm_bias: bool = True  # LayerNorm has a bias (MPT with no_bias=True: weight only); False for any other norm
     # Family differences read from Hugging Face configs (defaults: the classic GPT/LLaMA block).
-    attn_head_dim: int | None = Field(default=None, gt=0, le=100_000)  # None: hidden / n_heads (Gemma: 256)
+    attn_head_dim: Annotated[int, Field(gt=0), B.model_size(100_000)] | None = Field(default=None)  # None: hidden / n_heads (Gemma: 256)
     qkv_bias: bool | None = None  # biases on q/k/v only; None: as `bias` (Qwen2: True with bias False)
-    norms_per_layer: int = Field(default=2, ge=0, le=8)  # Gemma 2/3: 4 (post-norms); Falcon-7B: 1
+    norms_per_layer: Annotated[int, B.model_size(8)] = Field(default=2, ge=0)  # Gemma 2/3: 4 (post-norms); Falcon-7B: 1
     qk_norm: QkNorm = "none"  # RMSNorm on queries and keys: per head (Gemma 3, Qwen3) or full width (OLMo 2)
     # y = x + attn(norm(x)) + mlp(norm'(x)) (GPT-J, GPT-NeoX, PaLM, Falcon): planner/parallel_block.py.
     # Given norms_per_layer 1 and left out, it is True (one norm feeds both: nothing else has one).
@@ -63,8 +64,8 @@ class ModelSpec(BaseModel):
     # Sliding-window (local) attention: each query sees its last `attn_window` keys (Mistral-7B-v0.1
     # sliding_window 4096) on `attn_local_layers` of the layers (None: all; Gemma 2: every other
     # layer, Gemma 3: 5 of 6), full causal attention on the others: planner/attn_window.py.
-    attn_window: int | None = Field(default=None, gt=0, le=100_000_000)
-    attn_local_layers: int | None = Field(default=None, ge=0, le=10_000)
+    attn_window: Annotated[int, Field(gt=0), B.model_size(100_000_000)] | None = Field(default=None)
+    attn_local_layers: Annotated[int, Field(ge=0), B.model_size(10_000)] | None = Field(default=None)
     # Mixture of experts (planner/moe.py; 0 routed experts: a dense model). In an MoE layer the MLP is
     # `moe_experts` routed experts of width `moe_ffn_hidden`, `moe_top_k` of them per token, chosen by
     # a router (a hidden x experts linear), plus `moe_shared_experts` always-on experts of width
@@ -72,27 +73,27 @@ class ModelSpec(BaseModel):
     # dense (MLP of `ffn_hidden`). Hugging Face spellings: num_local_experts / num_experts /
     # n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts (DeepSeek) or
     # one shared expert of shared_expert_intermediate_size (Qwen2-MoE).
-    moe_experts: int = Field(default=0, ge=0, le=1_000_000)  # routed experts per MoE layer
-    moe_top_k: int = Field(default=0, ge=0, le=1_000_000)  # routed experts per token
-    moe_ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)  # one routed expert's width; None: ffn
-    moe_shared_experts: int = Field(default=0, ge=0, le=1024)  # always-on experts per MoE layer
-    moe_shared_ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)  # one shared expert's width; None: moe_ffn
+    moe_experts: Annotated[int, B.model_size(1_000_000)] = Field(default=0, ge=0)  # routed experts per MoE layer
+    moe_top_k: Annotated[int, B.model_size(1_000_000)] = Field(default=0, ge=0)  # routed experts per token
+    moe_ffn_hidden: Annotated[int, Field(gt=0), B.model_size(10_000_000)] | None = Field(default=None)  # one routed expert's width; None: ffn
+    moe_shared_experts: Annotated[int, B.model_size(1024)] = Field(default=0, ge=0)  # always-on experts per MoE layer
+    moe_shared_ffn_hidden: Annotated[int, Field(gt=0), B.model_size(10_000_000)] | None = Field(default=None)  # one shared expert's width; None: moe_ffn
     # Which layers are MoE: layer i (0-based) when i >= moe_first_dense_layers and (i + 1) % moe_layer_freq
     # == 0 (Qwen2-MoE decoder_sparse_step; DeepSeek first_k_dense_replace; DeepSeek's own moe_layer_freq
     # counts from 0, the same for its only value 1).
-    moe_layer_freq: int = Field(default=1, ge=1, le=10_000)
-    moe_first_dense_layers: int = Field(default=0, ge=0, le=10_000)
+    moe_layer_freq: Annotated[int, B.model_size(10_000)] = Field(default=1, ge=1)
+    moe_first_dense_layers: Annotated[int, B.model_size(10_000)] = Field(default=0, ge=0)
     # Multi-head latent attention (planner/mla.py; kv_lora_rank None: standard attention): K/V compressed
     # to a latent of kv_lora_rank (and queries to q_lora_rank; None: one q projection, DeepSeek-V2-Lite),
     # query/key heads of qk_nope_head_dim + qk_rope_head_dim, value heads of v_head_dim.
-    q_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000)
-    kv_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000)
-    qk_nope_head_dim: int | None = Field(default=None, gt=0, le=100_000)
-    qk_rope_head_dim: int | None = Field(default=None, ge=0, le=100_000)
-    v_head_dim: int | None = Field(default=None, gt=0, le=100_000)
+    q_lora_rank: Annotated[int, Field(gt=0), B.model_size(1_000_000)] | None = Field(default=None)
+    kv_lora_rank: Annotated[int, Field(gt=0), B.model_size(1_000_000)] | None = Field(default=None)
+    qk_nope_head_dim: Annotated[int, Field(gt=0), B.model_size(100_000)] | None = Field(default=None)
+    qk_rope_head_dim: Annotated[int, Field(ge=0), B.model_size(100_000)] | None = Field(default=None)
+    v_head_dim: Annotated[int, Field(gt=0), B.model_size(100_000)] | None = Field(default=None)
     # DeepSeek-V3's multi-token prediction modules (num_nextn_predict_layers): counted apart from
     # n_params and the model FLOPs, as the V3 report counts them (planner/mtp.py).
-    mtp_layers: int = Field(default=0, ge=0, le=64)
+    mtp_layers: Annotated[int, B.model_size(64)] = Field(default=0, ge=0)
     # State-space (Mamba) and hybrid stacks (planner/ssm.py). `layer_pattern`: one character per layer as
     # Nemotron-H's hybrid_override_pattern (M a Mamba mixer, * attention, - an MLP; each with one pre-norm);
     # None: every layer is the transformer block above. The ssm_* fields shape the Mamba mixer (None:
@@ -101,12 +102,12 @@ class ModelSpec(BaseModel):
     # Jamba's RMSNorms on dt, B and C.
     layer_pattern: str | None = Field(default=None, min_length=1, max_length=10_000)
     ssm_version: Literal[1, 2] | None = None
-    ssm_state_size: int | None = Field(default=None, gt=0, le=100_000)
-    ssm_inner: int | None = Field(default=None, gt=0, le=10_000_000)
-    ssm_conv_kernel: int | None = Field(default=None, gt=0, le=1024)
-    ssm_head_dim: int | None = Field(default=None, gt=0, le=100_000)
-    ssm_groups: int | None = Field(default=None, gt=0, le=100_000)
-    ssm_dt_rank: int | None = Field(default=None, gt=0, le=1_000_000)
+    ssm_state_size: Annotated[int, Field(gt=0), B.model_size(100_000)] | None = Field(default=None)
+    ssm_inner: Annotated[int, Field(gt=0), B.model_size(10_000_000)] | None = Field(default=None)
+    ssm_conv_kernel: Annotated[int, Field(gt=0), B.model_size(1024)] | None = Field(default=None)
+    ssm_head_dim: Annotated[int, Field(gt=0), B.model_size(100_000)] | None = Field(default=None)
+    ssm_groups: Annotated[int, Field(gt=0), B.model_size(100_000)] | None = Field(default=None)
+    ssm_dt_rank: Annotated[int, Field(gt=0), B.model_size(1_000_000)] | None = Field(default=None)
     ssm_dt_bc_norms: bool = False
     published_params: int | None = None  # the count the model's authors publish, for tests
     source: str | None = None  # where the shape comes from (config file, paper, rule)

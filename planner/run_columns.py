@@ -61,6 +61,16 @@ def stack_of(row, notes) -> str:
     return GENERIC
 
 
+# FSDP's SHARD_GRAD_OP, or FSDP2's fully_shard(reshard_after_forward=False): the parameters kept after forward
+_KEEPS_PARAMS = r"shard[_\s-]*grad[_\s-]*op|grad[_\s-]*op|reshard[_\s-]*after[_\s-]*forward\s*[=:]?\s*(false|0|no)\b"
+# FSDP's ShardingStrategy._HYBRID_SHARD_ZERO2 (or HSDP with reshard_after_forward=False): HSDP whose in-node shard
+# keeps the parameters after forward; the planner has no such strategy, so it reads as fsdp_hybrid with a note
+HYBRID_ZERO2 = "fsdp_hybrid_zero2"
+HYBRID_ZERO2_NOTE = ("sharding {cell!r} (HSDP whose in-node shard keeps the parameters after forward, ZeRO-2-like) "
+                     "read as fsdp_hybrid, the closest the planner has: it gathers them again in backward (more "
+                     "in-node traffic) and leaves out the kept parameters' memory")
+
+
 def _shard_word(v: str) -> str | None:
     v = v.lower().strip()
     if re.fullmatch(r"(none|no|ddp|off|-|n/?a|false|0)?|(no|not|without)[\s_-]*shard\w*|.*\bno[_\s-]*shard\b.*", v):
@@ -72,8 +82,8 @@ def _shard_word(v: str) -> str | None:
     if re.search(r"zero[\s_-]*offload", v):
         return "zero2"  # ZeRO-Offload runs on ZeRO-2 (Ren et al. 2021)
     if re.search(r"hsdp|hybrid", v):
-        return "fsdp_hybrid"
-    if re.search(r"shard[_\s-]*grad[_\s-]*op|grad[_\s-]*op|reshard[_\s-]*after[_\s-]*forward\s*[=:]?\s*(false|0|no)\b", v):
+        return HYBRID_ZERO2 if re.search(r"zero[\s_-]*(?:stage)?[\s_=:-]*2|" + _KEEPS_PARAMS, v) else "fsdp_hybrid"
+    if re.search(_KEEPS_PARAMS, v):
         # FSDP2's fully_shard(reshard_after_forward=False) keeps the parameters after forward: SHARD_GRAD_OP
         return "fsdp_shard_grad_op"
     if re.search(r"fsdp|full[_\s-]*shard|fully[_\s-]*shard", v):
@@ -133,6 +143,9 @@ def sharding_of(row, stack: str, notes) -> str:
                         "strategy (SHARD_GRAD_OP is ZeRO-2-like, FULL_SHARD ZeRO-3-like); write zero1 if only the "
                         "optimizer states were sharded (DeepSpeed ZeRO-1, Megatron's distributed optimizer or "
                         "Megatron-FSDP 'optim'), else the FSDP strategy the run used")
+    if word == HYBRID_ZERO2:
+        notes.append(HYBRID_ZERO2_NOTE.format(cell=v))
+        return "fsdp_hybrid"
     if word is None:
         raise PlanError(sharding_column(row), f"row {row.get('id')}: {v!r} is not a sharding (allowed: none, zero1-3 "
                         "(ZeRO-1, zero stage 2, distributed optimizer), fsdp_full_shard, fsdp_shard_grad_op, "

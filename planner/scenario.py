@@ -17,6 +17,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, create_model
 
+from planner import bounds as B
 from planner.units import Count, IntCount
 
 Sharding = Literal[
@@ -83,31 +84,31 @@ class ExecutionPlan(Frozen):
 
     stack: Stack = Field(default="megatron", description="Software stack that runs the plan (its efficiency "
                          "profile: catalog/stacks/<id>.toml)")
-    tp: int = Field(default=1, gt=0, le=1024, description="Tensor-parallel degree (each block's matrices split over tp GPUs)")
-    pp: int = Field(default=1, gt=0, le=10_000, description="Pipeline stages (need not divide n_layers: "
+    tp: Annotated[int, B.TP] = Field(default=1, gt=0, description="Tensor-parallel degree (each block's matrices split over tp GPUs)")
+    pp: Annotated[int, B.PP] = Field(default=1, gt=0, description="Pipeline stages (need not divide n_layers: "
                     "the heaviest stage sets the pace)")
-    vpp: int = Field(default=1, gt=0, le=1000, description="Virtual pipeline stages per GPU (interleaved 1F1B)")
+    vpp: Annotated[int, B.VPP] = Field(default=1, gt=0, description="Virtual pipeline stages per GPU (interleaved 1F1B)")
     # an uneven pipeline, Megatron-Core's spellings (planner/stage_split.py)
-    first_stage_layers: int = Field(default=0, ge=0, le=100_000, description="Blocks on the first pipeline stage "
+    first_stage_layers: Annotated[int, B.STAGE_LAYERS] = Field(default=0, ge=0, description="Blocks on the first pipeline stage "
                                     "(Megatron-Core --decoder-first-pipeline-num-layers; 0: an even split)")
-    last_stage_layers: int = Field(default=0, ge=0, le=100_000, description="Blocks on the last pipeline stage "
+    last_stage_layers: Annotated[int, B.STAGE_LAYERS] = Field(default=0, ge=0, description="Blocks on the last pipeline stage "
                                    "(--decoder-last-pipeline-num-layers; 0: an even split)")
     embedding_in_split: bool = Field(default=False, description="The embedding takes one block's place in the "
                                      "pipeline split: the first virtual stage runs one block less "
                                      "(--account-for-embedding-in-pipeline-split)")
     loss_in_split: bool = Field(default=False, description="The output layer and loss take one block's place: the "
                                 "last virtual stage runs one block less (--account-for-loss-in-pipeline-split)")
-    cp: int = Field(default=1, gt=0, le=1024, description="Context-parallel degree: the sequence split over cp GPUs "
+    cp: Annotated[int, B.CP] = Field(default=1, gt=0, description="Context-parallel degree: the sequence split over cp GPUs "
                     "(ring attention unless --cp-impl says otherwise)")
     cp_impl: ContextParallelImpl = Field(default="ring", description="Context-parallel communication: ring (K/V "
                                          "chunks passed on), ulysses (all-to-all, heads split over cp), allgather "
                                          "(K/V all-gathered), a2a+p2p (all-to-all in a node, ring across nodes)")
     # mixture of experts (planner/moe_parallel.py): Megatron-Core's MoE parallel folding (Liu et al. 2025,
     # arXiv 2504.14960): the experts' own tp x cp x dp ranks re-split as etp x ep x expert-data-parallel
-    ep: int = Field(default=1, gt=0, le=100_000, description="Expert-parallel degree (mixture of experts): each "
+    ep: Annotated[int, B.EP] = Field(default=1, gt=0, description="Expert-parallel degree (mixture of experts): each "
                     "MoE layer's routed experts split over ep GPUs, tokens sent to them by all-to-all "
                     "(Megatron-Core --expert-model-parallel-size)")
-    etp: int = Field(default=1, gt=0, le=1024, description="Expert tensor parallel: each expert's matrices split "
+    etp: Annotated[int, B.ETP] = Field(default=1, gt=0, description="Expert tensor parallel: each expert's matrices split "
                      "over etp GPUs (Megatron-Core --expert-tensor-parallel-size, whose default is tp; the "
                      "planner tries 1 and tp)")
     dp: int = Field(default=1, gt=0, description="Data-parallel replicas: GPUs / (tp x pp x cp)")
@@ -119,7 +120,7 @@ class ExecutionPlan(Frozen):
     activation_checkpointing: Checkpointing = Field(
         default="none", description="Recomputation in backward: selective (attention core), op (every other matmul "
         "output saved), blocks (--checkpoint-fraction of the blocks), full (every block)")
-    checkpoint_fraction: float = Field(default=1.0, gt=0, le=1, description="Share of blocks recomputed with "
+    checkpoint_fraction: Annotated[float, B.CHECKPOINT_FRACTION] = Field(default=1.0, gt=0, description="Share of blocks recomputed with "
                                        "--activation-checkpointing blocks (the planner's guess: 0.5)")
     activation_offload: bool = Field(default=False, description="DeepSpeed activation checkpointing with "
                                      "partition_activations and cpu_checkpointing: the checkpointed block inputs, "
@@ -140,15 +141,14 @@ class ExecutionPlan(Frozen):
     # (planner/zeropp.py)
     zeropp_qwz: bool = Field(default=False, description="ZeRO++ qwZ: ZeRO-3 weight all-gathers in block-quantized "
                              "int8 (DeepSpeed zero_quantized_weights)")
-    zeropp_hpz_partition_size: int = Field(default=1, ge=1, le=1024, description="ZeRO++ hpZ: a secondary 16-bit "
+    zeropp_hpz_partition_size: Annotated[int, B.HPZ] = Field(default=1, ge=1, description="ZeRO++ hpZ: a secondary 16-bit "
                                            "copy of the weights partitioned over this many GPUs (a node), so later "
                                            "gathers stay inside it; 1: off (DeepSpeed zero_hpz_partition_size)")
     zeropp_qgz: bool = Field(default=False, description="ZeRO++ qgZ: gradients reduced by a hierarchical int4 "
                              "all-to-all instead of the reduce-scatter (DeepSpeed zero_quantized_gradients)")
-    micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="Sequences per GPU per forward/backward")
-    grad_accum: int = Field(default=1, gt=0, le=1_000_000, description="Micro batches accumulated per optimizer step")
-    # at most ModelSpec.max_positions' bound (planner/model.py): 1e9 was taken and the trainer built 1e9 positions
-    seq_len: int = Field(default=2048, gt=0, le=100_000_000, description="Tokens per sequence")
+    micro_batch: Annotated[int, B.MICRO_BATCH] = Field(default=1, gt=0, description="Sequences per GPU per forward/backward")
+    grad_accum: Annotated[int, B.GRAD_ACCUM] = Field(default=1, gt=0, description="Micro batches accumulated per optimizer step")
+    seq_len: Annotated[int, B.SEQ_LEN] = Field(default=2048, gt=0, description="Tokens per sequence")
     # DeepSpeed / FSDP communication buffers (elements), chosen by the planner
     reduce_bucket_elems: IntCount = Field(default=500_000_000, gt=0, description="DeepSpeed reduce bucket (elements)")
     allgather_bucket_elems: IntCount = Field(default=500_000_000, gt=0,
@@ -283,11 +283,11 @@ class _ModelAndSystem(Frozen):
     parallel_block: bool | None = Field(
         default=None, description="Attention and MLP in parallel on the block input (GPT-J, GPT-NeoX, Falcon, "
         "PaLM): one TP all-reduce per block and pass instead of two; default: the model's own block")
-    attn_window: int | None = Field(
-        default=None, ge=0, le=100_000_000, description="Sliding-window attention: keys each query sees (Mistral "
+    attn_window: Annotated[int, Field(ge=0), B.ATTN_WINDOW] | None = Field(
+        default=None, description="Sliding-window attention: keys each query sees (Mistral "
         "4096; 0: full causal attention); default: the model's own (config.json sliding_window)")
-    attn_local_layers: int | None = Field(
-        default=None, ge=0, le=10_000, description="Layers that use attn_window (Gemma 2: half, Gemma 3: 5 of 6; "
+    attn_local_layers: Annotated[int, Field(ge=0), B.ATTN_LAYERS] | None = Field(
+        default=None, description="Layers that use attn_window (Gemma 2: half, Gemma 3: 5 of 6; "
         "the others full causal); default: the model's own, or all layers")
     # mixture of experts (planner/moe.py): the ModelSpec fields of the same names
     moe_experts: int | None = Field(default=None, ge=0, description="Routed experts per MoE layer (0: dense)")
@@ -303,11 +303,11 @@ class _ModelAndSystem(Frozen):
                                                "(DeepSeek first_k_dense_replace)")
     # system
     gpu: str | None = Field(default=None, description="GPU catalog id (plan catalog list)")
-    gpus: int | None = Field(default=None, gt=0, le=1_000_000, description="GPU count")
-    gpus_per_node: int | None = Field(default=None, gt=0, le=1024, description="GPUs per node (default: the cluster's)")
+    gpus: Annotated[int, Field(gt=0), B.GPUS] | None = Field(default=None, description="GPU count")
+    gpus_per_node: Annotated[int, Field(gt=0), B.GPUS_PER_NODE] | None = Field(default=None, description="GPUs per node (default: the cluster's)")
     cluster: str | None = Field(default=None, description="Cluster catalog id (default: with --gpu, the first "
                                    "cluster of that GPU; else dgx-a100)")
-    internode_gbps: float | None = Field(default=None, ge=0.001, description="Inter-node bandwidth per node (Gbit/s; at least 1 Mbit/s)")
+    internode_gbps: Annotated[float, Field(ge=0.001), B.INTERNODE_GBPS] | None = Field(default=None, description="Inter-node bandwidth per node (Gbit/s; at least 1 Mbit/s)")
 
 
 # Where a blank Scenario cell's value comes from, when it is not the planner's search (the help says it)
@@ -336,9 +336,9 @@ class Scenario(_PinnedKnobs):  # type: ignore[misc, valid-type]
 
     model_config = ConfigDict(allow_inf_nan=False)  # an inf or NaN input is bad input, not a NaN plan
 
-    global_batch: int | None = Field(default=None, gt=0, le=1_000_000_000, description="Sequences per optimizer step")
-    global_batch_tokens: IntCount | None = Field(default=None, gt=0, description="Tokens per optimizer step (e.g. 4M)")
+    global_batch: Annotated[int, Field(gt=0), B.GLOBAL_BATCH] | None = Field(default=None, description="Sequences per optimizer step")
+    global_batch_tokens: Annotated[IntCount, Field(gt=0), B.GLOBAL_BATCH_TOKENS] | None = Field(default=None, description="Tokens per optimizer step (e.g. 4M)")
     # what to train, and what it costs
-    tokens: Count | None = Field(default=None, gt=0, description="Tokens to train (e.g. 100B): gives days, "
+    tokens: Annotated[Count, Field(gt=0), B.TOKENS] | None = Field(default=None, description="Tokens to train (e.g. 100B): gives days, "
                                  "GPU-hours and cost (export: the steps and the time limit)")
-    price_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e6, description="Price of one GPU-hour (for the cost)")
+    price_per_gpu_hour: Annotated[float, Field(ge=0), B.PRICE] | None = Field(default=None, description="Price of one GPU-hour (for the cost)")

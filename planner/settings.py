@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import ConfigDict, Field
 
 from hardware.fp8 import FP8Recipe
 from hardware.stacks import StackProfile
+from planner import bounds as B
 from planner.scenario import Frozen
 
 
@@ -29,7 +32,7 @@ class Settings(Frozen):
     # torch.cuda.memory_reserved does not): BLOOM's prequel measured 1573 MiB on an A100 for
     # the context alone (`torch.ones(1).cuda()`, bigscience tr11-176B-ml/chronicles-prequel.md).
     fragmentation_margin: float | None = Field(default=None, ge=0, lt=1)
-    runtime_overhead_gib: float = Field(default=1.5, ge=0)
+    runtime_overhead_gib: Annotated[float, B.RUNTIME_OVERHEAD_GIB] = Field(default=1.5, ge=0)
     # Host RAM per node taken by the OS, the data loader and the Python processes per rank.
     host_overhead_gib_per_rank: float = Field(default=4.0, ge=0)
     calibration: Calibration = Calibration()

@@ -8,6 +8,7 @@ A bad value is a one-line validation error naming the field and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Annotated, Any
@@ -64,24 +65,47 @@ def _field_parser(parse, kind: str, allowed: str):
 # "100B" tokens, "4M" batch tokens: a float (or an int) on the model, text on every face
 Count = Annotated[float, BeforeValidator(_field_parser(_count, "count", COUNT_ALLOWED),
                                          json_schema_input_type=float | str)]
-IntCount = Annotated[int, BeforeValidator(_field_parser(_count, "count", COUNT_ALLOWED),
+def _int_count(text: str) -> float | int | None:
+    """A count that is whole as a Python int: '1e20' is then 'at most ...', not pydantic's 'exceeded maximum size'."""
+    value = _count(text)
+    return int(value) if value is not None and value.is_integer() else value
+
+
+IntCount = Annotated[int, BeforeValidator(_field_parser(_int_count, "count", COUNT_ALLOWED),
                                           json_schema_input_type=int | str)]
 # "2h", "90m", "1h30m": seconds on the model
 Seconds = Annotated[float, BeforeValidator(_field_parser(_seconds, "duration", DURATION_ALLOWED),
                                            json_schema_input_type=float | str)]
 
 
-def at_most(limit: float, why: str, shown: str | None = None, unit: str = "") -> AfterValidator:
+@dataclasses.dataclass(frozen=True, slots=True)
+class AtMost(AfterValidator):
+    """at_most's validator, its limit kept as `le` for whoever reads a field's bound (tuner/space.py reads
+    ExecutionPlan's, as it read annotated_types.Le)."""
+
+    le: float | None = None
+
+    def __get_pydantic_json_schema__(self, core_schema, handler):
+        schema = handler(core_schema)  # the OpenAPI schema keeps its "maximum", as le= wrote it
+        return {**schema, "maximum": self.le} if self.le is not None and "type" in schema else schema
+
+
+def at_most(limit: float, why: str, shown: str | None = None, unit: str = "") -> AtMost:
     """An upper bound whose error says why: "at most 7d (604,800 s), got 3.6e+11 s: a study is saved after
     every trial ...", where a bare `le=` said only "Input should be less than or equal to 604800"."""
     def check(value):
         if value is not None and value > limit:
             raise PydanticCustomError("at_most", "at most {shown}, got {got}: {why}",
-                                      {"shown": shown or f"{limit:,}", "got": (f"{value:,.0f}" if value >= 1e4 else
-                                       f"{value:g}") + unit, "why": why})
+                                      {"shown": shown or f"{limit:,}", "got": _shown(value) + unit, "why": why})
         return value
 
-    return AfterValidator(check)
+    return AtMost(check, le=limit)
+
+
+def _shown(value: float) -> str:
+    """4,096, 12,345 and 0.5 as written; 1e+40, not its 41 digits."""
+    whole = value < 1e15 and (value >= 1e4 or float(value).is_integer())
+    return f"{value:,.0f}" if whole else f"{value:.6g}"
 
 
 def parse_gpu_range(text: str, step_default: int) -> list[int]:

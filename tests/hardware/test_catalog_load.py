@@ -240,3 +240,14 @@ def test_generic_data_parallel_overlaps_are_the_measured_concurrency_slowdown():
     shares = [g.overlap_ddp, g.overlap_zero1, g.overlap_zero12, g.overlap_param_gather, g.overlap_fsdp]
     assert all(abs(v - 1 / 1.189) < 0.005 for v in shares), shares
     assert all(1 / 1.40 <= v <= 1.0 for v in shares)
+
+
+def test_a_bad_catalog_dir_says_where_it_was_named(tmp_path: Path, monkeypatch) -> None:
+    """A folder named by $PLAN_CATALOG that does not exist read '/x: catalog: not a directory' under a command
+    that named no folder at all: the line says which of $PLAN_CATALOG and --catalog named it."""
+    monkeypatch.setenv("PLAN_CATALOG", str(tmp_path / "gone"))
+    with pytest.raises(CatalogError, match=r"not a directory \(named by \$PLAN_CATALOG\)"):
+        load_catalog()
+    monkeypatch.delenv("PLAN_CATALOG")
+    with pytest.raises(CatalogError, match=r"none of the subfolders .* \(named by --catalog\)"):
+        load_catalog([tmp_path])

@@ -42,3 +42,18 @@ def test_closest_keeps_difflib_for_a_typo_inside_the_name():
     assert closest("lama2-7b", ["llama2-7b", "llama2-70b", "gpt2"])[0] == "llama2-7b"
     assert closest("zzz", ["llama2-7b", "gpt2"]) == []
     assert closest("", ["a", "b"]) == []
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--sharding", "ZeRO-3"], "sharding: unknown value 'ZeRO-3'; did you mean zero3"),
+    (["--stack", "megatronn"], "stack: unknown value 'megatronn'; did you mean megatron"),
+    (["--activation-checkpointing", "selctive"], "activation_checkpointing: unknown value 'selctive'; did you mean "
+                                                 "selective? (allowed: none, selective, op, blocks, full)"),
+    (["--precision", "bf-16"], "precision: unknown value 'bf-16'; did you mean bf16"),
+])
+def test_a_scenario_knob_suggests_too(args, line):
+    """A scenario knob's closed choice said pydantic's "Input should be 'none', 'zero1', ..." and suggested
+    nothing (--sharding ZeRO-3, as people write it)."""
+    r = CliRunner().invoke(app, ["estimate", "--model", "7b", "--gpus", "8", *args], env={"COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert line in " ".join(r.output.split()) and "Input should be" not in r.output, r.output

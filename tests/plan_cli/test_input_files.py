@@ -96,3 +96,22 @@ def test_calibration_file_of_another_kind_names_the_field(tmp_path):
     line = one_line_error(plan("estimate", "--model", "7b", "--gpus", "8", "--calibration", "cal.json", cwd=tmp_path))
     assert "cal.json is not a calibration JSON (`plan tune --calibration-out` writes one" in line, line
     assert line.endswith("hidden_size: Extra inputs are not permitted"), line
+
+
+def test_a_scenarios_file_whose_every_row_fails_exits_2(tmp_path):
+    """Every row an error (a typo'd model, a count that is no count, a sharding as people write it) exited 0 after
+    '3 rows written (3 with an error)': a script went on as if the batch had run. The rows are still written; a
+    closed choice's cell suggests what was meant."""
+    from typer.testing import CliRunner
+
+    from plan_cli.main import app
+
+    src, out = tmp_path / "s.csv", tmp_path / "o.csv"
+    src.write_text("id,model,gpus,sharding\na,7b,abc,\nb,7x,8,\nc,7b,8,ZeRO-3\n")
+    r = CliRunner().invoke(app, ["estimate", "--scenarios", str(src), "--out", str(out)], env={"COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert "error: scenarios: every row of" in r.output and "see the error column of" in r.output
+    assert "unknown value 'ZeRO-3'; did you mean zero3" in out.read_text()
+    src.write_text("id,model,gpus\na,7b,8\nb,7x,8\n")
+    r = CliRunner().invoke(app, ["estimate", "--scenarios", str(src), "--out", str(out)])
+    assert r.exit_code == 0 and "2 rows written" in r.output and "(1 with an error)" in r.output

@@ -74,3 +74,19 @@ def test_the_header_says_which_plateau_came_from_what(tmp_path):
     assert ("measured all-reduce busbw (--network-from): 3,840 Gbps within a node (plateau inferred from 2,955 Gbps "
             "measured at 64 MiB over 8 ranks: curve share 0.77 there), 2,720 Gbps between nodes (plateau inferred "
             "from ") in r.output, r.output
+
+
+def test_a_cpu_bench_planned_for_gpus_says_so(tmp_path):
+    """The README's `plan allreduce-bench --nproc 2` on a machine without GPUs measures gloo between CPU ranks
+    (0.2 Gbps); `plan estimate --network-from` planned a dgx-h100 with it (2% MFU) and said only 'measured': the
+    header now says the bench was gloo on CPU ranks, not the GPUs' NCCL links."""
+    data = {**_bench(2000.0, 300.0), "backend": "gloo"}
+    (tmp_path / "net.json").write_text(json.dumps(data))
+    r = runner.invoke(app, ["estimate", "--model", "7b", "--cluster", "dgx-h100", "--gpus", "16", "--top", "1",
+                            "--network-from", str(tmp_path / "net.json")], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "measured with gloo on CPU ranks, not the NCCL links of h100-80gb" in " ".join(r.output.split())
+    (tmp_path / "nccl.json").write_text(json.dumps(_bench(2000.0, 300.0)))
+    r = runner.invoke(app, ["estimate", "--model", "7b", "--cluster", "dgx-h100", "--gpus", "16", "--top", "1",
+                            "--network-from", str(tmp_path / "nccl.json")], env={"COLUMNS": "400"})
+    assert r.exit_code == 0 and "gloo" not in r.output

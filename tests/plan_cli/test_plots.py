@@ -29,3 +29,18 @@ def test_breakdown(tmp_path):
             Estimate(plan=ExecutionPlan(sharding="zero3"), memory=mem, time=None, fits=True)]
     out = plot_breakdown(ests, tmp_path / "b.png")
     assert out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--gpus", "8", "--plot", "out.txt"], "error: plot: out.txt: use a .png or .svg file name"),
+    (["--gpus", "8:16", "--plot", "days.png"], "error: plot: a sweep plot shows days to train: add --tokens"),
+])
+def test_a_plot_it_cannot_draw_is_refused_before_the_search(tmp_path, args, line):
+    """--plot out.txt (or a sweep plot without --tokens) printed the whole table, then refused, exit 2: now the
+    one line alone, before the search."""
+    from typer.testing import CliRunner
+
+    from plan_cli.main import app
+
+    r = CliRunner().invoke(app, ["estimate", "--model", "7b", *args])
+    assert r.exit_code == 2 and r.output.strip().startswith(line), r.output

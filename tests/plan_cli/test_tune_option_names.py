@@ -45,3 +45,24 @@ def test_the_limits_themselves_are_taken():
     c = TuneConfig(model="tiny", budget_s="7d", top_k=1000, max_trials=100_000, steps=10_000, global_batch=1 << 24,
                    seq_len=1 << 24, trial_timeout_s="1d", remeasure_rounds=100)
     assert c.budget_s == 7 * 86400 and c.top_k == 1000
+
+
+def test_infeasible_margin_has_an_upper_bound(tmp_path):
+    """--infeasible-margin 1e9 was taken (every predicted memory miss launched, as --explore-infeasible does):
+    one line with the limit and why, exit 2, before any study."""
+    r = CliRunner().invoke(app, ["tune", "--model", "tiny", "--gpus", "2", "--storage", f"sqlite:///{tmp_path}/s.db",
+                                 "--budget", "1m", "--infeasible-margin", "1e9"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().startswith("error: infeasible_margin: at most 1 (100% over), got 1,000,000,000: ")
+    assert "--explore-infeasible" in r.output and not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("path", ["bundled.toml", "mycat/bundled.toml", "mycat/stacks/hf.toml"])
+def test_stack_out_is_where_a_catalog_reads_it(tmp_path, path):
+    """--stack-out bundled.toml (no stacks/ folder) ran the study and wrote a profile no --catalog DIR reads
+    (validation/opts_fuzz.py, seed 33): refused first, naming the place it must be."""
+    r = CliRunner().invoke(app, ["tune", "--model", "tiny", "--gpus", "2", "--storage", f"sqlite:///{tmp_path}/s.db",
+                                 "--budget", "1m", "--stack-out", str(tmp_path / path)])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().startswith("error: stack_out: ") and "DIR/stacks/bundled.toml" in r.output
+    assert not (tmp_path / "s.db").exists()

@@ -182,3 +182,20 @@ def test_a_k_count_is_refused_with_what_to_write(cell, counts):
         run_text.number({"id": "x", "n_gpus": cell}, "n_gpus")
     msg = str(e.value)
     assert msg.startswith(f"n_gpus: row x: {cell!r} is not a number") and f"write the count itself, e.g. {counts}" in msg
+
+
+@pytest.mark.parametrize("text", ["_HYBRID_SHARD_ZERO2", "HSDP (ZeRO-2-like)", "hybrid shard, grad op",
+                                  "HSDP reshard_after_forward=False"])
+def test_hybrid_shard_zero2_reads_as_hybrid_with_what_was_assumed(text):
+    """FSDP's _HYBRID_SHARD_ZERO2 (HSDP whose in-node shard keeps the parameters after forward) read as
+    fsdp_hybrid without a word: the note now says it is the closest and what differs."""
+    notes = []
+    assert rc.sharding_of({"id": "x", "zero_stage_or_fsdp": text}, "fsdp", notes) == "fsdp_hybrid"
+    assert len(notes) == 1 and repr(text) in notes[0] and "keeps the parameters after forward" in notes[0]
+    assert "read as fsdp_hybrid" in notes[0] and "memory" in notes[0]
+
+
+@pytest.mark.parametrize("text", ["HYBRID_SHARD", "HSDP", "hybrid (ZeRO-3-like)"])
+def test_plain_hybrid_shard_has_no_note(text):
+    notes = []
+    assert rc.sharding_of({"id": "x", "zero_stage_or_fsdp": text}, "fsdp", notes) == "fsdp_hybrid" and not notes

@@ -8,6 +8,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from plan_cli.bench import _gbps
 from plan_cli.main import app
 from trainer.collectives import bus_factor, parse_size
 from trainer.probe import ProbeReport, MatmulPoint, gpu_entry, to_toml
@@ -43,7 +44,7 @@ def test_allreduce_bench_two_ranks(tmp_path):
     assert data["busbw_gbps"] == {"intranode": largest["busbw_gbps"], "internode": None}
     last = [line for line in r.output.splitlines() if line.strip()][-1]  # a sentence, not a dict
     assert last.startswith("All-reduce bus bandwidth within one node: ") and "{" not in last, last
-    assert f"{largest['busbw_gbps']:.1f} Gbps at 1M over 2 ranks (gloo)" in " ".join(r.output.split()), r.output
+    assert f"{_gbps(largest['busbw_gbps'])} Gbps at 1M over 2 ranks (gloo)" in " ".join(r.output.split()), r.output
     # --json was given: the line says where it went, not "save it with --json FILE"
     assert f"wrote {out}: plan with `plan estimate ... --network-from {out}`" in " ".join(r.output.split()), r.output
     assert "save it with --json" not in r.output
