@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.bounds import InfeasibleMargin
 from planner.units import Seconds, at_most
 
 # Upper bounds a real study could want, each with the reason its error gives (99999999h, --top-k 1e8 were taken)
@@ -46,7 +47,7 @@ class TuneConfig(BaseModel):
     backend: Backend = "any"
     top_k: Proposals = Field(default=10, ge=0, description="planner-guided proposals tried before the sampler")
     explore_infeasible: bool = False
-    infeasible_margin: float = Field(default=0.10, ge=0, allow_inf_nan=False, description="launch memory misses below this")
+    infeasible_margin: Annotated[InfeasibleMargin, Field(description="launch memory misses below this")] = 0.10
     device_memory_gib: MemoryCap | None = Field(default=None, gt=0, allow_inf_nan=False,
                                                 description="per-rank cap (CPU: RLIMIT_AS)")
     choices: dict[str, tuple] = Field(default_factory=dict, description="knob -> values to search")

@@ -58,3 +58,16 @@ def test_choices_within_the_plans_bounds():
     with pytest.raises(PlanError) as e:
         parse_choices(["tp=2048"])
     assert e.value.field == "tp" and "at most 1,024" in e.value.message
+
+
+def test_tune_config_bounds_the_infeasible_margin_as_the_cli_does():
+    """The margin's bound lives on TuneConfig (planner/bounds.py), not only on the CLI option: the tuner's API and
+    the service build a TuneConfig and get the same one-line reason."""
+    from pydantic import ValidationError
+
+    from tuner.config import TuneConfig
+
+    ok = TuneConfig(model="tiny", budget_s=60, infeasible_margin=1.0)
+    assert ok.infeasible_margin == 1.0
+    with pytest.raises(ValidationError, match=r"at most 1 \(100% over\), got 1,000,000,000"):
+        TuneConfig(model="tiny", budget_s=60, infeasible_margin=1e9)
