@@ -34,6 +34,10 @@ def _count(n: float) -> str:
     return f"{n:g}"
 
 
+def _days(days: float) -> str:
+    return f"{days:g} day" + ("" if days == 1 else "s")
+
+
 def _deadline_line(points: list[dict], days: float, tokens: float | None) -> str:
     what = f"{_count(tokens)} tokens" if tokens else "the tokens"
     pt = fewest_within(points, days)
@@ -42,10 +46,10 @@ def _deadline_line(points: list[dict], days: float, tokens: float | None) -> str
                       key=lambda p: p["best"].performance.days, default=None)
         best = (f"; the fastest, {fastest['gpus']} GPUs, takes {fastest['best'].performance.days:.1f} days"
                 if fastest else "")
-        return f"No GPU count of the sweep trains {what} within {days:g} days{best}."
+        return f"No GPU count of the sweep trains {what} within {_days(days)}{best}."
     perf, p = pt["best"].performance, pt["best"].plan
     hours = f", {perf.gpu_hours:,.0f} GPU-hours" if perf.gpu_hours else ""
-    return (f"Fewest GPUs that train {what} within {days:g} days: {pt['gpus']} ({perf.days:.1f} days{hours}; "
+    return (f"Fewest GPUs that train {what} within {_days(days)}: {pt['gpus']} ({perf.days:.1f} days{hours}; "
             f"{_knobs(p)} {_sharding(p)}, micro batch {p.micro_batch} x {p.grad_accum}).")
 
 

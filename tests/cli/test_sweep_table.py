@@ -98,3 +98,10 @@ def test_within_days_needs_tokens_and_a_sweep():
     for extra, said in ((["--gpus", "64:128"], "add --tokens"), (["--gpus", "64", "--tokens", "1T"], "--gpus LO:HI")):
         r = runner.invoke(app, ["estimate", "--model", "13b", "--within-days", "3", *extra])
         assert r.exit_code == 2 and "within_days" in r.output and said in r.output, r.output
+
+
+def test_within_one_day_is_singular():
+    r = runner.invoke(app, ["estimate", "--model", "7b", "--gpus", "8:64", "--tokens", "1e10", "--within-days", "1"],
+                      env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "within 1 day:" in r.output or "within 1 day;" in r.output, r.output
