@@ -9,6 +9,7 @@ and `from plan_cli.main import app` (tests) get them all.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import typer
@@ -102,7 +103,14 @@ def _usage_error_line(e: Exception) -> str:
     ctx, param = getattr(e, "ctx", None), getattr(e, "param", None)
     takes = f" ({param.help})" if type(e).__name__ == "MissingParameter" and getattr(param, "help", None) else ""
     where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
-    return f"{e.format_message().rstrip('.')}{takes}{where}"  # type: ignore[attr-defined]
+    msg = e.format_message().rstrip('.')  # type: ignore[attr-defined]
+    if "valid integer" in msg and re.search(r"unable to parse string", msg):
+        takes += _WHOLE_NUMBER.get(getattr(param, "name", ""), "; write the whole number (8192, not 8k)")
+    return f"{msg}{takes}{where}"
+
+
+# a count with a unit suffix ("4k", "4M") is not an integer: say what to write instead
+_WHOLE_NUMBER = {"global_batch": "; write the whole number of sequences (1024, not 1k), or give tokens with --global-batch-tokens"}
 
 
 def main() -> None:

@@ -23,6 +23,9 @@ def plan(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, words", [
     (("estimate", "--model", "7b", "--gpus", "8", "--tp", "abc"), ["'--tp'", "integer", "estimate --help`"]),
     (("estimate", "--model", "7b", "--internode-gbps", "100Gbps"), ["'--internode-gbps'", "number"]),
+    # a count with a unit suffix says to write the whole number (and, for a batch, where tokens go)
+    (("estimate", "--model", "7b", "--seq-len", "4k"), ["'--seq-len'", "whole number (8192, not 8k)"]),
+    (("estimate", "--model", "7b", "--global-batch", "4M"), ["'--global-batch'", "--global-batch-tokens"]),
     (("estimate", "--model", "7b", "--top", "0"), ["'--top'", "greater than or equal to 1"]),
     (("estimate", "--model", "7b", "--no-such-flag"), ["--no-such-flag"]),
     (("export",), ["'format'", "deepspeed | fsdp"]),
