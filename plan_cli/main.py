@@ -104,9 +104,25 @@ def _usage_error_line(e: Exception) -> str:
     takes = f" ({param.help})" if type(e).__name__ == "MissingParameter" and getattr(param, "help", None) else ""
     where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
     msg = e.format_message().rstrip('.')  # type: ignore[attr-defined]
-    if "valid integer" in msg and re.search(r"unable to parse string", msg):
+    if "valid integer" in msg and _SUFFIXED.fullmatch(_given(param)):
         takes += _WHOLE_NUMBER.get(getattr(param, "name", ""), "; write the whole number (8192, not 8k)")
+    elif "valid integer" in msg and re.fullmatch(r"\d+:\d+(:\d+)?", _given(param)):
+        takes += "; this command takes one count (a sweep such as 8:128 is `plan estimate`'s)"
     return f"{msg}{takes}{where}"
+
+
+_SUFFIXED = re.compile(r"\d+(\.\d+)?\s*[kKmMgGtT]")
+
+
+def _given(param) -> str:
+    """The value the command line gave `param` (its last `--opt VALUE` or `--opt=VALUE`), "" if none is found."""
+    opts, argv, found = set(getattr(param, "opts", ()) or ()), sys.argv[1:], ""
+    for i, a in enumerate(argv):
+        if a in opts and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif "=" in a and a.split("=", 1)[0] in opts:
+            found = a.split("=", 1)[1]
+    return found
 
 
 # a count with a unit suffix ("4k", "4M") is not an integer: say what to write instead

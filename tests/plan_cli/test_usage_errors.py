@@ -26,6 +26,7 @@ def plan(*args: str) -> subprocess.CompletedProcess:
     # a count with a unit suffix says to write the whole number (and, for a batch, where tokens go)
     (("estimate", "--model", "7b", "--seq-len", "4k"), ["'--seq-len'", "whole number (8192, not 8k)"]),
     (("estimate", "--model", "7b", "--global-batch", "4M"), ["'--global-batch'", "--global-batch-tokens"]),
+    (("export", "deepspeed", "--model", "7b", "--gpus", "8:16"), ["'--gpus'", "one count", "plan estimate"]),
     (("estimate", "--model", "7b", "--top", "0"), ["'--top'", "greater than or equal to 1"]),
     (("estimate", "--model", "7b", "--no-such-flag"), ["--no-such-flag"]),
     (("export",), ["'format'", "deepspeed | fsdp"]),
@@ -52,3 +53,8 @@ def test_help_and_a_plain_run_keep_their_exit_codes():
     assert plan().returncode == 2  # no command: the help, as click's no_args_is_help does
     r = plan("estimate", "--model", "125m", "--gpus", "8", "--top", "1", "--json")
     assert r.returncode == 0 and r.stdout.lstrip().startswith("{"), r.stderr
+
+
+def test_no_unit_hint_where_the_value_has_no_unit():
+    line = plan("estimate", "--model", "7b", "--gpus", "8", "--tp", "abc").stderr
+    assert "'--tp'" in line and "whole number" not in line and "one count" not in line, line
