@@ -36,6 +36,12 @@ def check_out_file(path: str | Path, field: str) -> None:
     first = next((d for d in (p.parent, *p.parent.parents) if d.exists()), p.parent)
     if not os.access(first, os.W_OK | os.X_OK):
         raise PlanError(field, f"cannot write {p}: {first} is not writable")
+    if not missing and not p.exists():  # its folder is there: try the file itself (/proc takes no new file, root or not)
+        try:
+            p.open("x").close()
+        except OSError as e:
+            raise PlanError(field, f"cannot write {p}: {e.strerror or e}") from None
+        p.unlink(missing_ok=True)
 
 
 def check_out_folder(path: str | Path, field: str) -> None:
