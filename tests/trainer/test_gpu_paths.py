@@ -195,3 +195,29 @@ def test_probe_on_the_gpu(tmp_path):
     if gid is not None:
         gpu = load_catalog().gpus[gid]
         assert report.peak_tflops["fp16"] <= gpu.peak_tflops("fp16") * 1.05
+
+
+@TWO_GPUS
+@pytest.mark.parametrize("sharding", ["zero2", "none"])
+def test_srun_one_gpu_per_task(tmp_path, sharding):
+    """`srun -n 2 --gpus-per-task=1`, emulated: each task sees ONE GPU (cuda:0) while its SLURM_LOCALID is 0 or 1;
+    DeepSpeed (zero2) reads LOCAL_RANK as the device index (set_device(1): "invalid device ordinal" before)."""
+    from trainer.dist import free_port
+
+    env = os.environ | {"PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+                        "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "2",
+                        "SLURM_NODEID": "0"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(var, None)
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, "-m", "plan_cli.main", "train", "--model", "tiny", "--nproc", "2", "--steps", "4",
+           "--warmup-steps", "2", "--seq-len", "64", "--sharding", sharding, "--precision", native_precision(),
+           "--json", str(out)]
+    procs = [subprocess.Popen(cmd, env=env | {"SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
+                                              "CUDA_VISIBLE_DEVICES": str(i)},  # HIP reads it too
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+             for i in range(2)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    r = json.loads(out.read_text())
+    assert r["status"] == "ok" and r["world_size"] == 2 and r["device"].startswith("cuda:"), r.get("error")
