@@ -82,16 +82,18 @@ def env_from_slurm(rdzv_endpoint: str | None) -> None:
     os.environ.setdefault("MASTER_PORT", "29500")
 
 
-def local_device_index(local_rank: int, visible: int) -> int:
+def local_device_index(local_rank: int, visible: int, shared: bool = False) -> int:
     """This rank's GPU among the `visible` ones: its local rank (torchrun, srun seeing the node's GPUs), or the
     only one a launcher that binds a GPU per task left visible (srun --gpus-per-task=1 / --gpu-bind: each task
-    sees one device, index 0, whatever its SLURM_LOCALID). More ranks than GPUs is a clear error, not CUDA's
-    "invalid device ordinal"."""
+    sees one device, index 0, whatever its SLURM_LOCALID). `shared`: the node's ranks see the same devices
+    (torchrun / torch's elastic launch: one CUDA_VISIBLE_DEVICES for all of them), so local rank 1 with one GPU
+    visible is a second rank on that GPU (NCCL: "Duplicate GPU detected"), not a bound task. More ranks than
+    GPUs is a clear error, not CUDA's "invalid device ordinal"."""
     from planner.errors import PlanError
 
     if 0 <= local_rank < visible:
         return local_rank
-    if visible == 1:
+    if visible == 1 and not shared:
         return 0
     raise PlanError("nproc", f"local rank {local_rank} but {visible} GPUs are visible to this process "
                     "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES): give at most one rank per visible GPU")
@@ -99,7 +101,9 @@ def local_device_index(local_rank: int, visible: int) -> int:
 
 def pick_device() -> torch.device:
     if torch.cuda.is_available():
-        local = local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
+        # torch's elastic agent (torchrun, plan's own launch) sets TORCHELASTIC_RUN_ID in every worker it starts
+        local = local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count(),
+                                   shared="TORCHELASTIC_RUN_ID" in os.environ)
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")

@@ -125,3 +125,12 @@ def test_bench_iterations_on_gpu_are_nccl_tests_defaults():
 
     assert {iterations(s, on_gpu=True) for s in (2**20, 2**28, 2**30)} == {(5, 20)}  # nccl-tests -w 5 -n 20
     assert [iterations(s) for s in (2**20, 2**28, 2**30)] == [(3, 20), (2, 8), (1, 4)]  # CPU: unchanged
+
+
+def test_two_elastic_ranks_on_one_visible_gpu_is_an_error():
+    """torchrun / plan's elastic launch with --nproc 2 where one GPU is visible: both ranks took cuda:0 (NCCL's
+    "Duplicate GPU detected"); only a launcher that binds one GPU per task (srun) maps local rank 1 to index 0."""
+    with pytest.raises(PlanError, match="local rank 1 but 1 GPUs are visible"):
+        local_device_index(1, 1, shared=True)
+    assert local_device_index(0, 1, shared=True) == 0
+    assert local_device_index(1, 1) == 0  # srun --gpus-per-task=1
