@@ -221,3 +221,15 @@ def test_srun_one_gpu_per_task(tmp_path, sharding):
     assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
     r = json.loads(out.read_text())
     assert r["status"] == "ok" and r["world_size"] == 2 and r["device"].startswith("cuda:"), r.get("error")
+
+
+@TWO_GPUS
+def test_probe_measures_all_reduce_over_the_visible_gpus(tmp_path):
+    """`plan probe` on a multi-GPU node: the local entry's intranode link is the measured all-reduce busbw over
+    every visible GPU, not the HBM copy rate x 8 (~6x an H100's NVLink)."""
+    p = plan(tmp_path, "probe", "--out", str(tmp_path / "cat"), "--sizes", "1024,2048", "--copy-size", "64M",
+             "--allreduce-size", "16M", "--json")
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    report = json.loads(p.stdout[p.stdout.index("{"):])
+    assert report["allreduce_busbw_gbps"] and report["allreduce_busbw_gbps"] > 0
+    assert f"intranode_gbps = {round(report['allreduce_busbw_gbps'], 3)!r}" in (tmp_path / "cat/gpus/local.toml").read_text()
