@@ -74,3 +74,15 @@ def test_tasks_on_node(text, node, tasks):
     ("gpu[03-04,07],cpu1", "gpu03"), ("gpu[07]", "gpu07"), ("a,b", "a"), ("node7", "node7"), ("n[1-2],m3", "n1")])
 def test_first_host_without_scontrol(nodes, host):
     assert first_host(nodes) == host
+
+
+def test_nproc_other_than_the_launchers_is_refused():
+    """srun --ntasks-per-node=1 with `plan train --nproc 8`: one rank per node ran, on its first GPU, without a word."""
+    from planner.errors import PlanError
+    from trainer.config import check_launcher_ranks
+
+    with pytest.raises(PlanError, match=r"--nproc 8, but the launcher \(srun / torchrun\) started 1 rank") as e:
+        check_launcher_ranks(8, 1)
+    assert e.value.field == "nproc"
+    check_launcher_ranks(1, 8)  # --nproc left out: the launcher decides
+    check_launcher_ranks(8, 8)
