@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def probe(
     out: Annotated[Path, typer.Option(help="User catalog folder to write gpus/local.toml and clusters/local.toml into.")] = DEFAULT_DIR,
-    nproc: Annotated[int, typer.Option(min=1, help="Ranks per node to plan for (CPU: each gets cores/nproc threads); >1 also measures all-reduce.")] = 1,
+    nproc: Annotated[int, typer.Option(min=1, help="Ranks per node to plan for (CPU: each gets cores/nproc threads); >1 also measures all-reduce (on GPUs: over every visible GPU unless given).")] = 1,
     sizes: Annotated[Optional[str], typer.Option(help="Matmul sizes n (n x n x n), comma-separated.")] = None,
     copy_size: Annotated[str, typer.Option(help="Buffer size of the copy-bandwidth test.")] = "256M",
     allreduce_size: Annotated[str, typer.Option(help="Message size of the all-reduce test.")] = "64M",
@@ -28,7 +28,7 @@ def probe(
     """Measure matmul TFLOPs per dtype, memory bandwidth and (nproc > 1) all-reduce busbw."""
     from planner.errors import PlanError
     from trainer.collectives import parse_size, run_bench
-    from trainer.probe import gpu_entry, probe_device, write_catalog
+    from trainer.probe import bench_ranks, gpu_entry, probe_device, torch_device_count, write_catalog
 
     try:
         size_list = [int(s) for s in sizes.split(",")] if sizes else None
@@ -37,8 +37,9 @@ def probe(
     if size_list is not None and any(n <= 0 for n in size_list):
         raise PlanError("sizes", "sizes must be positive")
     report = probe_device(nproc, size_list, parse_size(copy_size))
-    if nproc > 1:
-        bench = run_bench(["all_reduce"], [parse_size(allreduce_size)], nproc, progress=False)
+    ranks = bench_ranks(report.device, nproc, torch_device_count() if report.device == "cuda" else 0)
+    if ranks > 1:
+        bench = run_bench(["all_reduce"], [parse_size(allreduce_size)], ranks, progress=False)
         report.allreduce_busbw_gbps = bench.busbw_gbps["intranode"] if bench else None
     out = out.expanduser()
     gpu_path, cluster_path = write_catalog(report, out)

@@ -57,8 +57,12 @@ class BenchReport(BaseModel):
     busbw_gbps: dict[str, float | None]
 
 
-def iterations(size_bytes: int) -> tuple[int, int]:
-    """(warm-up, timed) repetitions: more for small messages, whose timings are noisy."""
+def iterations(size_bytes: int, on_gpu: bool = False) -> tuple[int, int]:
+    """(warm-up, timed) repetitions. On GPUs nccl-tests' defaults at every size (NVIDIA/nccl-tests README: -w 5
+    warm-up, -n 20 timed): even 1 GiB takes milliseconds over NVLink / xGMI. On CPU (gloo: seconds per call at
+    256 MiB) more for small messages, whose timings are noisy."""
+    if on_gpu:
+        return 5, 20
     if size_bytes <= 16 * 2**20:
         return 3, 20
     if size_bytes <= 256 * 2**20:
@@ -86,7 +90,7 @@ def _one(op: str, size_bytes: int, device, world: int, group=None) -> float:
     else:
         part = torch.empty(numel // world, dtype=torch.float32, device=device)
         call = lambda: dist.reduce_scatter_tensor(part, buf, group=group)  # noqa: E731
-    warm, reps = iterations(size_bytes)
+    warm, reps = iterations(size_bytes, device.type == "cuda")
     for _ in range(warm):
         call()
     if device.type == "cuda":
@@ -109,6 +113,16 @@ def bench_rank(ops: list[str], sizes: list[int], nnodes: int, progress: bool) ->
     from trainer import dist as tdist
 
     device = tdist.init(600)
+    report = _bench(ops, sizes, nnodes, progress, device)
+    # NCCL: a process group left to the interpreter's exit can hang it (torch warns so); on an error the launcher
+    # ends the ranks (a teardown could wait on the other ranks' collectives)
+    dist.destroy_process_group()
+    return report
+
+
+def _bench(ops: list[str], sizes: list[int], nnodes: int, progress: bool, device) -> dict | None:
+    import torch.distributed as dist
+
     rank, world = dist.get_rank(), dist.get_world_size()
     results: list[CollectiveResult] = []
     bar = None

@@ -144,6 +144,15 @@ class TrainConfig(BaseModel):
         return self.plan.model_dump(exclude=exclude) | {"global_batch": self.plan.global_batch}
 
 
+def check_launcher_ranks(asked_nproc: int, local_ranks: int) -> None:
+    """Under torchrun / srun the launcher decides this node's ranks; an --nproc above 1 that differs was dropped
+    without a word (`srun --ntasks-per-node=1 plan train --nproc 8` ran ONE rank per node, on its first GPU)."""
+    if asked_nproc > 1 and asked_nproc != local_ranks:
+        raise PlanError("nproc", f"--nproc {asked_nproc}, but the launcher (srun / torchrun) started {local_ranks} "
+                        "rank(s) on this node: leave --nproc out, start one srun task per GPU "
+                        f"(--ntasks-per-node={asked_nproc}), or run torchrun --nproc-per-node {asked_nproc} in the srun")
+
+
 def check_launch(nnodes: int, node_rank: int, rdzv_endpoint: str | None) -> None:
     """node_rank below nnodes; a rendezvous the ranks can meet at (trainer/ranks.check_endpoint: several nodes
     need an agreed host:port, unless torchrun / srun launched this process; a port 0-65535, a host that resolves)."""

@@ -3,38 +3,78 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import torch
 import torch.distributed as dist
 
 
-def launched_externally() -> bool:
-    """True under torchrun (RANK/WORLD_SIZE) or under SLURM srun with several tasks."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+def launched_externally(env=None) -> bool:
+    """True under torchrun (RANK/WORLD_SIZE) or as one task of an srun step with several tasks."""
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
         return True
-    return int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in os.environ
+    return slurm_task_env(env) is not None
+
+
+def tasks_on_node(tasks_per_node: str, node: int) -> int | None:
+    """Tasks on node `node` of SLURM's compressed list ("8(x2)", "5,3", "2(x3),1"; srun(1) SLURM_STEP_TASKS_PER_NODE:
+    "2(x3)" is 2 tasks on each of 3 nodes); None when the text is not such a list."""
+    counts: list[int] = []
+    for part in tasks_per_node.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if m is None:
+            return None
+        counts += [int(m[1])] * int(m[2] or 1)
+    return counts[min(max(node, 0), len(counts) - 1)] if counts else None
+
+
+def slurm_task_env(env) -> dict[str, str] | None:
+    """torch's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE of this process as one task of an srun step with
+    several tasks, None otherwise. srun sets the step's SLURM_STEP_NUM_TASKS and SLURM_STEP_TASKS_PER_NODE in every
+    task (srun(1), OUTPUT ENVIRONMENT VARIABLES); an sbatch batch script has SLURM_NTASKS (its --ntasks /
+    --ntasks-per-node) and SLURM_PROCID=0 but no step variables: it is ONE process, not rank 0 of SLURM_NTASKS
+    (taken for one, `plan train` / `plan tune` in a batch script waited for ranks that never came).
+    SLURM_NTASKS_PER_NODE exists only with --ntasks-per-node: `srun -N 2 -n 16` made 16 "nodes" of 1 rank."""
+    step_tasks = env.get("SLURM_STEP_NUM_TASKS", "")
+    if "SLURM_PROCID" not in env or not step_tasks.isdigit() or int(step_tasks) <= 1:
+        return None
+    node = int(env.get("SLURM_NODEID", "0") or 0)
+    local = None
+    for key in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
+        local = local or tasks_on_node(env.get(key, ""), node)
+    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": step_tasks, "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+            "LOCAL_WORLD_SIZE": str(local or 1)}
 
 
 def _first_slurm_host() -> str:
-    nodes = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or "localhost"
+    """Rank 0's host: the first node of the step (srun's SLURM_STEP_NODELIST; a step on part of the allocation
+    does not start on the job's first node), else of the job."""
+    nodes = (os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+             or os.environ.get("SLURM_NODELIST") or "localhost")
     try:
         out = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, timeout=10)
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.split()[0]
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return nodes.split(",")[0].split("[")[0]
+    return first_host(nodes)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of SLURM's compressed node list without scontrol: "gpu[03-04,07],cpu1" -> "gpu03" (it was
+    "gpu", a host that does not exist)."""
+    m = re.match(r"([^,\[]*)(?:\[([^,\]\-]*))?", nodelist)
+    return (m[1] + (m[2] or "")) if m else nodelist
 
 
 def env_from_slurm(rdzv_endpoint: str | None) -> None:
     """Fill torch's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* from SLURM's variables (srun)."""
-    if "RANK" in os.environ:
+    task = None if "RANK" in os.environ else slurm_task_env(os.environ)
+    if task is None:
         return
-    os.environ["RANK"] = os.environ["SLURM_PROCID"]
-    os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
-    os.environ["LOCAL_RANK"] = os.environ.get("SLURM_LOCALID", "0")
-    os.environ["LOCAL_WORLD_SIZE"] = os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]
+    os.environ.update(task)
     if rdzv_endpoint:
         host, _, port = rdzv_endpoint.partition(":")
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host, port or "29500"
@@ -42,16 +82,18 @@ def env_from_slurm(rdzv_endpoint: str | None) -> None:
     os.environ.setdefault("MASTER_PORT", "29500")
 
 
-def local_device_index(local_rank: int, visible: int) -> int:
+def local_device_index(local_rank: int, visible: int, shared: bool = False) -> int:
     """This rank's GPU among the `visible` ones: its local rank (torchrun, srun seeing the node's GPUs), or the
     only one a launcher that binds a GPU per task left visible (srun --gpus-per-task=1 / --gpu-bind: each task
-    sees one device, index 0, whatever its SLURM_LOCALID). More ranks than GPUs is a clear error, not CUDA's
-    "invalid device ordinal"."""
+    sees one device, index 0, whatever its SLURM_LOCALID). `shared`: the node's ranks see the same devices
+    (torchrun / torch's elastic launch: one CUDA_VISIBLE_DEVICES for all of them), so local rank 1 with one GPU
+    visible is a second rank on that GPU (NCCL: "Duplicate GPU detected"), not a bound task. More ranks than
+    GPUs is a clear error, not CUDA's "invalid device ordinal"."""
     from planner.errors import PlanError
 
     if 0 <= local_rank < visible:
         return local_rank
-    if visible == 1:
+    if visible == 1 and not shared:
         return 0
     raise PlanError("nproc", f"local rank {local_rank} but {visible} GPUs are visible to this process "
                     "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES): give at most one rank per visible GPU")
@@ -59,7 +101,9 @@ def local_device_index(local_rank: int, visible: int) -> int:
 
 def pick_device() -> torch.device:
     if torch.cuda.is_available():
-        local = local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
+        # torch's elastic agent (torchrun, plan's own launch) sets TORCHELASTIC_RUN_ID in every worker it starts
+        local = local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count(),
+                                   shared="TORCHELASTIC_RUN_ID" in os.environ)
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
@@ -105,9 +149,19 @@ def init(timeout_s: float) -> torch.device:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         if "MASTER_PORT" not in os.environ:  # one process: its store binds a port the OS picks (no race)
             os.environ["MASTER_PORT"] = "0" if os.environ["WORLD_SIZE"] == "1" else str(free_port())
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=max(60, timeout_s)))
+        dist.init_process_group(**process_group_args(device), timeout=datetime.timedelta(seconds=max(60, timeout_s)))
     return device
+
+
+def process_group_args(device: torch.device) -> dict:
+    """init_process_group's backend and bound device: NCCL (RCCL on ROCm, where torch's "cuda" device is HIP's)
+    bound to this rank's GPU, else gloo. `device_id` (torch.distributed.init_process_group) binds the group to the
+    GPU set with torch.cuda.set_device: barrier() allocates on it (without it torch warns and falls back to the
+    current device, or global rank % GPUs before one is set) and NCCL's communicator forms now, its errors at
+    start-up rather than at the first collective."""
+    if device.type == "cuda":
+        return {"backend": "nccl", "device_id": device}
+    return {"backend": "gloo"}
 
 
 def free_port() -> int:

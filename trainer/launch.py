@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from planner.errors import PlanError
-from trainer.config import TrainConfig, validate_config, validate_layout
+from trainer.config import TrainConfig, check_launcher_ranks, validate_config, validate_layout
 from trainer.result import TrainResult
 from trainer.spec import resolve_spec
 from trainer.status import classify_text, clear_rank_errors, read_rank_errors
@@ -47,8 +47,10 @@ def launch(cfg: TrainConfig) -> TrainResult:
         env_from_slurm(cfg.launch.rdzv_endpoint)
         world = int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        cfg = cfg.on_ranks(nproc=local, nnodes=max(1, world // local))
+        asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=max(1, world // local))
     try:
+        if external:
+            check_launcher_ranks(asked, local)
         validate_config(cfg)
         if cfg.spec is None:
             cfg = cfg.model_copy(update={"spec": resolve_spec(cfg.model)})

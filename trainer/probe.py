@@ -156,6 +156,21 @@ def _cpu_name() -> str:
     return "cpu"
 
 
+def bench_ranks(device_type: str, nproc: int, gpus: int) -> int:
+    """Ranks of probe's all-reduce: --nproc where given (> 1); on GPUs by default every visible one. Without a
+    measurement the entry's intranode link is the copy rate x 8: on a CPU the ranks' shared memory, on a GPU its
+    HBM copy (~3 TB/s on an H100, 6x its NVLink), no model of the GPU-to-GPU link the planner prices."""
+    if nproc > 1:
+        return nproc
+    return gpus if device_type == "cuda" else 1
+
+
+def torch_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def efficiency_dtype(report: ProbeReport) -> str:
     """The dtype the efficiency curve describes: bf16 on GPUs (training), fp32 on CPUs."""
     return "bf16" if report.device == "cuda" and "bf16" in report.peak_tflops else "fp32"

@@ -109,3 +109,13 @@ def test_probe_stops_growing_a_dtype_where_one_matmul_would_take_over_a_second(m
     assert measured == {(d, n) for d in ("fp32", "bf16") for n in (256, 512, 1024)} | {("fp16", 256), ("fp16", 512)}
     assert ("fp16", 1024) not in calls and calls.count(("fp32", 1024)) == 2
     assert report.peak_tflops == rate
+
+
+@pytest.mark.parametrize("device, nproc, gpus, ranks", [
+    ("cuda", 1, 8, 8),  # plan probe on an 8-GPU node: all-reduce over the 8 (it wrote HBM copy x 8 as NVLink)
+    ("cuda", 4, 8, 4), ("cuda", 1, 1, 1),
+    ("cpu", 1, 0, 1), ("cpu", 2, 0, 2)])  # CPU: as before, --nproc decides
+def test_probe_all_reduce_ranks(device, nproc, gpus, ranks):
+    from trainer.probe import bench_ranks
+
+    assert bench_ranks(device, nproc, gpus) == ranks

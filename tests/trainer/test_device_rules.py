@@ -76,3 +76,61 @@ def test_gpu_adamw_runs_torch_adam_where_fused_adam_cannot_be_built():
     assert torch_adam_where_no_fused_adam(offload, on_gpu=True) == "" and "torch_adam" not in offload["optimizer"]["params"]
     cpu = _ds_conf()
     assert torch_adam_where_no_fused_adam(cpu, on_gpu=False) == "" and "torch_adam" not in cpu["optimizer"]["params"]
+
+
+def test_fused_adam_buildable_with_hipcc_on_rocm(tmp_path):
+    """ROCm torch: DeepSpeed builds FusedAdam with hipcc under ROCM_HOME; CUDA_HOME is None there (no nvcc), which
+    ran torch_adam on every MI250X / MI300X."""
+    from trainer.backends.deepspeed_backend import fused_adam_buildable
+
+    assert not fused_adam_buildable(False, None, str(tmp_path))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "hipcc").write_text("")
+    assert fused_adam_buildable(False, None, str(tmp_path))
+
+
+def test_which_configs_build_fused_adam():
+    from trainer.backends.deepspeed_backend import fused_adam_in_config
+
+    assert fused_adam_in_config(_ds_conf(), on_gpu=True)
+    assert not fused_adam_in_config(_ds_conf(), on_gpu=False)  # CPU: the shared builder asks for torch's AdamW
+    assert not fused_adam_in_config(_ds_conf(offload="optimizer"), on_gpu=True)  # DeepSpeedCPUAdam
+    torch_adam = _ds_conf()
+    torch_adam["optimizer"]["params"]["torch_adam"] = True
+    assert not fused_adam_in_config(torch_adam, on_gpu=True)
+
+
+def test_deepspeed_reads_the_device_index_as_local_rank():
+    """srun --gpus-per-task=1: task 3 of a node sees one GPU (cuda:0) but LOCAL_RANK=3, which DeepSpeed passes to
+    set_device ("invalid device ordinal"); torchrun's LOCAL_RANK is the device already; CPU ranks are left alone."""
+    from trainer.backends.deepspeed_backend import deepspeed_local_rank
+
+    assert deepspeed_local_rank("3", torch.device("cuda", 0)) == "0"
+    assert deepspeed_local_rank("5", torch.device("cuda", 5)) is None
+    assert deepspeed_local_rank("1", torch.device("cpu")) is None
+
+
+def test_process_group_binds_the_gpu():
+    """NCCL bound to the rank's GPU (init_process_group's device_id: barrier() allocates there, the communicator
+    forms at start-up); gloo on CPU, as before."""
+    from trainer.dist import process_group_args
+
+    cuda3 = torch.device("cuda", 3)
+    assert process_group_args(cuda3) == {"backend": "nccl", "device_id": cuda3}
+    assert process_group_args(torch.device("cpu")) == {"backend": "gloo"}
+
+
+def test_bench_iterations_on_gpu_are_nccl_tests_defaults():
+    from trainer.collectives import iterations
+
+    assert {iterations(s, on_gpu=True) for s in (2**20, 2**28, 2**30)} == {(5, 20)}  # nccl-tests -w 5 -n 20
+    assert [iterations(s) for s in (2**20, 2**28, 2**30)] == [(3, 20), (2, 8), (1, 4)]  # CPU: unchanged
+
+
+def test_two_elastic_ranks_on_one_visible_gpu_is_an_error():
+    """torchrun / plan's elastic launch with --nproc 2 where one GPU is visible: both ranks took cuda:0 (NCCL's
+    "Duplicate GPU detected"); only a launcher that binds one GPU per task (srun) maps local rank 1 to index 0."""
+    with pytest.raises(PlanError, match="local rank 1 but 1 GPUs are visible"):
+        local_device_index(1, 1, shared=True)
+    assert local_device_index(0, 1, shared=True) == 0
+    assert local_device_index(1, 1) == 0  # srun --gpus-per-task=1

@@ -195,3 +195,41 @@ def test_probe_on_the_gpu(tmp_path):
     if gid is not None:
         gpu = load_catalog().gpus[gid]
         assert report.peak_tflops["fp16"] <= gpu.peak_tflops("fp16") * 1.05
+
+
+@TWO_GPUS
+@pytest.mark.parametrize("sharding", ["zero2", "none"])
+def test_srun_one_gpu_per_task(tmp_path, sharding):
+    """`srun -n 2 --gpus-per-task=1`, emulated: each task sees ONE GPU (cuda:0) while its SLURM_LOCALID is 0 or 1;
+    DeepSpeed (zero2) reads LOCAL_RANK as the device index (set_device(1): "invalid device ordinal" before)."""
+    from trainer.dist import free_port
+
+    env = os.environ | {"PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+                        "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_TASKS_PER_NODE": "2",
+                        "SLURM_NODEID": "0"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(var, None)
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, "-m", "plan_cli.main", "train", "--model", "tiny", "--nproc", "2", "--steps", "4",
+           "--warmup-steps", "2", "--seq-len", "64", "--sharding", sharding, "--precision", native_precision(),
+           "--json", str(out)]
+    procs = [subprocess.Popen(cmd, env=env | {"SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
+                                              "CUDA_VISIBLE_DEVICES": str(i)},  # HIP reads it too
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+             for i in range(2)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    r = json.loads(out.read_text())
+    assert r["status"] == "ok" and r["world_size"] == 2 and r["device"].startswith("cuda:"), r.get("error")
+
+
+@TWO_GPUS
+def test_probe_measures_all_reduce_over_the_visible_gpus(tmp_path):
+    """`plan probe` on a multi-GPU node: the local entry's intranode link is the measured all-reduce busbw over
+    every visible GPU, not the HBM copy rate x 8 (~6x an H100's NVLink)."""
+    p = plan(tmp_path, "probe", "--out", str(tmp_path / "cat"), "--sizes", "1024,2048", "--copy-size", "64M",
+             "--allreduce-size", "16M", "--json")
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    report = json.loads(p.stdout[p.stdout.index("{"):])
+    assert report["allreduce_busbw_gbps"] and report["allreduce_busbw_gbps"] > 0
+    assert f"intranode_gbps = {round(report['allreduce_busbw_gbps'], 3)!r}" in (tmp_path / "cat/gpus/local.toml").read_text()

@@ -147,3 +147,19 @@ def test_under_torchrun(out_json):
     assert p.returncode == 0, p.stderr[-2000:]
     r = TrainResult.model_validate_json(Path(out_json).read_text())
     assert r.status == "ok" and r.world_size == 2
+
+
+def test_under_srun_an_other_nproc_is_refused(out_json):
+    """`srun -N 2 --ntasks-per-node=1 python -m trainer --nproc 8`, task 0 (srun's step variables, emulated):
+    each node ran ONE rank on its first GPU and --nproc 8 was dropped without a word. It stops before any
+    rendezvous. (torchrun's own parser takes --nproc as its --nproc-per-node, so there the clash cannot arise.)"""
+    env = dict(os.environ, OMP_NUM_THREADS="1", SLURM_NTASKS="2", SLURM_STEP_NUM_TASKS="2", SLURM_PROCID="0",
+               SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_STEP_TASKS_PER_NODE="1(x2)", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT="29499")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(var, None)
+    p = subprocess.run([sys.executable, "-m", "trainer", "--nproc", "8", "--steps", "3", "--seq-len", "32",
+                        "--json", out_json], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    r = TrainResult.model_validate_json(Path(out_json).read_text())
+    assert r.status == "bad_config" and "--nproc 8, but the launcher (srun / torchrun) started 1 rank" in r.error

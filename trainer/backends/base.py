@@ -51,7 +51,7 @@ class Engine:
         With `measure`, the state bytes are taken after the last backward (before the optimizer
         step) and the saved bytes over the first micro batch's forward; else ({}, 0).
         """
-        step_loss, state, saved = 0.0, {}, {"bytes": 0}
+        losses, state, saved = [], {}, {"bytes": 0}
         for micro in range(self.grad_accum):
             x, y = (t.to(device, non_blocking=True) for t in batches.next())
             last = micro == self.grad_accum - 1
@@ -63,12 +63,15 @@ class Engine:
             else:
                 loss = self.forward_loss(x, y, last)
             self.backward(loss, last)
-            step_loss += float(loss.detach()) / self.grad_accum
+            losses.append(loss.detach())  # read after the step: float() here waited on the GPU every micro batch
             if measure and last:
                 state = self.state_bytes()
             self.after_micro(last)
             if measure and last and hasattr(self, "finish_measurement"):
                 state = self.finish_measurement(state)
+        step_loss = 0.0
+        for loss in losses:  # the same sum as before, in the same order
+            step_loss += float(loss) / self.grad_accum
         return step_loss, state, int(saved["bytes"])
 
     def gather_rank_stats(self, state: dict, saved_bytes: int, warmup_steps: int) -> list[dict] | None:

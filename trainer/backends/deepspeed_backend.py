@@ -9,6 +9,7 @@ knobs are then read back from that config.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,50 +68,77 @@ def refuse_zeropp_without_cuda(conf: dict, on_gpu: bool) -> None:
                             "(allowed on a CPU: false)")
 
 
-def fused_adam_buildable(prebuilt: bool, cuda_home: str | None) -> bool:
+def fused_adam_buildable(prebuilt: bool, cuda_home: str | None, rocm_home: str | None = None) -> bool:
     """DeepSpeed's FusedAdam (its default for "AdamW" on a GPU) loads from a prebuilt op (DS_BUILD_FUSED_ADAM=1)
-    or is JIT-compiled with nvcc under CUDA_HOME (op_builder/builder.py installed_cuda_version raises
-    MissingCUDAException without one); pip's torch wheels bring no nvcc."""
-    import os
+    or is JIT-compiled: with nvcc under CUDA_HOME (op_builder/builder.py installed_cuda_version raises
+    MissingCUDAException without one; pip's torch wheels bring no nvcc), or on ROCm torch with hipcc under
+    ROCM_HOME (builder.py skips the CUDA check where is_rocm_pytorch(); torch's cpp_extension sets ROCM_HOME only
+    for a HIP build, and CUDA_HOME is None on a ROCm machine without the CUDA toolkit)."""
 
-    return prebuilt or bool(cuda_home and os.path.exists(os.path.join(cuda_home, "bin", "nvcc")))
+    def has(home: str | None, compiler: str) -> bool:
+        return bool(home and os.path.exists(os.path.join(home, "bin", compiler)))
+
+    return prebuilt or has(cuda_home, "nvcc") or has(rocm_home, "hipcc")
+
+
+def fused_adam_in_config(conf: dict, on_gpu: bool) -> bool:
+    """True where DeepSpeed will build the config's optimizer as FusedAdam (engine._configure_basic_optimizer: an
+    Adam/AdamW not offloaded to the CPU, without torch_adam)."""
+    opt = conf.get("optimizer") or {}
+    zero = conf.get("zero_optimization") or {}
+    offloaded = (zero.get("offload_optimizer") or {}).get("device") not in (None, "none")
+    return (on_gpu and not offloaded and opt.get("type") in ("Adam", "AdamW")
+            and not (opt.get("params") or {}).get("torch_adam"))
 
 
 def torch_adam_where_no_fused_adam(conf: dict, on_gpu: bool) -> str:
     """A config built from the knobs whose AdamW would JIT-compile FusedAdam where it cannot be built runs
     torch's AdamW instead (DeepSpeed's `torch_adam`: the same update, unfused); returns the note said on stderr,
-    "" when nothing changed. Offload runs DeepSpeedCPUAdam (load_cpu_adam_once), not FusedAdam."""
-    opt = conf.get("optimizer") or {}
-    zero = conf.get("zero_optimization") or {}
-    offloaded = (zero.get("offload_optimizer") or {}).get("device") not in (None, "none")
-    if not on_gpu or offloaded or opt.get("type") not in ("Adam", "AdamW") or (opt.get("params") or {}).get("torch_adam"):
+    "" when nothing changed. Offload runs DeepSpeedCPUAdam (load_op_once), not FusedAdam."""
+    if not fused_adam_in_config(conf, on_gpu):
         return ""
     import torch.utils.cpp_extension
     from deepspeed.git_version_info import installed_ops
 
-    if fused_adam_buildable(bool(installed_ops.get("fused_adam")), torch.utils.cpp_extension.CUDA_HOME):
+    ext = torch.utils.cpp_extension
+    if fused_adam_buildable(bool(installed_ops.get("fused_adam")), ext.CUDA_HOME, getattr(ext, "ROCM_HOME", None)):
         return ""
-    opt.setdefault("params", {})["torch_adam"] = True
-    return ("DeepSpeed's FusedAdam is not prebuilt and no nvcc is found to build it (CUDA_HOME): running torch's "
-            "AdamW (torch_adam); install the CUDA toolkit or DS_BUILD_FUSED_ADAM=1 pip install deepspeed for the fused one")
+    conf["optimizer"].setdefault("params", {})["torch_adam"] = True
+    return ("DeepSpeed's FusedAdam is not prebuilt and no nvcc (CUDA_HOME) or hipcc (ROCM_HOME) is found to build "
+            "it: running torch's AdamW (torch_adam); install the CUDA/ROCm toolkit or DS_BUILD_FUSED_ADAM=1 pip "
+            "install deepspeed for the fused one")
 
 
-def load_cpu_adam_once(dist) -> None:
-    """Build/load DeepSpeedCPUAdam on local rank 0 first, the other ranks after a barrier.
+def load_op_once(dist, builder_cls) -> None:
+    """Build/load a DeepSpeed op (CPUAdamBuilder, FusedAdamBuilder) on local rank 0 first, the other ranks after a
+    barrier.
 
     Ranks that JIT-build the op at the same time race on torch_extensions' lock file (a rank
     can find the lock released but no .so yet); one builder, then loaders, avoids that.
     """
-    import os
-
-    from deepspeed.ops.op_builder import CPUAdamBuilder
-
     first = int(os.environ.get("LOCAL_RANK", "0")) == 0
     if first:
-        CPUAdamBuilder().load()
+        builder_cls().load()
     dist.barrier()
     if not first:
-        CPUAdamBuilder().load()
+        builder_cls().load()
+
+
+def load_cpu_adam_once(dist) -> None:
+    from deepspeed.ops.op_builder import CPUAdamBuilder
+
+    load_op_once(dist, CPUAdamBuilder)
+
+
+def deepspeed_local_rank(local_rank: str | None, device) -> str | None:
+    """The LOCAL_RANK DeepSpeed must read on this rank, or None where it reads the right one already. DeepSpeed
+    takes LOCAL_RANK for the rank's device index (runtime/engine.py _set_distributed_vars: set_device(local_rank);
+    zero/partition_parameters.py and zero/utils.py: device_name(LOCAL_RANK)). Under srun --gpus-per-task=1 /
+    --gpu-bind each task sees one GPU, index 0, while its LOCAL_RANK (SLURM_LOCALID) runs to 7: set_device(3) is
+    CUDA's "invalid device ordinal". The device is trainer/dist.py's pick (local_device_index)."""
+    if device.type != "cuda" or device.index is None or local_rank == str(device.index):
+        return None
+    return str(device.index)
 
 
 class DeepSpeedEngine(Engine):
@@ -134,6 +162,13 @@ class DeepSpeedEngine(Engine):
         refuse_zeropp_without_cuda(conf, device.type == "cuda")
         if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
             load_cpu_adam_once(dist)
+        elif fused_adam_in_config(conf, device.type == "cuda"):  # a first run JIT-builds it: one rank per node
+            from deepspeed.ops.op_builder import FusedAdamBuilder
+
+            load_op_once(dist, FusedAdamBuilder)
+        local_rank = deepspeed_local_rank(os.environ.get("LOCAL_RANK"), device)  # after the node's first builder
+        if local_rank is not None:
+            os.environ["LOCAL_RANK"] = local_rank
         apply_checkpointing(model, cfg.plan.activation_checkpointing)
         model.to(device)
         client_opt = None if "optimizer" in conf else make_optimizer(cfg, model.parameters())
