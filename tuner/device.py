@@ -114,6 +114,11 @@ def parse_nvidia_smi(text: str, visible: str | None) -> list[tuple[str, float]]:
             break  # CUDA ignores this entry and every one after it
         if hits[0] not in chosen:
             chosen.append(hits[0])
+    entries = [e.strip() for e in visible.split(",") if e.strip() not in ("", "-1")]
+    if len(chosen) < len(entries) and len(rows) == len(entries) and all(e.isdigit() for e in entries):
+        # a cgroup-constrained job (Slurm ConstrainDevices): nvidia-smi lists only the job's GPUs, with their
+        # host indices, while CUDA_VISIBLE_DEVICES numbers them from 0: the listed GPUs are the visible ones
+        return [(name, gib) for _, _, name, gib in rows]
     return [(name, gib) for _, _, name, gib in chosen]
 
 

@@ -49,3 +49,11 @@ def test_new_study_on_a_gpu_searches_the_precisions_it_has(gpu, has_bf16):
     meta = _new_meta(cfg, 2, on_gpu=True)
     assert ("bf16" in meta.space["precision"]) is has_bf16
     assert "fp16" in meta.space["precision"]
+
+
+def test_a_cgroup_constrained_job_keeps_the_gpus_nvidia_smi_lists():
+    """Slurm with ConstrainDevices: nvidia-smi shows only the job's GPUs with their host indices (2, 3) while
+    CUDA_VISIBLE_DEVICES numbers them 0,1: those two are the visible ones (it read as none: the tuner fell to CPU)."""
+    job = "\n".join(SMI.strip().splitlines()[2:]) + "\n"
+    assert len(parse_nvidia_smi(job, "0,1")) == 2
+    assert len(parse_nvidia_smi(SMI, "1,7,2")) == 1  # an unconstrained node keeps CUDA's rule
