@@ -12,6 +12,13 @@ with gradient accumulation, moves the 16-bit accumulation buffer down and back u
 batch (`async_accumulate_grad_in_cpu_via_gpu`, both copies on one stream: 2 + 2 B); FSDP casts to
 the fp32 parameter dtype before `_offload_grad` (torch/distributed/fsdp/_runtime_utils.py). So
 4 B per parameter cross the link each time the gradient shard moves (2 B in pure bf16).
+
+With the parameters offloaded too, they stay on the host, where the CPU optimizer updates them: no upload
+after the step (the next micro batch's fetch brings them). FSDP fetches its host shard in the dtype it stores
+it, fp32 under mixed precision, and casts on the GPU: `flat_param._local_shard.to(self.device)` before the
+copy into the low-precision shard (FSDP1, torch/distributed/fsdp/_flat_param.py `_use_low_precision_shard`),
+`sharded_param_data.to(self.device)` before `_to_dtype_if_needed` (FSDP2, _fully_shard/_fsdp_param.py
+`all_gather_inputs`); DeepSpeed ZeRO-3 keeps 16-bit partitions on the host (2 B).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import numpy as np
 from planner import comm
 from planner.cpu_optimizer import cpu_adam_s
 from planner.layout import OFFLOAD, PREC, Layout
-from planner.memory import compute_dtype_bytes
+from planner.memory import _is_mixed, compute_dtype_bytes
 from planner.system import System
 
 
@@ -41,9 +48,11 @@ def offload_s(layout: Layout, links: comm.Links, system: System, shard, adam_byt
     d2h = shard * gb / links.host_Bps * (1.0 + layout.shards_grads * (ga - 1.0))
     d2h_exposed = np.maximum(d2h - prof["overlap_host"] * ga * bwd_micro, 0.0)
     cpu_adam = cpu_adam_s(shard, adam_bytes_per_param, system, prof["cpu_optimizer_threads_per_rank"])
-    h2d = shard * pb / links.host_Bps
-    opt = d2h_exposed + cpu_adam + h2d
-    fetch = 2.0 * shard * pb / links.host_Bps
-    params = ga * np.maximum(fetch - prof["overlap_zero3"] * micro, 0.0)
     off = layout.offload
-    return (off != OFFLOAD["none"]) * (opt + (off == OFFLOAD["optimizer+params"]) * params)
+    params_on_host = off == OFFLOAD["optimizer+params"]
+    h2d = np.where(params_on_host, 0.0, shard * pb / links.host_Bps)  # updated 16-bit params back to the GPU
+    opt = d2h_exposed + cpu_adam + h2d
+    fetch_bytes = np.where(layout.is_fsdp & _is_mixed(layout), 4.0, pb)  # FSDP: its fp32 host shard
+    fetch = 2.0 * shard * fetch_bytes / links.host_Bps
+    params = ga * np.maximum(fetch - prof["overlap_zero3"] * micro, 0.0)
+    return (off != OFFLOAD["none"]) * (opt + params_on_host * params)

@@ -150,8 +150,25 @@ def predict(run: Run, settings: Settings) -> RunPrediction:
     )
 
 
+def _fractional_ranks(x: np.ndarray, rel: float = 1e-9) -> np.ndarray:
+    """Ranks 0..n-1 where equal values (within `rel`: one configuration measured twice is predicted the same,
+    up to rounding) share their mean rank, Spearman's own rule for ties; argsort ranks broke such a tie by the
+    last bits of the prediction."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and np.isclose(x[order[j + 1]], x[order[i]], rtol=rel, atol=0.0):
+            j += 1
+        ranks[order[i:j + 1]] = 0.5 * (i + j)
+        i = j + 1
+    return ranks
+
+
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    ra, rb = _fractional_ranks(a), _fractional_ranks(b)
     if np.std(ra) == 0 or np.std(rb) == 0:
         return 0.0
     return float(np.corrcoef(ra, rb)[0, 1])
