@@ -171,6 +171,13 @@ def run_summary(study: optuna.Study, numbers: list[int], remeasurements: int = 0
             "remeasurements": remeasurements}
 
 
+def worker_trials(study: optuna.Study, pid: int, host: str) -> list[int]:
+    """The trials one worker process ran (their `worker_pid` / `worker_host`, set as each starts): a running
+    `plan serve` worker's own, apart from the earlier runs of a resumed study."""
+    return [t.number for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("worker_pid") == pid and t.user_attrs.get("worker_host") == host]
+
+
 def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None,
                  this_run: dict | None = None) -> TuneReport:
     meta = StudyMeta.load(study)
