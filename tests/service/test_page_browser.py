@@ -212,7 +212,10 @@ def test_page_stops_a_running_study_after_asking_and_resumes_it(base, tmp_path):
         assert "stopping" not in driver.find_element("id", "tune-summary").text
         stop.click()
         driver.switch_to.alert.accept()
-        stopped = _summary_matching(driver, "interrupted", "the study to read interrupted", timeout_s=180)
+        line = _summary_matching(driver, "^study page-stop: (stopping|interrupted)", "the stop to show", timeout_s=180)
+        if line.startswith("study page-stop: stopping"):  # while the worker stops: the page's words, not the API's
+            assert "SIGTERM sent to its worker" in line and "GET /tune" not in line and "POST /tune" not in line, line
+        stopped = _summary_matching(driver, "^study page-stop: interrupted", "the study to read interrupted", timeout_s=180)
         assert stopped.startswith("study page-stop: interrupted (resumable)"), stopped
         assert "SIGTERM" in stopped and "to resume: Start tuning with study page-stop" in stopped, stopped
         assert not driver.find_element("id", "tune-stop").is_displayed()
@@ -225,4 +228,4 @@ def test_page_stops_a_running_study_after_asking_and_resumes_it(base, tmp_path):
         assert int(everyone) > int(mine), resumed  # the first run's interrupted trial counts in the study only
         driver.find_element("id", "tune-stop").click()
         driver.switch_to.alert.accept()
-        _summary_matching(driver, "interrupted", "the resumed study to stop", timeout_s=180)
+        _summary_matching(driver, "^study page-stop: interrupted", "the resumed study to stop", timeout_s=180)

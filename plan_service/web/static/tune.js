@@ -16,6 +16,7 @@ async function startTune(event) {
                  max_trials: Number($("tune-trials").value), backend: $("tune-backend").value };
   if ($("tune-gpus").value) body.gpus = Number($("tune-gpus").value);
   if ($("tune-study").value.trim()) body.study = $("tune-study").value.trim();
+  state.stopping = null;
   try {
     const r = await postJSON("/tune", body, authHeaders());
     follow((await r.json()).study);
@@ -49,7 +50,10 @@ async function stopTune() {
   try {
     const r = await fetch(`/tune/${encodeURIComponent(study)}`, { method: "DELETE", headers: authHeaders() });
     if (!r.ok) throw new Error(await errorText(r));
-    setStatus(summary, `study ${study}: stopping | ${(await r.json()).why}`);
+    // its `why` speaks HTTP (GET /tune/STUDY, POST /tune): the page says it in its own words, until the worker stops
+    state.stopping = { study, line: `SIGTERM sent to its worker (pid ${(await r.json()).pid}): its running trial is ` +
+                                    "killed and queued again; this line reads interrupted once it has stopped" };
+    setStatus(summary, `study ${study}: stopping | ${state.stopping.line}`);
     follow(study);
   } catch (e) {
     setStatus(summary, `stop ${study}: ${e.message}`, true);
@@ -98,7 +102,10 @@ async function refreshTune(study) {
   }
   const st = await r.json();
   const rep = st.report;
-  let text = `study ${study}: ${st.status}` + (st.status === "interrupted" ? " (resumable)" : "");
+  const stopping = st.status === "running" && state.stopping && state.stopping.study === study ? state.stopping : null;
+  if (st.status !== "running") state.stopping = null;
+  let text = `study ${study}: ${stopping ? `stopping | ${stopping.line}` : st.status}` +
+             (st.status === "interrupted" ? " (resumable)" : "");
   if (rep) {
     text += ` | ${trialsText(rep)}`;
     if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
