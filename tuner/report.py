@@ -83,7 +83,8 @@ def trials_frame(study: optuna.Study):
         a = t.user_attrs
         if a.get("status") == "duplicate" or "config_key" not in a:
             continue
-        knobs = a.get("knobs") or t.params
+        # a trial queued to run (a stopped run's, re-queued): its knobs are the fixed params it was queued with
+        knobs = a.get("knobs") or t.params or t.system_attrs.get("fixed_params") or {}
         row = {"trial": t.number, "state": t.state.name, "status": status_of(t), "source": a.get("source")}
         row.update({k: knobs.get(k) for k in TUNED_KNOBS})
         for col in COLUMNS[len(row):]:
