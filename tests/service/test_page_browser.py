@@ -218,6 +218,7 @@ def test_page_stops_a_running_study_after_asking_and_resumes_it(base, tmp_path):
         stopped = _summary_matching(driver, "^study page-stop: interrupted", "the study to read interrupted", timeout_s=180)
         assert stopped.startswith("study page-stop: interrupted (resumable)"), stopped
         assert "SIGTERM" in stopped and "to resume: Start tuning with study page-stop" in stopped, stopped
+        assert "| its last run: launched" in stopped and "| this run:" not in stopped, stopped  # it has ended
         assert not driver.find_element("id", "tune-stop").is_displayed()
         assert driver.find_element("id", "tune-study").get_attribute("value") == "page-stop"  # filled in to resume
         screenshot(driver, "page-tune-stopped.png")

@@ -66,13 +66,14 @@ function counts(byStatus) {
   return Object.entries(byStatus).map(([k, v]) => `${k} ${v}`).join(", ");
 }
 
-// The study's trials, this worker's apart from the study's totals (a resumed study's count every run's).
-function trialsText(rep) {
+// The study's trials, its worker's apart from the study's totals (a resumed study's count every run's): "this
+// run" while it runs, "its last run" once it has ended.
+function trialsText(rep, running) {
   const all = `${rep.launched} launched of ${rep.trials} trials (${counts(rep.by_status)})`;
   if (!rep.this_run) return `the study: ${all}`;
   const mine = rep.this_run;
   const own = counts(mine.by_status);
-  return `this run: launched ${mine.launched} trial${mine.launched === 1 ? "" : "s"}${own ? ` (${own})` : ""}; ` +
+  return `${running ? "this run" : "its last run"}: launched ${mine.launched} trial${mine.launched === 1 ? "" : "s"}${own ? ` (${own})` : ""}; ` +
          `the study in all: ${all}`;
 }
 
@@ -107,7 +108,7 @@ async function refreshTune(study) {
   let text = `study ${study}: ${stopping ? `stopping | ${stopping.line}` : st.status}` +
              (st.status === "interrupted" ? " (resumable)" : "");
   if (rep) {
-    text += ` | ${trialsText(rep)}`;
+    text += ` | ${trialsText(rep, st.status === "running")}`;
     if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
   }
   if (st.why) text += ` | ${st.why}`;  // how the worker ended: finished / interrupted (resumable) / failed
