@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 EXIT = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as plan tune exits
+# who sends which: the server stopping sends SIGINT (tune_jobs.stop_all); DELETE /tune/STUDY sends SIGTERM
+SENT_BY = {"SIGINT": "the server stopping, or a Ctrl-C", "SIGTERM": "DELETE /tune/STUDY (the page's Stop), or a kill"}
 
 
 class _Terminated(KeyboardInterrupt):
@@ -62,7 +64,7 @@ def _run(cfg_path: Path) -> tuple[int, str, str]:
     kept = f"{mine} trial{'s' if mine != 1 else ''} launched by this run ({report.launched} in the study)"
     if report.interrupted_by:
         return (EXIT[report.interrupted_by], "interrupted",
-                f"stopped by {report.interrupted_by} (the server stopping, or a signal to the worker): {kept}, "
+                f"stopped by {report.interrupted_by} ({SENT_BY[report.interrupted_by]}): {kept}, "
                 f"everything kept; POST /tune with study {report.study!r} resumes it")
     return 0, "finished", f"{kept}; {report.stop_reason}"
 

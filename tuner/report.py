@@ -83,7 +83,8 @@ def trials_frame(study: optuna.Study):
         a = t.user_attrs
         if a.get("status") == "duplicate" or "config_key" not in a:
             continue
-        knobs = a.get("knobs") or t.params
+        # a trial queued to run (a stopped run's, re-queued): its knobs are the fixed params it was queued with
+        knobs = a.get("knobs") or t.params or t.system_attrs.get("fixed_params") or {}
         row = {"trial": t.number, "state": t.state.name, "status": status_of(t), "source": a.get("source")}
         row.update({k: knobs.get(k) for k in TUNED_KNOBS})
         for col in COLUMNS[len(row):]:
@@ -169,6 +170,13 @@ def run_summary(study: optuna.Study, numbers: list[int], remeasurements: int = 0
     return {"trials": len([t for t in mine if status_of(t) != "duplicate"]), "launched": sum(1 for t in mine if ran(t)),
             "by_status": by_status, "trial_numbers": sorted(t.number for t in mine if status_of(t) != "duplicate"),
             "remeasurements": remeasurements}
+
+
+def worker_trials(study: optuna.Study, pid: int, host: str) -> list[int]:
+    """The trials one worker process ran (their `worker_pid` / `worker_host`, set as each starts): a running
+    `plan serve` worker's own, apart from the earlier runs of a resumed study."""
+    return [t.number for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("worker_pid") == pid and t.user_attrs.get("worker_host") == host]
 
 
 def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None,

@@ -39,6 +39,7 @@ def test_page_and_scripts_are_served_locally(client):
     bundled = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     assert js.status_code == 200 and js.content == bundled.read_bytes()
     assert client.get("/ui/static/page.js").status_code == 200
+    assert "DELETE" in client.get("/ui/static/tune.js").text  # the tuning panel stops a study
     assert client.get("/ui/static/nope.js").status_code == 404
     assert client.get("/ui/static/..%2Fapp.py").status_code in (404, 422)
 

@@ -175,4 +175,58 @@ def test_page_starts_a_tune_job_with_the_token_and_follows_it(base, tmp_path):
                  what="the predicted-vs-measured chart")
         link = driver.find_element("id", "dashboard-link").get_attribute("href")
         assert link.startswith("http://127.0.0.1:8080/dashboard/studies/"), link
+        # the held-out calibration check: one completed trial, nothing fitted, the uncalibrated planner kept
+        calibration = driver.find_element("id", "tune-calibration").text
+        assert calibration.startswith("calibration: kept the uncalibrated planner") and "not fitted" in calibration
+        assert not driver.find_element("id", "tune-stop").is_displayed()  # finished: nothing to stop
         screenshot(driver, "page-tune-tiny.png")
+
+
+def _summary_matching(driver, pattern: str, what: str, timeout_s: float = 420) -> str:
+    return wait_for(driver, f"(t => /{pattern}/.test(t) && t)(document.getElementById('tune-summary').textContent)",
+                    timeout_s=timeout_s, what=what)
+
+
+@pytest.mark.slow
+def test_page_stops_a_running_study_after_asking_and_resumes_it(base, tmp_path):
+    import re
+
+    with chromium(tmp_path) as driver:
+        driver.get(base + "/")
+        wait_for(driver, "document.body.dataset.ready === '1'", what="the form")
+        for field, value in (("tune-model", "tiny"), ("tune-gpus", "2"), ("tune-budget", "1800"),
+                             ("tune-trials", "6"), ("tune-study", "page-stop"), ("tune-token", TOKEN)):
+            _fill(driver, field, value)
+        driver.find_element("css selector", "#tune-backend option[value=fsdp]").click()
+        driver.find_element("id", "tune-start").click()
+        running = _summary_matching(driver, "running .*this run: launched [1-9]", "a trial launched by this run")
+        mine, everyone = re.search(r"this run: launched (\d+) .*the study in all: (\d+) launched", running).groups()
+        assert mine == everyone, running  # a new study: this run's trials are all of them
+        stop = driver.find_element("id", "tune-stop")
+        assert stop.is_displayed()
+
+        stop.click()  # it asks first; dismissed, nothing is sent
+        alert = driver.switch_to.alert
+        assert "Stop study page-stop?" in alert.text and "resumes it" in alert.text, alert.text
+        alert.dismiss()
+        assert "stopping" not in driver.find_element("id", "tune-summary").text
+        stop.click()
+        driver.switch_to.alert.accept()
+        line = _summary_matching(driver, "^study page-stop: (stopping|interrupted)", "the stop to show", timeout_s=180)
+        if line.startswith("study page-stop: stopping"):  # while the worker stops: the page's words, not the API's
+            assert "SIGTERM sent to its worker" in line and "GET /tune" not in line and "POST /tune" not in line, line
+        stopped = _summary_matching(driver, "^study page-stop: interrupted", "the study to read interrupted", timeout_s=180)
+        assert stopped.startswith("study page-stop: interrupted (resumable)"), stopped
+        assert "SIGTERM" in stopped and "to resume: Start tuning with study page-stop" in stopped, stopped
+        assert "| its last run: launched" in stopped and "| this run:" not in stopped, stopped  # it has ended
+        assert not driver.find_element("id", "tune-stop").is_displayed()
+        assert driver.find_element("id", "tune-study").get_attribute("value") == "page-stop"  # filled in to resume
+        screenshot(driver, "page-tune-stopped.png")
+
+        driver.find_element("id", "tune-start").click()  # resume: this run's trials apart from the study's
+        resumed = _summary_matching(driver, "running .*this run: launched [1-9]", "a trial launched by the resumed run")
+        mine, everyone = re.search(r"this run: launched (\d+) .*the study in all: (\d+) launched", resumed).groups()
+        assert int(everyone) > int(mine), resumed  # the first run's interrupted trial counts in the study only
+        driver.find_element("id", "tune-stop").click()
+        driver.switch_to.alert.accept()
+        _summary_matching(driver, "^study page-stop: interrupted", "the resumed study to stop", timeout_s=180)

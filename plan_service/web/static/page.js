@@ -1,9 +1,9 @@
 // The planning page: fills the form from GET /catalog, asks POST /ui/estimate and /ui/curve,
-// draws the breakdowns with plotly.js (served by this app), downloads exports, follows a tune job.
+// draws the breakdowns with plotly.js (served by this app), downloads exports; the tuning panel: tune.js.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { request: null, report: null, selected: 1, tuneTimer: null, moeModels: new Set() };
+const state = { request: null, report: null, selected: 1, tuneTimer: null, tuneStudy: null, stopping: null, moeModels: new Set() };
 const MEMORY_TERMS = ["weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation"];
 const TIME_TERMS = [["compute_s", "compute"], ["comm_exposed_s", "exposed communication"],
                     ["bubble_s", "pipeline bubble"], ["offload_s", "offload"]];
@@ -287,111 +287,10 @@ async function download(event) {
   }
 }
 
-// ---- tuning ------------------------------------------------------------------------------
-async function startTune(event) {
-  event.preventDefault();
-  const summary = $("tune-summary");
-  $("tune-progress").hidden = false;
-  const body = { model: $("tune-model").value.trim(), budget_s: Number($("tune-budget").value),
-                 max_trials: Number($("tune-trials").value), backend: $("tune-backend").value };
-  if ($("tune-gpus").value) body.gpus = Number($("tune-gpus").value);
-  if ($("tune-study").value.trim()) body.study = $("tune-study").value.trim();
-  const token = $("tune-token").value;
-  try {
-    const r = await postJSON("/tune", body, token ? { Authorization: `Bearer ${token}` } : {});
-    follow((await r.json()).study);
-  } catch (e) {
-    setStatus(summary, `tune: ${e.message}`, true);
-  }
-}
-
-function follow(study) {
-  if (!study) return;
-  clearInterval(state.tuneTimer);
-  $("tune-progress").hidden = false;
-  $("watch-study").value = study;
-  const tick = async () => {
-    if (await refreshTune(study)) clearInterval(state.tuneTimer);
-  };
-  tick();
-  state.tuneTimer = setInterval(tick, 2000);
-}
-
-async function refreshTune(study) {
-  const summary = $("tune-summary");
-  const r = await fetch(`/tune/${encodeURIComponent(study)}`);
-  if (!r.ok) {
-    setStatus(summary, `${study}: ${await errorText(r)}`, true);
-    return r.status === 404;
-  }
-  const st = await r.json();
-  const rep = st.report;
-  let text = `study ${study}: ${st.status}`;
-  if (rep) {
-    text += ` | ${rep.trials} trials (${rep.launched} run; ${Object.entries(rep.by_status).map(([k, v]) => `${k} ${v}`).join(", ")})`;
-    if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
-  }
-  if (st.why) text += ` | ${st.why}`;  // how the worker ended: finished / interrupted (resumable) / failed
-  else if (st.log_tail) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
-  if (rep) await showTrials(study, !!rep.best);  // the rows first: a "finished" line comes with its final rows
-  setStatus(summary, text, st.status === "failed");
-  return st.status !== "running";
-}
-
-async function showTrials(study, hasBest) {
-  const r = await fetch(`/ui/tune/${encodeURIComponent(study)}/trials`);
-  if (!r.ok) return;
-  const data = await r.json();
-  const links = $("tune-links");
-  links.innerHTML = "";
-  const a = document.createElement("a");
-  a.href = data.dashboard_url;
-  a.target = "_blank";
-  a.id = "dashboard-link";
-  a.textContent = "open the study in optuna-dashboard";
-  links.append(a, ` (start it with: ${data.dashboard_command})`);
-  if (hasBest) {
-    const ds = document.createElement("a");
-    ds.href = `/export/${encodeURIComponent(study)}/deepspeed`;
-    ds.textContent = "best trial's DeepSpeed JSON";
-    links.append(" | ", ds);
-  }
-  const cols = ["trial", "status", "sharding", "offload", "activation_checkpointing", "micro_batch", "grad_accum",
-                "predicted_tokens_per_s", "measured_tokens_per_s", "predicted_memory_gib", "measured_memory_gib"];
-  const head = $("trials").tHead;
-  head.innerHTML = "";
-  const hr = head.insertRow();
-  for (const c of cols) {
-    const th = document.createElement("th");
-    th.textContent = c.replace(/_/g, " ").replace("tokens per s", "tokens/s");
-    hr.appendChild(th);
-  }
-  const body = $("trials").tBodies[0];
-  body.innerHTML = "";
-  for (const t of data.trials) {
-    const tr = body.insertRow();
-    for (const c of cols) {
-      const v = t[c];
-      cell(tr, typeof v === "number" ? fmt(v, c.endsWith("gib") ? 2 : (Number.isInteger(v) ? 0 : 1)) : (v ?? ""));
-    }
-  }
-  const done = data.trials.filter((t) => t.measured_tokens_per_s && t.predicted_tokens_per_s);
-  const max = Math.max(1, ...done.map((t) => Math.max(t.measured_tokens_per_s, t.predicted_tokens_per_s)));
-  Plotly.react("tune-chart", [
-    { type: "scatter", mode: "markers+text", name: "trials", x: done.map((t) => t.predicted_tokens_per_s),
-      y: done.map((t) => t.measured_tokens_per_s), text: done.map((t) => `#${t.trial}`), textposition: "top center" },
-    { type: "scatter", mode: "lines", name: "measured = predicted", x: [0, max * 1.1], y: [0, max * 1.1],
-      line: { dash: "dot", color: "#888" } },
-  ], { title: { text: "Predicted vs measured tokens/s" }, xaxis: { title: { text: "predicted" } },
-       yaxis: { title: { text: "measured" } }, margin: { t: 50 } }, PLOT_CONFIG);
-}
-
 // ---- wiring ------------------------------------------------------------------------------
 document.addEventListener("DOMContentLoaded", async () => {
   $("scenario-form").addEventListener("submit", plan);
   for (const b of document.querySelectorAll("#exports button")) b.addEventListener("click", download);
-  $("tune-form").addEventListener("submit", startTune);
-  $("tune-watch").addEventListener("click", () => follow($("watch-study").value.trim()));
   for (const id of ["preset", "size", "config"]) {
     const pick = () => {
       document.querySelector(`input[name=model_source][value=${id}]`).checked = true;

@@ -1,0 +1,179 @@
+// The planning page's tuning panel: starts a study with POST /tune (the API token), follows it through
+// GET /tune/STUDY and /ui/tune/STUDY/trials, and stops it with DELETE /tune/STUDY (resumable).
+// Uses page.js's helpers ($, state, fmt, cell, setStatus, errorText, postJSON): loaded after it.
+"use strict";
+
+function authHeaders() {
+  const token = $("tune-token").value;
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+async function startTune(event) {
+  event.preventDefault();
+  const summary = $("tune-summary");
+  $("tune-progress").hidden = false;
+  const body = { model: $("tune-model").value.trim(), budget_s: Number($("tune-budget").value),
+                 max_trials: Number($("tune-trials").value), backend: $("tune-backend").value };
+  if ($("tune-gpus").value) body.gpus = Number($("tune-gpus").value);
+  if ($("tune-study").value.trim()) body.study = $("tune-study").value.trim();
+  state.stopping = null;
+  try {
+    const r = await postJSON("/tune", body, authHeaders());
+    follow((await r.json()).study);
+  } catch (e) {
+    setStatus(summary, `tune: ${e.message}`, true);
+  }
+}
+
+function follow(study) {
+  if (!study) return;
+  clearInterval(state.tuneTimer);
+  state.tuneStudy = study;
+  $("tune-progress").hidden = false;
+  $("watch-study").value = study;
+  const tick = async () => {
+    if (await refreshTune(study)) clearInterval(state.tuneTimer);
+  };
+  tick();
+  state.tuneTimer = setInterval(tick, 2000);
+}
+
+// Stop the followed study's worker (DELETE /tune/STUDY, the token of POST /tune): its running trial is
+// killed and queued again; the page goes on following it until it reads interrupted.
+async function stopTune() {
+  const study = state.tuneStudy;
+  if (!study) return;
+  if (!confirm(`Stop study ${study}? Its running trial is killed and queued again; everything measured is kept, ` +
+               `and Start tuning with study ${study} resumes it.`)) return;
+  const summary = $("tune-summary");
+  $("tune-stop").disabled = true;
+  try {
+    const r = await fetch(`/tune/${encodeURIComponent(study)}`, { method: "DELETE", headers: authHeaders() });
+    if (!r.ok) throw new Error(await errorText(r));
+    // its `why` speaks HTTP (GET /tune/STUDY, POST /tune): the page says it in its own words, until the worker stops
+    state.stopping = { study, line: `SIGTERM sent to its worker (pid ${(await r.json()).pid}): its running trial is ` +
+                                    "killed and queued again; this line reads interrupted once it has stopped" };
+    setStatus(summary, `study ${study}: stopping | ${state.stopping.line}`);
+    follow(study);
+  } catch (e) {
+    setStatus(summary, `stop ${study}: ${e.message}`, true);
+  } finally {
+    $("tune-stop").disabled = false;
+  }
+}
+
+function counts(byStatus) {
+  return Object.entries(byStatus).map(([k, v]) => `${k} ${v}`).join(", ");
+}
+
+// The study's trials, its worker's apart from the study's totals (a resumed study's count every run's): "this
+// run" while it runs, "its last run" once it has ended.
+function trialsText(rep, running) {
+  const all = `${rep.launched} launched of ${rep.trials} trials (${counts(rep.by_status)})`;
+  if (!rep.this_run) return `the study: ${all}`;
+  const mine = rep.this_run;
+  const own = counts(mine.by_status);
+  return `${running ? "this run" : "its last run"}: launched ${mine.launched} trial${mine.launched === 1 ? "" : "s"}${own ? ` (${own})` : ""}; ` +
+         `the study in all: ${all}`;
+}
+
+// The held-out calibration check (tuner/calibration_check.py): both errors, n, which calibration was kept, why.
+function calibrationText(rep) {
+  const c = rep.calibration_check;
+  if (!c) return "";
+  const pct = (x) => `${Math.round(x)}%`;
+  if (c.held_out_mean_abs_pct === null || c.held_out_mean_abs_pct === undefined) {
+    const base = c.baseline_mean_abs_pct === null ? "" : ` (its error ${pct(c.baseline_mean_abs_pct)} over ${c.n} trial${c.n === 1 ? "" : "s"})`;
+    return `calibration: kept the ${c.baseline}${base}, not fitted: ${c.why}`;
+  }
+  const head = `calibration checked on ${c.n} trials it was not fitted on (${c.method}): ${c.baseline} ` +
+               `${pct(c.baseline_mean_abs_pct)}, fitted ${pct(c.held_out_mean_abs_pct)}`;
+  if (c.kept === "fitted")
+    return `${head}: kept the fit (compute x${rep.calibration.compute.toPrecision(3)}, network ` +
+           `x${rep.calibration.network.toPrecision(3)}): ${c.why}`;
+  return `${head}: kept the ${c.baseline}: ${c.why}`;
+}
+
+async function refreshTune(study) {
+  const summary = $("tune-summary");
+  const r = await fetch(`/tune/${encodeURIComponent(study)}`);
+  if (!r.ok) {
+    setStatus(summary, `${study}: ${await errorText(r)}`, true);
+    return r.status === 404;
+  }
+  const st = await r.json();
+  const rep = st.report;
+  const stopping = st.status === "running" && state.stopping && state.stopping.study === study ? state.stopping : null;
+  if (st.status !== "running") state.stopping = null;
+  let text = `study ${study}: ${stopping ? `stopping | ${stopping.line}` : st.status}` +
+             (st.status === "interrupted" ? " (resumable)" : "");
+  if (rep) {
+    text += ` | ${trialsText(rep, st.status === "running")}`;
+    if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
+  }
+  if (st.why) text += ` | ${st.why}`;  // how the worker ended: finished / interrupted (resumable) / failed
+  else if (st.log_tail) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
+  if (st.status === "interrupted") {  // Start tuning resumes it: the study's name is filled in
+    $("tune-study").value = study;
+    text += ` | to resume: Start tuning with study ${study} (filled in above)`;
+  }
+  if (rep) await showTrials(study, !!rep.best);  // the rows first: a "finished" line comes with its final rows
+  $("tune-calibration").textContent = rep ? calibrationText(rep) : "";
+  $("tune-stop").hidden = st.status !== "running";
+  setStatus(summary, text, st.status === "failed");
+  return st.status !== "running";
+}
+
+async function showTrials(study, hasBest) {
+  const r = await fetch(`/ui/tune/${encodeURIComponent(study)}/trials`);
+  if (!r.ok) return;
+  const data = await r.json();
+  const links = $("tune-links");
+  links.innerHTML = "";
+  const a = document.createElement("a");
+  a.href = data.dashboard_url;
+  a.target = "_blank";
+  a.id = "dashboard-link";
+  a.textContent = "open the study in optuna-dashboard";
+  links.append(a, ` (start it with: ${data.dashboard_command})`);
+  if (hasBest) {
+    const ds = document.createElement("a");
+    ds.href = `/export/${encodeURIComponent(study)}/deepspeed`;
+    ds.textContent = "best trial's DeepSpeed JSON";
+    links.append(" | ", ds);
+  }
+  const cols = ["trial", "status", "sharding", "offload", "activation_checkpointing", "micro_batch", "grad_accum",
+                "predicted_tokens_per_s", "measured_tokens_per_s", "predicted_memory_gib", "measured_memory_gib"];
+  const head = $("trials").tHead;
+  head.innerHTML = "";
+  const hr = head.insertRow();
+  for (const c of cols) {
+    const th = document.createElement("th");
+    th.textContent = c.replace(/_/g, " ").replace("tokens per s", "tokens/s");
+    hr.appendChild(th);
+  }
+  const body = $("trials").tBodies[0];
+  body.innerHTML = "";
+  for (const t of data.trials) {
+    const tr = body.insertRow();
+    for (const c of cols) {
+      const v = t[c];
+      cell(tr, typeof v === "number" ? fmt(v, c.endsWith("gib") ? 2 : (Number.isInteger(v) ? 0 : 1)) : (v ?? ""));
+    }
+  }
+  const done = data.trials.filter((t) => t.measured_tokens_per_s && t.predicted_tokens_per_s);
+  const max = Math.max(1, ...done.map((t) => Math.max(t.measured_tokens_per_s, t.predicted_tokens_per_s)));
+  Plotly.react("tune-chart", [
+    { type: "scatter", mode: "markers+text", name: "trials", x: done.map((t) => t.predicted_tokens_per_s),
+      y: done.map((t) => t.measured_tokens_per_s), text: done.map((t) => `#${t.trial}`), textposition: "top center" },
+    { type: "scatter", mode: "lines", name: "measured = predicted", x: [0, max * 1.1], y: [0, max * 1.1],
+      line: { dash: "dot", color: "#888" } },
+  ], { title: { text: "Predicted vs measured tokens/s" }, xaxis: { title: { text: "predicted" } },
+       yaxis: { title: { text: "measured" } }, margin: { t: 50 } }, PLOT_CONFIG);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("tune-form").addEventListener("submit", startTune);
+  $("tune-watch").addEventListener("click", () => follow($("watch-study").value.trim()));
+  $("tune-stop").addEventListener("click", stopTune);
+});
