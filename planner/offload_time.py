@@ -13,8 +13,9 @@ batch (`async_accumulate_grad_in_cpu_via_gpu`, both copies on one stream: 2 + 2 
 the fp32 parameter dtype before `_offload_grad` (torch/distributed/fsdp/_runtime_utils.py). So
 4 B per parameter cross the link each time the gradient shard moves (2 B in pure bf16).
 
-With the parameters offloaded too, they stay on the host, where the CPU optimizer updates them: no upload
-after the step (the next micro batch's fetch brings them). FSDP fetches its host shard in the dtype it stores
+With the parameters offloaded too, they stay on the host, where the CPU optimizer updates them; the first fetch
+of the updated shard cannot start before the CPU step ends, as ZeRO-Offload's upload cannot: it is counted as
+that upload, unhidden (the sanity sweep's rule: more offload is never faster). FSDP fetches its host shard in the dtype it stores
 it, fp32 under mixed precision, and casts on the GPU: `flat_param._local_shard.to(self.device)` before the
 copy into the low-precision shard (FSDP1, torch/distributed/fsdp/_flat_param.py `_use_low_precision_shard`),
 `sharded_param_data.to(self.device)` before `_to_dtype_if_needed` (FSDP2, _fully_shard/_fsdp_param.py
@@ -50,9 +51,10 @@ def offload_s(layout: Layout, links: comm.Links, system: System, shard, adam_byt
     cpu_adam = cpu_adam_s(shard, adam_bytes_per_param, system, prof["cpu_optimizer_threads_per_rank"])
     off = layout.offload
     params_on_host = off == OFFLOAD["optimizer+params"]
-    h2d = np.where(params_on_host, 0.0, shard * pb / links.host_Bps)  # updated 16-bit params back to the GPU
-    opt = d2h_exposed + cpu_adam + h2d
     fetch_bytes = np.where(layout.is_fsdp & _is_mixed(layout), 4.0, pb)  # FSDP: its fp32 host shard
+    # the updated parameters reach the GPU after the CPU step: uploaded (ZeRO-Offload), or fetched first thing
+    h2d = shard * np.where(params_on_host, fetch_bytes, pb) / links.host_Bps
+    opt = d2h_exposed + cpu_adam + h2d
     fetch = 2.0 * shard * fetch_bytes / links.host_Bps
     params = ga * np.maximum(fetch - prof["overlap_zero3"] * micro, 0.0)
     return (off != OFFLOAD["none"]) * (opt + params_on_host * params)
