@@ -53,3 +53,13 @@ def running_server(tmp: Path, *, token: str | None, extra: list[str] = (), stop_
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def wait_status(base: str, study: str, until, deadline_s: float = 600) -> dict:
+    """GET /tune/STUDY every second until `until(status)` or the deadline; the last status."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        status = httpx.get(f"{base}/tune/{study}", timeout=30).json()
+        if until(status) or time.monotonic() > deadline:
+            return status
+        time.sleep(1)

@@ -13,7 +13,7 @@ import httpx
 import optuna
 import pytest
 from fastapi.testclient import TestClient
-from service_server import running_server
+from service_server import running_server, wait_status
 
 from plan_service import ServiceConfig, create_app
 
@@ -34,15 +34,6 @@ def test_a_killed_worker_reads_interrupted_with_the_signal(tmp_path):
         assert "SIGKILL" in status["why"] and "resumes" in status["why"], status
 
 
-def _wait(base: str, study: str, until, deadline_s: float = 600) -> dict:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        status = httpx.get(f"{base}/tune/{study}", timeout=30).json()
-        if until(status) or time.monotonic() > deadline:
-            return status
-        time.sleep(1)
-
-
 @pytest.mark.slow
 def test_a_server_stopped_mid_study_leaves_it_interrupted_and_resumable(tmp_path):
     body = {"model": "tiny", "gpus": 2, "budget_s": 900, "steps": 3, "backend": "fsdp", "study": "stop-me",
@@ -51,7 +42,7 @@ def test_a_server_stopped_mid_study_leaves_it_interrupted_and_resumable(tmp_path
         assert httpx.post(base + "/tune", json=body, headers=AUTH, timeout=30).status_code == 202
         # a trial launched: the study is in its loop (a long budget and a space of many configurations: it
         # cannot end by its own rule before the server stops it)
-        status = _wait(base, "stop-me", lambda s: s["status"] != "running" or (s["report"] or {}).get("launched"))
+        status = wait_status(base, "stop-me", lambda s: s["status"] != "running" or (s["report"] or {}).get("launched"))
         assert status["status"] == "running", status
     # the server stopped (SIGTERM): it stopped its worker with SIGINT, the worker kept the study
     with running_server(tmp_path, token=TOKEN) as base:
@@ -64,7 +55,7 @@ def test_a_server_stopped_mid_study_leaves_it_interrupted_and_resumable(tmp_path
 
         r = httpx.post(base + "/tune", json={**body, "max_trials": 1}, headers=AUTH, timeout=30)
         assert r.status_code == 202, r.text
-        status = _wait(base, "stop-me", lambda s: s["status"] != "running")
+        status = wait_status(base, "stop-me", lambda s: s["status"] != "running")
         assert status["status"] == "finished" and status["exit_code"] == 0, status
         assert "--max-trials" in status["why"] and status["report"]["best"] is not None, status
         assert status["report"]["launched"] >= 2  # the interrupted trial and the resumed run's

@@ -14,7 +14,7 @@ import httpx
 import optuna
 import pytest
 from fastapi.testclient import TestClient
-from service_server import running_server
+from service_server import running_server, wait_status
 
 from plan_service import ServiceConfig, create_app
 from plan_service.tune_jobs import start_ticks
@@ -83,15 +83,6 @@ def test_an_earlier_servers_worker_is_signalled_only_while_its_pid_is_that_worke
             proc.wait()
 
 
-def _wait(base: str, study: str, until, deadline_s: float = 600) -> dict:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        status = httpx.get(f"{base}/tune/{study}", timeout=30).json()
-        if until(status) or time.monotonic() > deadline:
-            return status
-        time.sleep(1)
-
-
 @pytest.mark.slow
 def test_a_worker_orphaned_by_a_killed_server_is_stopped_by_the_next_one_and_stays_resumable(tmp_path):
     body = {"model": "tiny", "gpus": 2, "budget_s": 900, "steps": 3, "backend": "fsdp", "study": "orphan",
@@ -100,7 +91,7 @@ def test_a_worker_orphaned_by_a_killed_server_is_stopped_by_the_next_one_and_sta
     with running_server(tmp_path, token=TOKEN, started=started) as base:
         assert httpx.post(base + "/tune", json=body, headers=AUTH, timeout=30).status_code == 202
         # a trial launched: the study is in its loop (a long budget and a space of many configurations)
-        status = _wait(base, "orphan", lambda s: s["status"] != "running" or (s["report"] or {}).get("launched"))
+        status = wait_status(base, "orphan", lambda s: s["status"] != "running" or (s["report"] or {}).get("launched"))
         assert status["status"] == "running", status
         started[0].kill()  # kill -9 of the server: its worker lives on
         started[0].wait(timeout=60)
@@ -109,7 +100,7 @@ def test_a_worker_orphaned_by_a_killed_server_is_stopped_by_the_next_one_and_sta
         assert httpx.delete(base + "/tune/orphan", timeout=30).status_code == 401  # the token, as POST /tune
         r = httpx.delete(base + "/tune/orphan", headers=AUTH, timeout=30)
         assert r.status_code == 202, r.text
-        status = _wait(base, "orphan", lambda s: s["status"] != "running", deadline_s=300)
+        status = wait_status(base, "orphan", lambda s: s["status"] != "running", deadline_s=300)
         assert status["status"] == "interrupted" and status["exit_code"] == 143, status
         assert "SIGTERM" in status["why"] and "resumes" in status["why"], status
     stored = optuna.load_study(study_name="orphan", storage=f"sqlite:///{tmp_path / 'tune.db'}")
