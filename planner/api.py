@@ -127,7 +127,7 @@ def estimate(
         _estimate_at(found, int(i), perf, int(j), errors)
         for i, j in zip(chosen, chosen_perf_pos)
     ]
-    head = np.asarray(chosen_perf_pos[:NETWORK_ASSESSED], dtype=int)
+    head = np.asarray(chosen_perf_pos[:NETWORK_ASSESSED if top is None else min(top, NETWORK_SHOWN)], dtype=int)
     results = _with_network_need(results, spec, lay.take(head), system, settings)
     if not results and include_rejected:
         results = _closest_misses(spec, found, system, settings, top or 10)
@@ -209,8 +209,10 @@ def _estimate_at(found, i: int, perf: dict | None, j: int, errors: dict | None =
 
 
 # The best plans assessed for their network (planner/network_need.py: ~70 evaluations each); the rest of a
-# long list (top=None: the tuner's proposals) keep None
+# long list (top=None: the tuner's proposals) keep None. A list the caller sized (`top`: what a table shows) is
+# assessed whole, up to NETWORK_SHOWN plans.
 NETWORK_ASSESSED = 100
+NETWORK_SHOWN = 1000
 
 
 def _with_network_need(results: list[Estimate], spec: ModelSpec, lay: Layout, system: System,

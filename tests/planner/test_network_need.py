@@ -59,6 +59,14 @@ def test_the_head_of_a_long_list_is_assessed_the_rest_left_none():
     assert all(e.performance.network_gbps_needed is None and e.performance.network_share is None for e in tail)
 
 
+def test_a_list_the_caller_sized_is_assessed_whole():
+    """`--top 150` shows 150 plans: each has its network figures (the first 100 only, before), up to NETWORK_SHOWN."""
+    r = api.estimate(Scenario(model="1.3b", gpus=16), top=150)
+    fitting = [e for e in r.results if e.fits]
+    assert len(fitting) == 150 > api.NETWORK_ASSESSED
+    assert all(e.performance.network_gbps_needed is not None for e in fitting)
+
+
 def test_assess_finds_a_threshold_between_grid_points():
     """A made-up step with a known threshold: 1 + max(0, 3.7 / scale - 1) x 0.5 s reaches its floor at
     3.7 x the nodes' bandwidth; within 1% at 3.7 / (1 + 0.02) ~ 3.63."""
