@@ -11,7 +11,7 @@ from planner.exports.deepspeed_json import config_for_knobs, config_text
 from planner.exports.fsdp_settings import FSDP_FILE, settings_for_knobs
 from planner.model import ModelSpec
 from trainer.result import STEP_MARK
-from tuner import locks
+from trainer import ext_locks as locks
 from tuner.runner import TRIAL_MARKER_ENV, TrialOutcome, fresh_workdir, rank_env, run_command, trainer_command
 
 GIB = 2**30

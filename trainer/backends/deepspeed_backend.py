@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from trainer import ext_locks
 from trainer.backends.base import Engine, make_optimizer
 from trainer.checkpointing import apply_checkpointing
 from trainer.memory import StorageCounter, iter_tensors
@@ -130,6 +131,16 @@ def load_cpu_adam_once(dist) -> None:
     load_op_once(dist, CPUAdamBuilder)
 
 
+def lock_watch():
+    """A `LockWatch` over torch's extensions cache on the node's first rank (LOCAL_RANK 0, read before
+    `deepspeed_local_rank` rewrites it), nothing on the others."""
+    import contextlib
+
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return contextlib.nullcontext()
+    return ext_locks.LockWatch(ext_locks.extensions_dir())
+
+
 def deepspeed_local_rank(local_rank: str | None, device) -> str | None:
     """The LOCAL_RANK DeepSpeed must read on this rank, or None where it reads the right one already. DeepSpeed
     takes LOCAL_RANK for the rank's device index (runtime/engine.py _set_distributed_vars: set_device(local_rank);
@@ -160,20 +171,23 @@ class DeepSpeedEngine(Engine):
                 print(f"note: {note}", file=sys.stderr, flush=True)
         self.ds_config = conf
         refuse_zeropp_without_cuda(conf, device.type == "cuda")
-        if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
-            load_cpu_adam_once(dist)
-        elif fused_adam_in_config(conf, device.type == "cuda"):  # a first run JIT-builds it: one rank per node
-            from deepspeed.ops.op_builder import FusedAdamBuilder
+        # DeepSpeed JIT-builds its ops (CPU Adam, FusedAdam, the CPU shm comm op) from here on: a lock a killed
+        # build left would make them wait forever; one watcher per node removes such locks (trainer/ext_locks.py)
+        with lock_watch():
+            if (conf.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device") == "cpu":
+                load_cpu_adam_once(dist)
+            elif fused_adam_in_config(conf, device.type == "cuda"):  # a first run JIT-builds it: one rank per node
+                from deepspeed.ops.op_builder import FusedAdamBuilder
 
-            load_op_once(dist, FusedAdamBuilder)
-        local_rank = deepspeed_local_rank(os.environ.get("LOCAL_RANK"), device)  # after the node's first builder
-        if local_rank is not None:
-            os.environ["LOCAL_RANK"] = local_rank
-        apply_checkpointing(model, cfg.plan.activation_checkpointing)
-        model.to(device)
-        client_opt = None if "optimizer" in conf else make_optimizer(cfg, model.parameters())
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=model, model_parameters=model.parameters(), optimizer=client_opt, config=conf)
+                load_op_once(dist, FusedAdamBuilder)
+            local_rank = deepspeed_local_rank(os.environ.get("LOCAL_RANK"), device)  # after the node's first builder
+            if local_rank is not None:
+                os.environ["LOCAL_RANK"] = local_rank
+            apply_checkpointing(model, cfg.plan.activation_checkpointing)
+            model.to(device)
+            client_opt = None if "optimizer" in conf else make_optimizer(cfg, model.parameters())
+            self.engine, self.optimizer, _, _ = deepspeed.initialize(
+                model=model, model_parameters=model.parameters(), optimizer=client_opt, config=conf)
         self.module = self.engine.module
         self.micro_batch = self.engine.train_micro_batch_size_per_gpu()
         self.grad_accum = self.engine.gradient_accumulation_steps()
