@@ -164,6 +164,7 @@ RULES: dict[str, Rules] = {
     "mixtral": Rules(gated=True), "olmoe": Rules(gated=True, qk_norm="full"), "granitemoe": Rules(gated=True),
     "qwen2_moe": Rules(gated=True, qkv_bias=True), "qwen3_moe": Rules(gated=True, qk_norm="per_head"),
     "phimoe": Rules(gated=True, norm="layernorm"),  # PhimoeDecoderLayer: nn.LayerNorm with bias
+    "gpt_oss": Rules(gated=True),  # GptOssExperts: clamped SwiGLU (gate_up_proj), biases per attention_bias
     "deepseek_v2": Rules(gated=True), "deepseek_v3": Rules(gated=True),  # + MLA keys: planner/hf_deepseek.py
     # Nemotron-4 / Minitron (transformers' NemotronMLP: up_proj, relu2, down_proj: not gated;
     # NemotronLayerNorm1P is an nn.LayerNorm with weight and bias; its key is norm_eps)

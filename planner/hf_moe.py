@@ -17,6 +17,11 @@ Read (key names from transformers' configuration_*.py and modeling_*.py):
 - phimoe (PhimoeConfig): num_local_experts, num_experts_per_tok, intermediate_size; LayerNorm with
   bias; refused while attention_bias or lm_head_bias is true (biases on q/k/v/o and the head with
   bias-free experts: ModelSpec's `bias` puts them on every linear or none).
+- gpt_oss (GptOssConfig): num_local_experts, num_experts_per_tok, intermediate_size = one expert's width
+  (GptOssExperts gate_up_proj 2 x intermediate_size, down_proj); biases on q/k/v/o (attention_bias) AND on
+  the experts (gate_up_proj_bias, down_proj_bias), so `bias` on every linear is the model; the router's
+  per-expert bias and each head's attention sink (GptOssAttention.sinks: n_heads per layer) are not counted
+  (under 2e-6 of the 20B); its alternating 128-token sliding window comes from layer_types.
 Every other MoE family (DeepSeek-V2/V3's multi-head latent attention, DBRX, Jamba, Arctic, JetMoE,
 MiniMax, Llama 4, GraniteMoE-shared, ...) is refused in one line naming model_type.
 """
@@ -28,16 +33,17 @@ from typing import Any
 import numpy as np
 
 Config = dict[str, Any]
-READ_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phimoe")
+READ_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "gpt_oss")
 # (experts key, expert width key) per family; top-k is num_experts_per_tok for all of them
 _KEYS = {"mixtral": ("num_local_experts", "intermediate_size"), "granitemoe": ("num_local_experts", "intermediate_size"),
          "phimoe": ("num_local_experts", "intermediate_size"), "olmoe": ("num_experts", "intermediate_size"),
+         "gpt_oss": ("num_local_experts", "intermediate_size"),
          "qwen2_moe": ("num_experts", "moe_intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size")}
 
 
 def moe_fields(r, model_type: str, fields: Config) -> Config:
     """The moe_* fields of a config `_standard` already read into `fields` (errors name the key)."""
-    if fields.get("bias"):
+    if fields.get("bias") and model_type != "gpt_oss":  # gpt_oss: its experts carry biases too
         raise r.fail("attention_bias", f"true with bias-free experts ({model_type}) is not modelled")
     if model_type == "phimoe" and r.get_bool("lm_head_bias", False):
         raise r.fail("lm_head_bias", "true (a bias on the output head) is not modelled")

@@ -95,3 +95,27 @@ def test_granitemoe_and_phimoe_read_their_expert_keys():
     assert (granite.moe_experts, granite.moe_top_k, granite.moe_ffn_hidden, granite.norm) == (32, 8, 512, "rmsnorm")
     phi = spec_from_config({**MIXTRAL, "model_type": "phimoe", "num_local_experts": 16})
     assert (phi.moe_experts, phi.moe_top_k, phi.norm, phi.norm_bias) == (16, 2, "layernorm", True)
+
+
+def _gpt_oss(layers: int, experts: int) -> dict:
+    """openai/gpt-oss-20b / -120b config.json (GptOssConfig): alternating sliding (128) / full layers."""
+    return {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_act": "silu", "hidden_size": 2880,
+            "intermediate_size": 2880, "num_hidden_layers": layers, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "head_dim": 64, "num_local_experts": experts, "num_experts_per_tok": 4, "vocab_size": 201088,
+            "sliding_window": 128, "attention_bias": True, "tie_word_embeddings": False, "rms_norm_eps": 1e-05,
+            "max_position_embeddings": 131072,
+            "layer_types": ["sliding_attention", "full_attention"] * (layers // 2)}
+
+
+@pytest.mark.parametrize(("layers", "experts", "total_b", "active_b"), [(24, 32, 20.91, 3.61), (36, 128, 116.83, 5.13)],
+                         ids=["gpt-oss-20b", "gpt-oss-120b"])
+def test_gpt_oss_reads_with_biased_experts_and_its_published_counts(layers, experts, total_b, active_b):
+    """OpenAI's gpt-oss model card (Aug 2025, Table 1): 20.91B / 116.83B total, 3.61B / 5.13B active per token.
+    The card's active count leaves out the input embedding (a lookup); `moe.active_params` counts both
+    embeddings (as Mixtral's 12.9B does): the card's figure + 201088 x 2880."""
+    spec = spec_from_config(_gpt_oss(layers, experts))
+    assert (spec.moe_experts, spec.moe_top_k, spec.moe_ffn_hidden, spec.mlp, spec.bias) == (experts, 4, 2880, "swiglu", True)
+    assert spec.attn_window == 128 and spec.n_kv_heads == 8
+    assert spec.n_params / 1e9 == pytest.approx(total_b, rel=0.002)
+    embedding = 201088 * 2880
+    assert (moe.active_params(spec) - embedding) / 1e9 == pytest.approx(active_b, rel=0.01)
