@@ -9,7 +9,13 @@ tokens). Over a sequence of s tokens that is exactly
 
     K(s, w) = sum_{i=1..s} min(i, w) = m(m+1)/2 + (s-m) w,   m = min(s, w)
 
-scores (a full causal layer: K(s, s) = s(s+1)/2).
+scores (a full causal layer: K(s, s) = s(s+1)/2). A chunked layer (Llama 4's chunked attention,
+transformers' chunked mask: query i sees key j where j <= i and both fall in the same block of w
+tokens) computes a causal block per chunk:
+
+    K_chunk(s, w) = q w(w+1)/2 + r(r+1)/2,   q = s // w, r = s - q w
+
+(~w/2 keys per query where s >> w: a sliding window of w/2 in FLOPs, with its own kernel length w).
 
 FLOPs (planner/flops.py's convention). The planner counts attention as Megatron-LM and PaLM do: the
 full s x s product (4 s q_dim per token forward), i.e. the causal kernel's executed work x 2s/(s+1).
@@ -49,17 +55,23 @@ from planner.errors import PlanError
 from planner.model import ModelSpec
 
 
-def keys_per_sequence(seq_len, window) -> np.ndarray:
-    """K(s, w): scores a windowed causal layer computes over one sequence (exact sum)."""
+def keys_per_sequence(seq_len, window, chunked: bool = False) -> np.ndarray:
+    """K(s, w): scores a windowed (or, `chunked`, a block-local) causal layer computes over one sequence
+    (exact sums)."""
     s = np.asarray(seq_len, dtype=np.float64)
-    m = np.minimum(s, float(window))
-    return m * (m + 1.0) / 2.0 + (s - m) * float(window)
+    w = float(window)
+    if chunked:
+        q = np.floor(s / w)
+        r = s - q * w
+        return q * w * (w + 1.0) / 2.0 + r * (r + 1.0) / 2.0
+    m = np.minimum(s, w)
+    return m * (m + 1.0) / 2.0 + (s - m) * w
 
 
-def effective_len(seq_len, window) -> np.ndarray:
+def effective_len(seq_len, window, chunked: bool = False) -> np.ndarray:
     """Keys per token in the planner's full-causal convention: s where w >= s, 2K(s,w)/(s+1) below."""
     s = np.asarray(seq_len, dtype=np.float64)
-    return np.where(float(window) >= s, s, 2.0 * keys_per_sequence(s, window) / (s + 1.0))
+    return np.where(float(window) >= s, s, 2.0 * keys_per_sequence(s, window, chunked) / (s + 1.0))
 
 
 def local_layers(spec: ModelSpec) -> int:
@@ -79,7 +91,7 @@ def mix(spec: ModelSpec, seq_len) -> list[tuple[float, np.ndarray]]:
     if spec.attn_window is None:
         return [(1.0, s)]
     share = local_share(spec)
-    kinds = [(share, effective_len(s, spec.attn_window)), (1.0 - share, s)]
+    kinds = [(share, effective_len(s, spec.attn_window, spec.attn_chunked)), (1.0 - share, s)]
     return [(f, length) for f, length in kinds if f > 0.0]
 
 
@@ -104,7 +116,7 @@ def unwindowed(spec: ModelSpec) -> ModelSpec:
     """The same model with full causal attention (what eager attention computes and keeps)."""
     if spec.attn_window is None:
         return spec
-    return spec.model_copy(update={"attn_window": None, "attn_local_layers": None})
+    return spec.model_copy(update={"attn_window": None, "attn_local_layers": None, "attn_chunked": False})
 
 
 def ring_factor(spec: ModelSpec, seq_len, cp) -> np.ndarray:
@@ -112,7 +124,7 @@ def ring_factor(spec: ModelSpec, seq_len, cp) -> np.ndarray:
     windowed layers send 2 x 2w tokens (halo K/V forward, dK/dV backward) instead of 3 (N-1) s/N,
     while w <= (N-1) s / (2N) (Transformer Engine's halo exchange), the full ring above."""
     n = np.asarray(cp, dtype=np.float64)
-    if spec.attn_window is None:
+    if spec.attn_window is None or spec.attn_chunked:  # chunked: no halo exchange is known; the full ring
         return np.ones(np.shape(n))
     s = np.asarray(seq_len, dtype=np.float64)
     w = float(spec.attn_window)
@@ -126,7 +138,8 @@ def describe(spec: ModelSpec) -> str:
     if spec.attn_window is None:
         return ""
     k = local_layers(spec)
-    return f", window {spec.attn_window}" + ("" if k == spec.n_layers else f" on {k}/{spec.n_layers} layers")
+    kind = "chunked attention" if spec.attn_chunked else "window"
+    return f", {kind} {spec.attn_window}" + ("" if k == spec.n_layers else f" on {k}/{spec.n_layers} layers")
 
 
 # ---- a runs file's row: an `attn_window` / `sliding_window` column, or its notes ------------------
@@ -188,5 +201,6 @@ def apply_row(row, spec: ModelSpec, notes: list[str]) -> ModelSpec:
         return spec
     notes.append(f"sliding-window attention {window} as stated"
                  + ("" if layers is None else f" on {layers} of {spec.n_layers} layers"))
-    fields = {**spec.model_dump(), "published_params": None, "attn_window": window, "attn_local_layers": layers}
+    fields = {**spec.model_dump(), "published_params": None, "attn_window": window, "attn_local_layers": layers,
+              "attn_chunked": False}
     return ModelSpec(**fields)

@@ -9,8 +9,8 @@ their own keys have their own readers: gpt2, bloom (alibi, embedding LayerNorm),
 (use_parallel_residual), gptj (parallel block), mpt (d_model/expansion_ratio, no_bias), falcon
 (multi-query, parallel attention, new decoder architecture), olmo / hf_olmo (non-parametric
 LayerNorm); phi (Phi-1/2) and cohere read from the standard keys with a parallel block.
-Mixture-of-experts configs of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE and PhiMoE read their
-expert keys in planner/hf_moe.py, DeepSeek-V2/V3 their latent attention, expert and MTP keys in
+Mixture-of-experts configs of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE, PhiMoE and gpt-oss read their
+expert keys in planner/hf_moe.py, Llama 4 (Scout, Maverick: MoE, chunked attention) in planner/hf_llama4.py, DeepSeek-V2/V3 their latent attention, expert and MTP keys in
 planner/hf_deepseek.py; Mamba, Mamba-2, Falcon-Mamba, Jamba and Nemotron-H in planner/hf_ssm.py; other MoE
 and state-space families, other multi-head latent attention and encoder models are refused in one line.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner import hf_deepseek, hf_moe, hf_ssm
+from planner import hf_deepseek, hf_llama4, hf_moe, hf_ssm
 from planner.errors import PlanError
 from planner.model import ModelSpec, round_up
 
@@ -101,7 +101,11 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
         raise r.fail("model_type", f"missing or not a string (got {model_type!r})")
     model_type = model_type.lower()
     fields = hf_ssm.read(r, model_type, _standard)  # state-space / hybrid stacks (None: not one)
-    if fields is None:
+    if model_type in hf_llama4.READ_TYPES:  # Llama 4: MoE + chunked attention (planner/hf_llama4.py)
+        if model_type == "llama4":
+            source = f"{source or path} ({hf_llama4.VISION_NOTE})"
+        fields = hf_llama4.fields(hf_llama4.text_reader(r, model_type), _standard, Rules(gated=True))
+    elif fields is None:
         _refuse_unmodelled(r, model_type)
         builder = _FAMILIES.get(model_type, _standard)
         fields = builder(r)

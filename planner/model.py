@@ -66,6 +66,9 @@ class ModelSpec(BaseModel):
     # layer, Gemma 3: 5 of 6), full causal attention on the others: planner/attn_window.py.
     attn_window: Annotated[int, Field(gt=0), B.model_size(100_000_000)] | None = Field(default=None)
     attn_local_layers: Annotated[int, Field(ge=0), B.model_size(10_000)] | None = Field(default=None)
+    # Chunked local attention instead of a sliding window (Llama 4: attention_chunk_size 8192): the
+    # sequence is cut into blocks of `attn_window` tokens and a query sees the keys of its own block only.
+    attn_chunked: bool = False
     # Mixture of experts (planner/moe.py; 0 routed experts: a dense model). In an MoE layer the MLP is
     # `moe_experts` routed experts of width `moe_ffn_hidden`, `moe_top_k` of them per token, chosen by
     # a router (a hidden x experts linear), plus `moe_shared_experts` always-on experts of width
@@ -133,6 +136,8 @@ class ModelSpec(BaseModel):
             raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
         if self.attn_local_layers is not None and self.attn_window is None:
             raise ValueError("attn_local_layers needs attn_window (the window of the local layers)")
+        if self.attn_chunked and self.attn_window is None:
+            raise ValueError("attn_chunked needs attn_window (the chunk of the local layers)")
         if self.attn_local_layers is not None and self.attn_local_layers > self.n_layers:
             raise ValueError(f"attn_local_layers ({self.attn_local_layers}) exceeds n_layers ({self.n_layers})")
         if self.n_heads % self.kv_heads:

@@ -27,7 +27,7 @@ def resolve_model(scenario: Scenario, extra_dirs=None, base: ModelSpec | None = 
     `base`: a model already built (an inline config.json body) that the columns override."""
     overrides = {k: getattr(scenario, k) for k in _ARCH_COLUMNS if getattr(scenario, k) is not None}
     if overrides.get("attn_window") == 0:  # 0: full causal attention on every layer
-        overrides.update(attn_window=None, attn_local_layers=None)
+        overrides.update(attn_window=None, attn_local_layers=None, attn_chunked=False)
     if base is not None:
         spec = _rebuild(base, overrides) if overrides else base
     elif scenario.model:

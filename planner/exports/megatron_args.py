@@ -82,6 +82,9 @@ def model_refusal(model: ModelSpec) -> PlanError | None:
     if model.position in ("alibi", "none"):
         what = "ALiBi" if model.position == "alibi" else "GPT flag for no position encoding"
         return PlanError("position", f"{model.name}: Megatron-LM has no {what} (allowed: learned, rope)")
+    if model.attn_chunked:
+        return PlanError("attn_chunked", f"{model.name}: Megatron-LM has no chunked local attention (allowed: "
+                         "a sliding window, --window-size)")
     if model.attn_window is not None and _skip_freq(model) is None:
         return PlanError("attn_local_layers", f"{model.name}: {model.attn_local_layers} local layers of "
                          f"{model.n_layers} is no --window-attn-skip-freq N (one global layer after N-1 local "
