@@ -5,6 +5,7 @@ Everything the faces (CLI, HTTP service, tuner, exports) need from the planner g
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -26,7 +27,7 @@ from planner.scenario import (
     MemoryBreakdown,
     Scenario,
 )
-from planner.settings import Settings, stack_profiles
+from planner.settings import Calibration, Settings, stack_profiles
 from planner.system import System
 
 Objective = Literal["tokens_per_s", "days", "cost", "memory-headroom"]
@@ -79,27 +80,57 @@ def estimate(
     catalog_dirs=None,
     spec: ModelSpec | None = None,
     batch_rule: bool = True,
+    network_need: bool = True,
 ) -> EstimateReport:
     """Search every plan of `scenario`, drop what does not fit, rank the rest.
 
     `batch_rule`: without a pinned global batch or grad_accum, every plan gets the planner's one
     global batch (False: the batch follows micro_batch x grad_accum x dp, as the tuner searches).
     `top` limits the results (None: all that fit). With `include_rejected`, when nothing fits
-    the closest misses are returned (fits=False) so the caller can show why.
+    the closest misses are returned (fits=False) so the caller can show why. `network_need=False`: the plans'
+    network need is not assessed (None; ~2 more evaluations per plan, planner/network_need.py), for callers
+    that read the step time alone (the tuner's predictions, tuner/predict.py).
     """
     if objective not in OBJECTIVES:
         raise unknown("objective", objective, tuple(OBJECTIVES))
-    settings = _settings_for(scenario, settings)
-    if objective == "days" and settings.tokens is None:
+    checked = _settings_for(scenario, settings)
+    if objective == "days" and checked.tokens is None:
         raise PlanError("objective", "days needs tokens (e.g. --tokens 100B)")
-    if objective == "cost" and (settings.tokens is None or settings.price_per_gpu_hour is None):
-        missing = [w for w, v in (("tokens (e.g. --tokens 100B)", settings.tokens),
-                                  ("price_per_gpu_hour (e.g. --price-per-gpu-hour 2.5)", settings.price_per_gpu_hour))
+    if objective == "cost" and (checked.tokens is None or checked.price_per_gpu_hour is None):
+        missing = [w for w, v in (("tokens (e.g. --tokens 100B)", checked.tokens),
+                                  ("price_per_gpu_hour (e.g. --price-per-gpu-hour 2.5)", checked.price_per_gpu_hour))
                    if v is None]  # the one given was named as missing too
         raise PlanError("objective", f"cost needs {' and '.join(missing)}")
-    if objective == "cost" and settings.price_per_gpu_hour == 0:
+    if objective == "cost" and checked.price_per_gpu_hour == 0:
         raise PlanError("objective", "cost is 0 for every plan at price_per_gpu_hour 0: rank by time "
                         "(--objective days), or give the price")
+    found = search(scenario, catalog=catalog, settings=settings, system=system, catalog_dirs=catalog_dirs, spec=spec,
+                   batch_rule=batch_rule)
+    return ranked(found, objective=objective, top=top, include_rejected=include_rejected, network_need=network_need)
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A scenario's candidates, memory and rejections: estimate's search, before any speed is computed. No
+    calibration enters it (only planner/comm.py and throughput.py read one), so the tuner ranks one search
+    under several calibrations (tuner/predict.py)."""
+
+    scenario: Scenario
+    spec: ModelSpec
+    system: System
+    settings: Settings
+    seq_len: int
+    rule: str  # how the global batch was chosen
+    found: search_mod.SearchResult
+    moe_settings: MoeOptions
+    recipe: MemoryRecipe
+
+
+def search(scenario: Scenario, *, catalog: Catalog | None = None, settings: Settings | None = None,
+           system: System | None = None, catalog_dirs=None, spec: ModelSpec | None = None,
+           batch_rule: bool = True) -> Searched:
+    """Every candidate plan of `scenario` with its memory and the first rule it breaks (estimate's arguments)."""
+    settings = _settings_for(scenario, settings)
     spec = spec or resolve_model(scenario, extra_dirs=catalog_dirs)  # `spec`: already resolved (HTTP)
     moe_settings = MoeOptions.of(settings).checked()
     moe_settings.check_model(spec)
@@ -115,7 +146,18 @@ def estimate(
     seq_len = seq_len_of(scenario, spec)
     global_batch, rule = _global_batch(scenario, spec, system, seq_len, batch_rule)
     found = search_mod.search(spec, system, scenario, settings, seq_len, global_batch)
+    return Searched(scenario=scenario, spec=spec, system=system, settings=settings, seq_len=seq_len, rule=rule,
+                    found=found, moe_settings=moe_settings, recipe=recipe)
 
+
+def ranked(searched: Searched, *, calibration: Calibration | None = None, objective: str = "tokens_per_s",
+           top: int | None = 10, include_rejected: bool = False, network_need: bool = True) -> EstimateReport:
+    """The plans of a search that fit, scored and ranked (estimate's arguments); `calibration`: in place of
+    the search's settings' one."""
+    spec, system, found = searched.spec, searched.system, searched.found
+    settings = searched.settings
+    if calibration is not None:
+        settings = settings.model_copy(update={"calibration": calibration})
     idx = np.flatnonzero(found.fits)
     lay = found.layout.take(idx)
     perf = throughput.performance(spec, lay, system, settings) if idx.size else None
@@ -128,16 +170,17 @@ def estimate(
         for i, j in zip(chosen, chosen_perf_pos)
     ]
     head = np.asarray(chosen_perf_pos[:NETWORK_ASSESSED if top is None else min(top, NETWORK_SHOWN)], dtype=int)
-    results = _with_network_need(results, spec, lay.take(head), system, settings)
+    if network_need:
+        results = _with_network_need(results, spec, lay.take(head), system, settings)
     if not results and include_rejected:
         results = _closest_misses(spec, found, system, settings, top or 10)
     return EstimateReport(
-        scenario=scenario, model=spec, system=system, seq_len=seq_len, objective=objective,
+        scenario=searched.scenario, model=spec, system=system, seq_len=searched.seq_len, objective=objective,
         evaluated=len(found.layout), fitting=int(idx.size),
-        rejected=found.rejected_counts(), global_batch_rule=rule, results=results,
+        rejected=found.rejected_counts(), global_batch_rule=searched.rule, results=results,
         flops_convention=moe.FLOPS_CONVENTION if moe.is_moe(spec) else None,
-        moe_settings=moe_settings if moe.is_moe(spec) else None,
-        memory_recipe=recipe if recipe.given else None,
+        moe_settings=searched.moe_settings if moe.is_moe(spec) else None,
+        memory_recipe=searched.recipe if searched.recipe.given else None,
     )
 
 
@@ -155,7 +198,11 @@ def _global_batch(scenario: Scenario, spec: ModelSpec, system: System, seq_len: 
 
 def evaluate(scenario: Scenario, **kwargs) -> Estimate:
     """The best plan of a (usually fully pinned) scenario, fitting or not, with its reason."""
-    report = estimate(scenario, top=1, include_rejected=True, **kwargs)
+    return best_of(estimate(scenario, top=1, include_rejected=True, **kwargs))
+
+
+def best_of(report: EstimateReport) -> Estimate:
+    """evaluate's answer from a report ranked with top=1, include_rejected=True; PlanError where it has none."""
     if not report.results:
         reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items())
         raise PlanError("scenario", f"no valid plan ({reasons})")

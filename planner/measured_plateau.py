@@ -10,6 +10,15 @@ measured time: busbw_measured = bus factor x size / t_planner(size; plateau). t_
 the plateau (share(x) grows at most as x, the catalog's rule), so a bisection in log(plateau) finds it.
 Where the measured size already sits on the curve's top (gloo on CPU at 25 Gbps: 4-64 MiB on 2 ranks
 read past the sweep's last point), the plateau is the measurement itself.
+
+A bench measures several sizes; each gives its own plateau, and the one plateau kept is their median
+weighted by how much each size's time depends on the plateau (-d log t / d log plateau on the curve: 1 at
+its top, falling towards 0 where the curve makes a call latency-bound, and 0 below the sweep's first
+point, whose time the curve holds flat at any plateau). To first order that is the plateau with the least
+sum of absolute log-time errors over the sizes: least squares would let one small size slowed by the
+bench's per-call launch cost (a Python loop of dist.all_reduce) pull the plateau by its error x its weight;
+the median moves at most to the next size's plateau. A size faster than the curve allows at any plateau
+says nothing and is left out.
 """
 
 from __future__ import annotations
@@ -31,6 +40,18 @@ class Reading:
     size_bytes: float  # nccl-tests size of the call
     ranks: int
     per_node: int  # ranks of the measured group on each node (= ranks inside one node)
+    # (size_bytes, busbw_gbps) of every size the bench measured on this group, this one included; () where the
+    # file gives this size alone
+    points: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The plateau kept from every measured size of a reading, and how the sizes agree on it."""
+
+    plateau_gbps: float
+    used: tuple[tuple[float, float], ...]  # (size_bytes, that size's own plateau in Gbps) of the sizes used
+    spread_pct: float  # largest gap between a used size's own plateau and the kept one, % of the kept one
 
 
 def call_s(curves: Curves, r: Reading, plateau_Bps: float) -> float:
@@ -56,6 +77,44 @@ def plateau_gbps(curves: Curves, r: Reading) -> float | None:
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if call_s(curves, r, float(np.exp(mid))) <= target else (mid, hi)
     return float(np.exp(hi)) * 8 / 1e9
+
+
+def fitted_plateau(curves: Curves, r: Reading) -> Fit | None:
+    """The plateau (Gbps) every measured size of `r` gives together (module doc: their own plateaus' median
+    weighted by each size's sensitivity to the plateau); None where no size gives one."""
+    points = r.points or ((r.size_bytes, r.busbw_gbps),)
+    own = []  # (plateau, weight, size)
+    for size, busbw in sorted(points):
+        one = Reading(busbw_gbps=busbw, size_bytes=size, ranks=r.ranks, per_node=r.per_node)
+        p = plateau_gbps(curves, one)
+        if p is not None:
+            own.append((p, sensitivity(curves, one, p), size))
+    if not own:
+        return None
+    kept = _weighted_median([p for p, _, _ in own], [w for _, w, _ in own])
+    return Fit(plateau_gbps=kept, used=tuple((s, p) for p, _, s in own),
+               spread_pct=100.0 * max(abs(p / kept - 1.0) for p, _, _ in own))
+
+
+def sensitivity(curves: Curves, r: Reading, plateau: float) -> float:
+    """-d log t / d log plateau of the reading's call at `plateau` Gbps (central difference in log plateau)."""
+    B, h = plateau * 1e9 / 8, 1e-4
+    return float(np.log(call_s(curves, r, B * np.exp(-h)) / call_s(curves, r, B * np.exp(h))) / (2 * h))
+
+
+def _weighted_median(values: list[float], weights: list[float]) -> float:
+    """The value below and above which at most half the weight lies (the geometric mean of the two middle
+    values where the weight splits evenly between them; equal weights where every weight is 0)."""
+    order = np.argsort(values)
+    v = np.asarray(values, dtype=np.float64)[order]
+    w = np.maximum(np.asarray(weights, dtype=np.float64)[order], 0.0)
+    if w.sum() <= 0:
+        w = np.ones_like(w)
+    cum, half = np.cumsum(w), 0.5 * w.sum()
+    k = int(np.searchsorted(cum, half * (1 - 1e-12)))
+    if k + 1 < v.size and abs(cum[k] - half) <= 1e-12 * half:
+        return float(np.sqrt(v[k] * v[k + 1]))
+    return float(v[k])
 
 
 def _smallest_share(curves: Curves) -> float:

@@ -2,9 +2,10 @@
 
 Format: {"busbw_gbps": {"intranode": X | null, "internode": Y | null}, ...}; with `results` (the
 all-reduce sizes), `nproc` and `gpus_per_node` as `plan allreduce-bench --json` writes them, each busbw is
-read on the planner's curve at the size, ranks and nodes it was measured at (planner/measured_plateau.py)
-and the plateau that gives becomes System.measured_*_busbw_gbps, which the comm model prefers to the
-catalog's link numbers; a file with the busbw alone gives the plateau itself.
+read on the planner's curve at the size, ranks and nodes it was measured at (planner/measured_plateau.py;
+every size of `results` where they were measured over all ranks) and the plateau that gives becomes
+System.measured_*_busbw_gbps, which the comm model prefers to the catalog's link numbers; a file with the
+busbw alone gives the plateau itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from pathlib import Path
 
 from planner.errors import PlanError
-from planner.measured_plateau import Reading, plateau_gbps, share_at
+from planner.measured_plateau import Fit, Reading, fitted_plateau, share_at
 from planner.system import System
 
 
@@ -58,21 +59,29 @@ def readings(data) -> dict[str, Reading | None]:
     """Where each busbw of a `plan allreduce-bench --json` report was measured ({"intranode": Reading | None,
     "internode": ...}): at its largest all-reduce size (trainer/collectives.py reports that size's busbw, and
     measures a node's own busbw at the largest size asked), over all `nproc` ranks with `gpus_per_node` on
-    each node, or over one node's ranks. None where the file does not say (a busbw alone, hand-written)."""
+    each node, or over one node's ranks. The busbw measured over all ranks also carries every size of
+    `results` (Reading.points: the plateau is fitted to all of them, planner/measured_plateau.py), the
+    largest at the busbw_gbps figure. None where the file does not say (a busbw alone, hand-written)."""
     none = {"intranode": None, "internode": None}
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         return none
-    sizes = [r.get("size_bytes") for r in data["results"] if isinstance(r, dict) and r.get("op") == "all_reduce"
-             and _positive(r.get("busbw_gbps")) and _positive(r.get("size_bytes"))]
+    measured = {float(r["size_bytes"]): float(r["busbw_gbps"]) for r in data["results"]
+                if isinstance(r, dict) and r.get("op") == "all_reduce" and _positive(r.get("busbw_gbps"))
+                and _positive(r.get("size_bytes"))}
     world, per_node = data.get("nproc"), data.get("gpus_per_node")
-    if not sizes or not isinstance(world, int) or not isinstance(per_node, int) or not 1 <= per_node <= world:
+    if not measured or not isinstance(world, int) or not isinstance(per_node, int) or not 1 <= per_node <= world:
         return none
     bw = data.get("busbw_gbps") or {}
+    largest = max(measured)
     out = dict(none)
     for key, ranks in (("intranode", per_node), ("internode", world)):
         if _positive(bw.get(key)) and ranks >= 2 and (key == "intranode" or world > per_node):
-            out[key] = Reading(busbw_gbps=float(bw[key]), size_bytes=float(max(sizes)), ranks=ranks,
-                               per_node=per_node)
+            value = float(bw[key])
+            points = ()  # a node's own busbw (several nodes) is measured at the largest size alone
+            if ranks == world:
+                points = tuple(sorted({**measured, largest: value}.items()))
+            out[key] = Reading(busbw_gbps=value, size_bytes=largest, ranks=ranks, per_node=per_node,
+                               points=points if len(points) > 1 else ())
     return out
 
 
@@ -94,20 +103,29 @@ def with_measured(system: System, values: dict[str, float | None],
         if not value:
             update[f"measured_{key}_busbw_gbps"] = None
             continue
-        plateau = plateau_gbps(curves, reading) if reading else None
+        fit = fitted_plateau(curves, reading) if reading else None
+        plateau = fit.plateau_gbps if fit else None
         update[f"measured_{key}_busbw_gbps"] = plateau or value
-        words.append(f"{_gbps(plateau or value)} Gbps {label}{_said(curves, reading, value, plateau)}")
+        words.append(f"{_gbps(plateau or value)} Gbps {label}{_said(curves, reading, value, fit)}")
     note = ", ".join(words)
     return system.model_copy(update={**update, "measured_busbw_note": note}), note
 
 
-def _said(curves, reading: Reading | None, value: float, plateau: float | None) -> str:
+def _said(curves, reading: Reading | None, value: float, fit: Fit | None) -> str:
     """How a plateau came from its measurement ("" where the file gave a busbw alone: taken as the plateau)."""
     if reading is None:
         return ""
     at = f"{_gbps(value)} Gbps measured at {_size(reading.size_bytes)} over {reading.ranks} ranks"
-    if plateau is None:
+    if fit is None:
         return f" ({at}, taken as the plateau: faster than the curve allows there; measure larger sizes)"
+    plateau = fit.plateau_gbps
+    if len(fit.used) > 1:
+        sizes = _span(fit.used[0][0], fit.used[-1][0])
+        left = len(reading.points) - len(fit.used)
+        skipped = f", {left} faster than the curve allows left out" if left else ""
+        return (f" (plateau fitted to {len(fit.used)} sizes, {sizes} over {reading.ranks} ranks{skipped}: each "
+                f"size's own plateau within {fit.spread_pct:.1f}% of it; {_gbps(value)} Gbps at "
+                f"{_size(reading.size_bytes)}, curve share {share_at(curves, reading, plateau):.2f} there)")
     if plateau == value:
         return f" (measured at {_size(reading.size_bytes)} over {reading.ranks} ranks: the top of the curve there)"
     return f" (plateau inferred from {at}: curve share {share_at(curves, reading, plateau):.2f} there)"
@@ -122,3 +140,9 @@ def _size(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.4g} {unit}"
     return f"{n:.0f} B"
+
+
+def _span(a: float, b: float) -> str:
+    """'4-64 MiB', '64 MiB-1 GiB'."""
+    lo, hi = _size(a), _size(b)
+    return f"{lo.split()[0]}-{hi}" if lo.split()[1:] == hi.split()[1:] else f"{lo}-{hi}"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.settings import Calibration
-from tuner.calibrate import Observation, fit_calibration
+from tuner.calibrate import Observation, fit_calibration, fit_each_left_out
 
 METHOD = "leave-one-trial-out"
 
@@ -45,10 +45,11 @@ def choose(trials: list[Measured], predict: Callable[[dict, Calibration], float 
     check = {"method": METHOD, "n": 0, "baseline": baseline, "baseline_mean_abs_pct": None,
              "held_out_mean_abs_pct": None, "kept": "baseline", "fitted": None, "why": ""}
     pairs = []  # (baseline error, held-out error) of each trial both predict
-    for i, t in enumerate(trials):
+    # the fit on the others of each trial, all at once (tuner/calibrate.py: fit_calibration's numbers)
+    held_out = fit_each_left_out([t.obs for t in trials]) if len(trials) > 1 else [None] * len(trials)
+    for t, cal in zip(trials, held_out):
         base = _abs_pct(predict(t.knobs, start), t.tokens_per_s)
-        others = [o.obs for j, o in enumerate(trials) if j != i]
-        held = _abs_pct(predict(t.knobs, fit_calibration(others)), t.tokens_per_s) if others else None
+        held = _abs_pct(predict(t.knobs, cal), t.tokens_per_s) if cal is not None else None
         if base is not None and held is not None:
             pairs.append((base, held))
     if len(trials) < 2:

@@ -61,8 +61,7 @@ def test_a_call_faster_than_the_curve_allows_is_not_read():
     assert plateau_gbps(curves, Reading(busbw_gbps=3000.0, size_bytes=32 * 1024, ranks=8, per_node=8)) is None
 
 
-def _report(per_node=8, nnodes=1, intra=2958.6, inter=None):
-    sizes = [4 * MiB, 16 * MiB, 64 * MiB]
+def _report(per_node=8, nnodes=1, intra=2958.6, inter=None, sizes=(4 * MiB, 16 * MiB, 64 * MiB)):
     return {"nproc": per_node * nnodes, "nnodes": nnodes, "gpus_per_node": per_node, "backend": "nccl",
             "results": [{"op": "all_reduce", "size_bytes": s, "time_s": 1e-3, "algbw_gbps": 1.0, "busbw_gbps": 1.0}
                         for s in sizes] + [{"op": "all_gather", "size_bytes": 2**30, "time_s": 1e-3,
@@ -71,20 +70,24 @@ def _report(per_node=8, nnodes=1, intra=2958.6, inter=None):
 
 
 def test_readings_of_a_bench_report():
+    # every size measured over all ranks goes with the reading (the largest at the busbw_gbps figure)
     one = readings(_report())
-    assert one["intranode"] == Reading(busbw_gbps=2958.6, size_bytes=64 * MiB, ranks=8, per_node=8)
+    assert one["intranode"] == Reading(busbw_gbps=2958.6, size_bytes=64 * MiB, ranks=8, per_node=8,
+                                       points=((4 * MiB, 1.0), (16 * MiB, 1.0), (64 * MiB, 2958.6)))
     assert one["internode"] is None
     two = readings(_report(nnodes=2, inter=1500.0))
-    assert two["internode"] == Reading(busbw_gbps=1500.0, size_bytes=64 * MiB, ranks=16, per_node=8)
-    assert two["intranode"].ranks == 8
+    assert two["internode"] == Reading(busbw_gbps=1500.0, size_bytes=64 * MiB, ranks=16, per_node=8,
+                                       points=((4 * MiB, 1.0), (16 * MiB, 1.0), (64 * MiB, 1500.0)))
+    assert two["intranode"] == Reading(busbw_gbps=2958.6, size_bytes=64 * MiB, ranks=8, per_node=8)  # largest only
     assert readings({"busbw_gbps": {"intranode": 900.0}}) == {"intranode": None, "internode": None}
-    one_per_node = readings(_report(per_node=1, nnodes=4, intra=None, inter=200.0))  # no node-local all-reduce
-    assert one_per_node == {"intranode": None,
+    one_per_node = readings(_report(per_node=1, nnodes=4, intra=None, inter=200.0, sizes=(64 * MiB,)))
+    assert one_per_node == {"intranode": None,  # no node-local all-reduce; one size: no points
                             "internode": Reading(busbw_gbps=200.0, size_bytes=64 * MiB, ranks=4, per_node=1)}
 
 
 def test_with_measured_says_which_plateau_came_from_what():
-    system, note = with_measured(_h100(8), {"intranode": 2958.6, "internode": None}, readings(_report()))
+    one_size = readings(_report(sizes=(64 * MiB,)))  # a bench of one size reads as before every size was used
+    system, note = with_measured(_h100(8), {"intranode": 2958.6, "internode": None}, one_size)
     assert system.measured_intranode_busbw_gbps == pytest.approx(3846, rel=1e-3)
     assert system.measured_internode_busbw_gbps is None
     assert note == ("3,846 Gbps within a node (plateau inferred from 2,959 Gbps measured at 64 MiB over 8 ranks: "

@@ -32,8 +32,9 @@ def test_a_gpu_bench_at_64_mib_gives_the_plateau(monkeypatch):
     cfg = TuneConfig(model="tiny", gpus=8, budget_s=60, gpu="h100-80gb")
     system, note, assumed = setup._system_for(cfg, 8, on_gpu=True)
     assert system.measured_intranode_busbw_gbps / 8 == pytest.approx(480.7, rel=0.03)  # the sweep's plateau
-    assert note.startswith("measured all-reduce busbw: ") and "plateau inferred from 2,959 Gbps measured at 64 MiB " \
-                                                              "over 8 ranks: curve share 0.77 there" in note, note
+    # all three sizes are read (each on the curve at its size: 480.7 GB/s from every one of them)
+    assert note.startswith("measured all-reduce busbw: ") and "plateau fitted to 3 sizes, 4-64 MiB over 8 ranks: " \
+        "each size's own plateau within 0.0% of it; 2,959 Gbps at 64 MiB, curve share 0.77 there" in note, note
     assert assumed.measured_intranode_busbw_gbps is None
 
 
@@ -45,12 +46,14 @@ def test_the_gpu_bench_measures_past_64_mib():
 
 @pytest.mark.slow
 def test_cpu_ranks_keep_the_measurement_as_plateau(monkeypatch):
-    """A real gloo bench on 2 CPU ranks: 64 MiB is past the curve's last point, so the plateau is the busbw."""
+    """A real gloo bench on 2 CPU ranks: 4-64 MiB are past the curve's last point (share 1.00), so each size's
+    plateau is its busbw and the plateau their median."""
     monkeypatch.setenv("PLAN_FORCE_CPU", "1")
     cfg = TuneConfig(model="tiny", gpus=2, budget_s=60, device_memory_gib=2.0)
     system, note, _ = setup._system_for(cfg, 2, on_gpu=False)
-    m = re.fullmatch(r"measured all-reduce busbw: ([\d.,]+) Gbps within a node \(measured at 64 MiB over 2 ranks: "
-                     r"the top of the curve there\)", note)
+    m = re.fullmatch(r"measured all-reduce busbw: ([\d.,]+) Gbps within a node \(plateau fitted to 3 sizes, 4-64 MiB "
+                     r"over 2 ranks: each size's own plateau within [\d.]+% of it; [\d.,]+ Gbps at 64 MiB, curve share "
+                     r"1.00 there\)", note)
     assert m, note
     assert system.gpu.id == device.CPU_GPU_ID
     assert system.measured_intranode_busbw_gbps == system.gpu.intranode_gbps == pytest.approx(float(m.group(1).replace(",", "")), rel=0.01)
