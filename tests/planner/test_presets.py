@@ -189,3 +189,19 @@ def test_moe_preset_matches_rounded_published_counts(preset: str) -> None:
     typed = {"mixtral-8x7b": MIXTRAL_8X7B, "olmoe-1b-7b": OLMOE_1B_7B, "qwen3-30b-a3b": QWEN3_30B_A3B}.get(preset)
     if typed is not None:  # the same shape as the config typed in for the MoE tests
         assert spec.n_params == typed.n_params and moe.active_params(spec) == moe.active_params(typed)
+
+
+# Presets typed from the config.json files the reader tests type in: the same shape either way
+@pytest.mark.parametrize("preset", ["llama4-scout", "llama4-maverick", "gpt-oss-20b", "gpt-oss-120b"])
+def test_2025_moe_presets_are_their_config_files(preset: str) -> None:
+    from planner import moe
+    from planner.hf_config import spec_from_config
+    from tests.planner.test_hf_llama4 import MAVERICK, SCOUT
+    from tests.planner.test_hf_moe import _gpt_oss
+
+    cfg = {"llama4-scout": SCOUT, "llama4-maverick": MAVERICK, "gpt-oss-20b": _gpt_oss(24, 32),
+           "gpt-oss-120b": _gpt_oss(36, 128)}[preset]
+    spec, read = resolve_model(preset), spec_from_config(cfg)
+    keep = {"name", "source"}
+    assert spec.model_dump(exclude=keep) == read.model_dump(exclude=keep)
+    assert moe.active_params(spec) == moe.active_params(read)
