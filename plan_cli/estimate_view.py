@@ -71,7 +71,7 @@ def _measured(s) -> str:
 
 def _training(report: EstimateReport) -> str:
     """The sequence length (and where an unpinned one came from) and the precision every plan runs in."""
-    seq = f"seq_len {report.seq_len}" + ("" if report.scenario.seq_len else " (the model's maximum; --seq-len to plan another)")
+    seq = f"seq_len {report.seq_len}" + ("" if report.scenario.seq_len else _seq_default(report.model))
     p = report.results[0].plan if report.results else None
     if p is None:
         return seq
@@ -328,3 +328,10 @@ def print_csv(rows: list[dict]) -> None:
     w = csv.DictWriter(sys.stdout, fieldnames=keys)
     w.writeheader()
     w.writerows(rows)
+
+
+def _seq_default(model) -> str:
+    if model.train_seq_len:
+        return (f" (the context the model was pretrained at; its maximum is {model.max_positions:,}: --seq-len to "
+                "plan another)")
+    return " (the model's maximum; --seq-len to plan another)"

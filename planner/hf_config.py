@@ -114,6 +114,7 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
         if model_type in hf_deepseek.READ_TYPES:  # MLA, MoE and MTP keys (planner/hf_deepseek.py)
             fields.update(hf_deepseek.deepseek_fields(r, fields))
         fields.update(_window(r, model_type, fields["n_layers"]))
+    fields.update(_pretrain_len(hf_llama4.text_reader(r, model_type) if model_type == "llama4" else r, fields))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or path.name
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)
@@ -121,6 +122,21 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
         first = e.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ()))
         raise PlanError("model", f"{path}: {field}: {first['msg']}") from None
+
+
+def _pretrain_len(r: _Reader, fields: Config) -> Config:
+    """train_seq_len: the context a RoPE-scaled model was pretrained at (rope_scaling's
+    original_max_position_embeddings: Llama 3.1/4, YaRN; gpt-oss's initial_context_length) where it is below
+    max_positions; nothing otherwise."""
+    scaling = r.cfg.get("rope_scaling") if isinstance(r.cfg.get("rope_scaling"), dict) else {}
+    key = next((k for k in ("original_max_position_embeddings",) if scaling.get(k) is not None), None)
+    value = scaling.get(key) if key else r.cfg.get("initial_context_length")
+    if value is None:
+        return {}
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise r.fail(key or "initial_context_length", f"must be a positive integer (got {value!r})")
+    maximum = fields.get("max_positions") or 2048
+    return {"train_seq_len": value} if value < maximum else {}
 
 
 def _vocab(vocab: int, rows: int | None) -> dict[str, int]:

@@ -46,6 +46,9 @@ class ModelSpec(BaseModel):
     vocab: Annotated[int, B.model_size(100_000_000)] = Field(gt=0)
     vocab_multiple: Annotated[int, B.model_size(1_000_000)] = Field(default=1, gt=0)
     max_positions: Annotated[int, B.model_size(100_000_000)] = Field(default=2048, gt=0)
+    # The context it was pretrained at, where it is below max_positions (a RoPE-scaled model: Llama 3.1/4's
+    # rope_scaling original_max_position_embeddings, gpt-oss's initial_context_length): the default seq_len.
+    train_seq_len: Annotated[int, Field(gt=0), B.model_size(100_000_000)] | None = Field(default=None)
     mlp: Mlp = "gelu"
     norm: Norm = "layernorm"
     position: Position = "learned"

@@ -64,7 +64,8 @@ def _rebuild(spec: ModelSpec, overrides: dict) -> ModelSpec:
 
 
 def seq_len_of(scenario: Scenario, spec: ModelSpec) -> int:
-    return scenario.seq_len or spec.max_positions
+    """The scenario's seq_len, else the context the model was pretrained at, else its maximum positions."""
+    return scenario.seq_len or spec.train_seq_len or spec.max_positions
 
 
 def resolve_system(scenario: Scenario, catalog: Catalog | None = None) -> System:

@@ -311,7 +311,7 @@ class _ModelAndSystem(Frozen):
 
 
 # Where a blank Scenario cell's value comes from, when it is not the planner's search (the help says it)
-_BLANK_MEANS = {"seq_len": "Tokens per sequence (default: the model's maximum positions)"}
+_BLANK_MEANS = {"seq_len": "Tokens per sequence (default: the context the model was pretrained at, else its maximum positions)"}
 
 
 def _pinned(name: str) -> tuple[object, object]:

@@ -19,10 +19,13 @@ TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8
         "hidden_act": "silu", "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1,
         "interleave_moe_layer_step": 1, "attention_chunk_size": 8192, "use_qk_norm": True, "rms_norm_eps": 1e-05,
         "max_position_embeddings": 10485760, "tie_word_embeddings": False, "attention_bias": False,
-        "no_rope_layers": [], "moe_layers": None}
+        "no_rope_layers": [], "moe_layers": None,
+        "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
 SCOUT = {"model_type": "llama4", "text_config": TEXT, "vision_config": {"hidden_size": 1408, "num_hidden_layers": 34}}
 MAVERICK = {**SCOUT, "text_config": {**TEXT, "num_local_experts": 128, "interleave_moe_layer_step": 2,
-                                     "use_qk_norm": False, "max_position_embeddings": 1048576}}
+                                     "use_qk_norm": False, "max_position_embeddings": 1048576,
+                                     "rope_scaling": {**TEXT["rope_scaling"], "factor": 8.0}}}
 
 
 def test_scout_and_maverick_read_as_their_model_cards():
@@ -87,3 +90,18 @@ def test_chunked_attention_flops_between_full_and_a_window_of_half_the_chunk():
 def test_megatron_export_refuses_chunked_attention():
     err = model_refusal(spec_from_config(SCOUT))
     assert err is not None and err.field == "attn_chunked"
+
+
+def test_the_default_seq_len_is_the_pretraining_context_not_the_10m_maximum():
+    """Scout's max_position_embeddings is 10,485,760 (RoPE scaled x16 from 8192): a blank seq_len plans 8192."""
+    from planner.resolve import seq_len_of
+    from planner.scenario import Scenario
+
+    scout = spec_from_config(SCOUT)
+    assert (scout.max_positions, scout.train_seq_len) == (10485760, 8192)
+    assert seq_len_of(Scenario(model="x"), scout) == 8192 and seq_len_of(Scenario(model="x", seq_len=65536), scout) == 65536
+    plain = spec_from_config({**TEXT, "rope_scaling": None})
+    assert plain.train_seq_len is None and seq_len_of(Scenario(model="x"), plain) == 10485760
+    with pytest.raises(PlanError) as e:
+        spec_from_config({**TEXT, "rope_scaling": {"original_max_position_embeddings": "8k"}})
+    assert "original_max_position_embeddings" in str(e.value)

@@ -103,7 +103,9 @@ def _gpt_oss(layers: int, experts: int) -> dict:
             "intermediate_size": 2880, "num_hidden_layers": layers, "num_attention_heads": 64, "num_key_value_heads": 8,
             "head_dim": 64, "num_local_experts": experts, "num_experts_per_tok": 4, "vocab_size": 201088,
             "sliding_window": 128, "attention_bias": True, "tie_word_embeddings": False, "rms_norm_eps": 1e-05,
-            "max_position_embeddings": 131072,
+            "max_position_embeddings": 131072, "initial_context_length": 4096,
+            "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                             "rope_type": "yarn", "truncate": False},
             "layer_types": ["sliding_attention", "full_attention"] * (layers // 2)}
 
 
@@ -115,7 +117,7 @@ def test_gpt_oss_reads_with_biased_experts_and_its_published_counts(layers, expe
     embeddings (as Mixtral's 12.9B does): the card's figure + 201088 x 2880."""
     spec = spec_from_config(_gpt_oss(layers, experts))
     assert (spec.moe_experts, spec.moe_top_k, spec.moe_ffn_hidden, spec.mlp, spec.bias) == (experts, 4, 2880, "swiglu", True)
-    assert spec.attn_window == 128 and spec.n_kv_heads == 8
+    assert spec.attn_window == 128 and spec.n_kv_heads == 8 and spec.train_seq_len == 4096
     assert spec.n_params / 1e9 == pytest.approx(total_b, rel=0.002)
     embedding = 201088 * 2880
     assert (moe.active_params(spec) - embedding) / 1e9 == pytest.approx(active_b, rel=0.01)
