@@ -165,7 +165,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         """A study's state: its worker's (running; finished: it stopped by its own rule; interrupted: stopped by
         a signal or the server stopping, resumable; failed), the one line why, trials and best so far."""
         job = app.state.jobs.get(study)
-        report = _report(study, config.storage, worker_pid=job.pid if job is not None else None)
+        report = _report(study, config.storage, job=job)
         if job is None and report is None:
             raise HTTPException(404, f"no study {study!r} on this server or in its storage")
         if job is None:
@@ -319,18 +319,18 @@ def _entry(table: dict, kind: str, entry_id: str):
     return table[entry_id]
 
 
-def _report(study: str, storage: str, worker_pid: int | None = None) -> dict | None:
-    """The study's report; with `worker_pid` (its job's worker), `this_run`: that worker's trials apart from the
-    study's totals (a resumed study's counts include every earlier run's)."""
+def _report(study: str, storage: str, job=None) -> dict | None:
+    """The study's report; with its `job`, `this_run`: the job's worker's trials (by the worker id it was started
+    with) apart from the study's totals (a resumed study's counts include every earlier run's). A job an older
+    server started has no worker id: no `this_run` (the study's totals only)."""
     from tuner import build_report, load
     from tuner.report import run_summary, worker_trials
-    from tuner.storage import HOST
 
     try:
         st = load(study, storage, list_studies=False)
         this_run = None
-        if worker_pid is not None:  # its re-measurements are not trials: only the worker's own report counts them
-            this_run = run_summary(st, worker_trials(st, worker_pid, HOST))
+        if job is not None and job.worker_id:  # its re-measurements are not trials: only the worker's report counts them
+            this_run = run_summary(st, worker_trials(st, job.worker_id))
             this_run.pop("remeasurements")
         return build_report(st, storage, this_run=this_run).model_dump(mode="json")
     except PlanError:

@@ -20,12 +20,13 @@ from pathlib import Path
 import plan_service
 from plan_service.models import TuneRequest
 from planner.errors import PlanError
+from tuner.worker_id import is_worker_id
 
 STORAGE_ENV = "PLAN_TUNE_STORAGE"  # the worker's storage URL
 OUTCOME = "outcome.json"  # how the worker ended, written by it (plan_service/tune_worker.py)
 
 
-WORKER = "worker.json"  # the pid of the study's last worker, written when it starts
+WORKER = "worker.json"  # the study's last worker: pid, start time and worker id, written when it starts
 RESUME = "POST /tune with the same study resumes it (everything up to its last trial is kept)"
 
 
@@ -36,6 +37,7 @@ class Job:
     pid: int
     proc: subprocess.Popen | None = None  # None: a worker an earlier server started
     start_ticks: int | None = None  # the worker's start time (/proc/PID/stat), recorded at launch
+    worker_id: str | None = None  # the id its trials carry (tuner/worker_id.py); None: started by an older server
 
     @property
     def log_path(self) -> Path:
@@ -102,17 +104,18 @@ class TuneJobs:
             cfg_path = folder / "tune_config.json"
             cfg_path.write_text(config.model_dump_json(indent=2))
             log_path = folder / "worker.log"
+            wid = uuid.uuid4().hex  # the worker takes it as its id: its trials carry it (this run's, whatever its pid)
             package_root = str(Path(plan_service.__file__).resolve().parent.parent)
             env = os.environ | {STORAGE_ENV: self.storage, "PYTHONPATH": os.pathsep.join(
                 p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "plan_service.tune_worker", str(cfg_path)],
+                    [sys.executable, "-m", "plan_service.tune_worker", str(cfg_path), "--worker-id", wid],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True)
             ticks = start_ticks(proc.pid)
-            (folder / WORKER).write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks}))
-            self.jobs[name] = Job(study=name, folder=folder, pid=proc.pid, proc=proc, start_ticks=ticks)
+            (folder / WORKER).write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks, "worker_id": wid}))
+            self.jobs[name] = Job(study=name, folder=folder, pid=proc.pid, proc=proc, start_ticks=ticks, worker_id=wid)
         return name
 
     def running(self) -> int:
@@ -132,10 +135,11 @@ class TuneJobs:
         folder = self.workdir / name
         try:
             worker = json.loads((folder / WORKER).read_text())
-            pid, ticks = int(worker["pid"]), worker.get("start_ticks")
+            pid, ticks, wid = int(worker["pid"]), worker.get("start_ticks"), worker.get("worker_id")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        return Job(study=name, folder=folder, pid=pid, start_ticks=int(ticks) if isinstance(ticks, int) else None)
+        return Job(study=name, folder=folder, pid=pid, start_ticks=int(ticks) if isinstance(ticks, int) else None,
+                   worker_id=wid if is_worker_id(wid) else None)
 
     def stop_all(self, timeout_s: float = 30.0) -> None:
         """Ask every worker this server started to stop (SIGINT: the tuner kills the running trial, keeps what

@@ -1,4 +1,4 @@
-"""`python -m plan_service.tune_worker CONFIG.json`: one study, run by the tuner's public API.
+"""`python -m plan_service.tune_worker CONFIG.json [--worker-id ID]`: one study, run by the tuner's public API.
 
 It writes how it ended to `outcome.json` beside CONFIG.json (plan_service/tune_jobs.py reads it) and exits as
 `plan tune` does: 0 when the study stopped by its own rule (budget, trial cap, space), 130 / 143 when a Ctrl-C
@@ -28,6 +28,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)  # as a Ctrl-C from the start: an outcome is always written
     cfg_path = Path(argv[0])
     try:
+        if "--worker-id" in argv:  # the id its server recorded: this run's trials carry it (tuner/worker_id.py)
+            from tuner.worker_id import adopt
+
+            adopt(argv[argv.index("--worker-id") + 1])
         code, status, why = _run(cfg_path)
     except KeyboardInterrupt as e:
         sig = "SIGTERM" if type(e).__name__ in ("Terminated", "_Terminated") else "SIGINT"

@@ -172,11 +172,11 @@ def run_summary(study: optuna.Study, numbers: list[int], remeasurements: int = 0
             "remeasurements": remeasurements}
 
 
-def worker_trials(study: optuna.Study, pid: int, host: str) -> list[int]:
-    """The trials one worker process ran (their `worker_pid` / `worker_host`, set as each starts): a running
-    `plan serve` worker's own, apart from the earlier runs of a resumed study."""
-    return [t.number for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("worker_pid") == pid and t.user_attrs.get("worker_host") == host]
+def worker_trials(study: optuna.Study, worker: str) -> list[int]:
+    """The trials one worker process ran (their `worker_id`, tuner/worker_id.py, set as each starts): a running
+    `plan serve` worker's own, apart from the earlier runs of a resumed study. Matched by the worker's unique id,
+    never by pid and host: a later worker that got an earlier one's pid does not take its trials."""
+    return [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("worker_id") == worker]
 
 
 def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None,

@@ -20,9 +20,13 @@ def test_a_requeued_trial_shows_its_configuration():
     assert {k: row[k] for k in KNOBS} == KNOBS, row
 
 
-def test_worker_trials_are_the_trials_of_that_pid_on_that_host():
+def test_worker_trials_are_that_workers_by_its_id_not_a_reused_pid():
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
-    for pid, host in ((10, "a"), (11, "a"), (10, "b"), (10, "a")):
-        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"worker_pid": pid, "worker_host": host}))
-    assert worker_trials(study, 10, "a") == [0, 3]
+    old, new = "a" * 32, "b" * 32
+    # the same pid on the same host: a later worker got the earlier one's pid; a trial from before ids were recorded
+    for wid in (old, new, old, new, None):
+        attrs = {"worker_pid": 10, "worker_host": "a"} | ({"worker_id": wid} if wid else {})
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs=attrs))
+    assert worker_trials(study, new) == [1, 3]
+    assert worker_trials(study, old) == [0, 2]
