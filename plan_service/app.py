@@ -172,16 +172,17 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             return TuneStatus(study=study, status="stored", report=report)
         from tuner.storage import scrub
 
-        status, code, why = job.state()
+        status, code, why, stopped_by = job.ended()
         return TuneStatus(study=study, status=status, exit_code=code, report=report,
-                          why=scrub(why, config.storage) if why else None,
+                          why=scrub(why, config.storage) if why else None, stopped_by=stopped_by,
+                          resume=f"POST /tune with study {study!r}" if status == "interrupted" else None,
                           log_tail=scrub(log_tail(job.log_path), config.storage) if status in ("failed", "interrupted")
                           else None)
 
     @app.delete("/tune/{study}", status_code=202, response_model=TuneStopping, dependencies=[Depends(require_token)],
                 responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
                            503: {"model": ErrorBody}})
-    def tune_stop(study: Name) -> TuneStopping:
+    def tune_stop(study: Name, request: Request) -> TuneStopping:
         """Stop a running study's worker (this server's, or one an earlier server of this workdir left running, e.g.
         after a `kill -9` of the server, when its pid is still that worker): SIGTERM, as `kill` does. The running
         trial is killed and queued again; GET /tune/STUDY reads interrupted once the worker has stopped, and
@@ -193,8 +194,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                                 "nothing to stop" if stored else f"no study {study!r} on this server or in its storage")
         from plan_service.tune_jobs import NotRunning
 
+        # who asks, for the study's line once it has stopped: the page says it is the page (X-Plan-Client: page)
+        by = "the page's Stop" if request.headers.get("x-plan-client") == "page" else f"DELETE /tune/{study}"
         try:
-            job.stop()
+            job.stop(by + (f" from {request.client.host}" if request.client else ""))
         except NotRunning as e:
             state, _, why = job.state()
             raise HTTPException(409, f"{e.message} (it is {state}{': ' + why if why else ''})") from None

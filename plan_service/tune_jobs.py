@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,10 @@ OUTCOME = "outcome.json"  # how the worker ended, written by it (plan_service/tu
 
 WORKER = "worker.json"  # the study's last worker: pid, start time and worker id, written when it starts
 RESUME = "POST /tune with the same study resumes it (everything up to its last trial is kept)"
+STOP = "stop.json"  # who stopped the worker, with which signal and when: written by this server before it signals
+# who else sends a worker each signal, when this server did not (no stop.json of that signal)
+OUTSIDE = {"SIGTERM": "a kill, a batch system's time limit or docker stop", "SIGINT": "kill -INT or a Ctrl-C",
+           "SIGKILL": "kill -9, or the kernel's out-of-memory killer"}
 
 
 @dataclass
@@ -48,13 +53,14 @@ class Job:
             return self.proc.poll() is None
         return _is_worker(self.pid, self.folder, self.start_ticks)
 
-    def stop(self) -> None:
+    def stop(self, by: str = "DELETE /tune/STUDY") -> None:
         """SIGTERM to the worker, as `kill` would: the tuner kills the running trial, marks it interrupted and
         queued again, and the worker writes 'interrupted' (POST /tune with the same study resumes it). A worker
         an earlier server started is signalled only while its pid is still that worker (command line and start
         time): a pid the system gave to another process since is never signalled."""
         if not self.alive():
             raise NotRunning(self.study)
+        record_stop(self.folder, "SIGTERM", by)
         try:
             os.kill(self.pid, signal.SIGTERM)
         except ProcessLookupError:  # it ended just now
@@ -62,20 +68,39 @@ class Job:
 
     def state(self) -> tuple[str, int | None, str | None]:
         """(running|finished|interrupted|failed, exit code where known, the one line why)."""
+        return self.ended()[:3]
+
+    def ended(self) -> tuple[str, int | None, str | None, str | None]:
+        """state()'s three and, for an interrupted study, who stopped it (None: not known), said once in the why."""
         if self.alive():
-            return "running", None, None
+            return "running", None, None, None
         code = self.proc.returncode if self.proc is not None else None
         try:
             outcome = json.loads((self.folder / OUTCOME).read_text())
-            return outcome["status"], outcome.get("exit_code", code), outcome.get("why")
-        except (OSError, ValueError, KeyError, TypeError):
+            status, code = outcome["status"], outcome.get("exit_code", code)
+            if status == "interrupted" and outcome.get("signal") and outcome.get("kept"):
+                who = self._who(outcome["signal"])
+                return status, code, f"stopped by {who}: {outcome['kept']}; {RESUME}", who
+            return status, code, outcome.get("why"), None  # an older worker's outcome: its own line
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         if code is not None and code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
-            return "interrupted", code, f"its worker was killed by {_signal_name(-code)}; {RESUME}"
+            who = self._who(_signal_name(-code))
+            return "interrupted", code, f"its worker was killed by {who}; {RESUME}", who
         if code is not None:
-            return "failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}"
+            return "failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}", None
         return "interrupted", None, f"its worker ended without an outcome (the server was stopped or restarted while " \
-                                    f"it ran); {RESUME}"
+                                    f"it ran); {RESUME}", None
+
+    def _who(self, sig: str) -> str:
+        """Who sent the worker `sig`: this server where it recorded sending it (stop.json), else someone outside."""
+        try:
+            rec = json.loads((self.folder / STOP).read_text())
+            if rec["signal"] == sig:
+                return f"{rec['by']} at {rec['at']} ({sig} to its worker)"
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return f"a {sig} from outside this server ({OUTSIDE.get(sig, 'a signal to its worker')})"
 
 
 class TuneJobs:
@@ -101,6 +126,7 @@ class TuneJobs:
             folder = self.workdir / name
             folder.mkdir(parents=True, exist_ok=True)
             (folder / OUTCOME).unlink(missing_ok=True)  # the last run's: this run writes its own
+            (folder / STOP).unlink(missing_ok=True)
             cfg_path = folder / "tune_config.json"
             cfg_path.write_text(config.model_dump_json(indent=2))
             log_path = folder / "worker.log"
@@ -148,6 +174,7 @@ class TuneJobs:
             jobs = list(self.jobs.values())
         for job in jobs:
             if job.alive():
+                record_stop(job.folder, "SIGINT", "the server stopping")
                 try:
                     os.killpg(job.proc.pid, signal.SIGINT)
                 except ProcessLookupError:
@@ -156,7 +183,15 @@ class TuneJobs:
             try:
                 job.proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                record_stop(job.folder, "SIGKILL", f"the server stopping (its worker had not stopped {timeout_s:g} s "
+                                                   "after its SIGINT)")
                 os.killpg(job.proc.pid, signal.SIGKILL)
+
+
+def record_stop(folder: Path, sig: str, by: str) -> None:
+    """What this server is about to send the study's worker, who asked and when (Job.ended says it once)."""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    (folder / STOP).write_text(json.dumps({"signal": sig, "by": by, "at": at}))
 
 
 def log_tail(path: Path, n_bytes: int = 2000) -> str:
