@@ -172,9 +172,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             return TuneStatus(study=study, status="stored", report=report)
         from tuner.storage import scrub
 
-        status, code, why, stopped_by = job.ended()
+        status, code, why, stopped_by, stop_reason = job.ended()
         return TuneStatus(study=study, status=status, exit_code=code, report=report,
                           why=scrub(why, config.storage) if why else None, stopped_by=stopped_by,
+                          stop_reason=stop_reason,
                           resume=f"POST /tune with study {study!r}" if status == "interrupted" else None,
                           log_tail=scrub(log_tail(job.log_path), config.storage) if status in ("failed", "interrupted")
                           else None)

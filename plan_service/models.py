@@ -97,6 +97,8 @@ class TuneStatus(BaseModel):
     stopped_by: str | None = Field(default=None, description="interrupted: who stopped it (DELETE /tune/STUDY, the "
                                    "page's Stop, the server stopping, or a signal from outside the server) and when")
     resume: str | None = Field(default=None, description="interrupted: the request that resumes it")
+    stop_reason: str | None = Field(default=None, description="finished: the study's own rule that stopped it "
+                                    "(budget, max_trials, the space tried)")
     exit_code: int | None = None
     log_tail: str | None = None
     report: dict | None = Field(default=None, description="trials, best, calibration (tuner.TuneReport)")

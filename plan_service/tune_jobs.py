@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import plan_service
 from plan_service.models import TuneRequest
@@ -33,6 +34,14 @@ STOP = "stop.json"  # who stopped the worker, with which signal and when: writte
 # who else sends a worker each signal, when this server did not (no stop.json of that signal)
 OUTSIDE = {"SIGTERM": "a kill, a batch system's time limit or docker stop", "SIGINT": "kill -INT or a Ctrl-C",
            "SIGKILL": "kill -9, or the kernel's out-of-memory killer"}
+
+
+class Ended(NamedTuple):
+    status: str  # running | finished | interrupted | failed
+    code: int | None  # the worker's exit code where known
+    why: str | None  # the one line why
+    stopped_by: str | None = None  # interrupted: who sent the signal, when (None: not known)
+    stop_reason: str | None = None  # finished: the study's own rule that stopped it (budget, trial cap, space)
 
 
 @dataclass
@@ -70,27 +79,29 @@ class Job:
         """(running|finished|interrupted|failed, exit code where known, the one line why)."""
         return self.ended()[:3]
 
-    def ended(self) -> tuple[str, int | None, str | None, str | None]:
-        """state()'s three and, for an interrupted study, who stopped it (None: not known), said once in the why."""
+    def ended(self) -> Ended:
+        """state()'s three; for an interrupted study who stopped it (None: not known), said once in the why; for a
+        finished one the rule that stopped it."""
         if self.alive():
-            return "running", None, None, None
+            return Ended("running", None, None)
         code = self.proc.returncode if self.proc is not None else None
         try:
             outcome = json.loads((self.folder / OUTCOME).read_text())
             status, code = outcome["status"], outcome.get("exit_code", code)
             if status == "interrupted" and outcome.get("signal") and outcome.get("kept"):
                 who = self._who(outcome["signal"])
-                return status, code, f"stopped by {who}: {outcome['kept']}; {RESUME}", who
-            return status, code, outcome.get("why"), None  # an older worker's outcome: its own line
+                return Ended(status, code, f"stopped by {who}: {outcome['kept']}; {RESUME}", stopped_by=who)
+            rule = outcome.get("stop_reason") if status == "finished" else None
+            return Ended(status, code, outcome.get("why"), stop_reason=rule)  # an older worker's: its why only
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         if code is not None and code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
             who = self._who(_signal_name(-code))
-            return "interrupted", code, f"its worker was killed by {who}; {RESUME}", who
+            return Ended("interrupted", code, f"its worker was killed by {who}; {RESUME}", stopped_by=who)
         if code is not None:
-            return "failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}", None
-        return "interrupted", None, f"its worker ended without an outcome (the server was stopped or restarted while " \
-                                    f"it ran); {RESUME}", None
+            return Ended("failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}")
+        ended = "its worker ended without an outcome (the server was stopped or restarted while it ran)"
+        return Ended("interrupted", None, f"{ended}; {RESUME}", stopped_by=f"no one known ({ended})")
 
     def _who(self, sig: str) -> str:
         """Who sent the worker `sig`: this server where it recorded sending it (stop.json), else someone outside."""

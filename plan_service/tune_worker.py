@@ -74,8 +74,8 @@ def _run(cfg_path: Path) -> tuple[int, str, str, dict]:
         return (EXIT[report.interrupted_by], "interrupted",
                 f"stopped by {report.interrupted_by} ({SENT_BY[report.interrupted_by]}): {kept}, "
                 f"everything kept; POST /tune with study {report.study!r} resumes it",
-                {"signal": report.interrupted_by, "kept": f"{kept}, everything kept"})
-    return 0, "finished", f"{kept}; {report.stop_reason}", {}
+                {"signal": report.interrupted_by, "kept": kept})  # the server's why adds its resume (all kept)
+    return 0, "finished", f"{kept}; {report.stop_reason}", {"stop_reason": report.stop_reason}
 
 
 if __name__ == "__main__":

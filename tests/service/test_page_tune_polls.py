@@ -94,3 +94,25 @@ def test_a_study_stopped_from_the_page_says_once_who_stopped_it_and_the_click_th
                                                           "(filled in above)"), line  # the one click, once
         assert "POST /tune" not in line and "DELETE /tune" not in line, line  # the page's words, not the API's
         assert driver.find_element("id", "tune-study").get_attribute("value") == "stopped-here"
+
+
+@pytest.mark.slow
+def test_a_finished_studys_line_says_its_rule_once_and_its_last_runs_trials(base, tmp_path):
+    with chromium(tmp_path) as driver:
+        _page(driver, base)
+        for field, value in (("tune-model", "tiny"), ("tune-gpus", "1"), ("tune-budget", "600"), ("tune-trials", "1"),
+                             ("tune-study", "done-here"), ("tune-token", TOKEN)):
+            el = driver.find_element("id", field)
+            el.clear()
+            el.send_keys(value)
+        driver.find_element("css selector", "#tune-backend option[value=fsdp]").click()
+        driver.find_element("id", "tune-start").click()
+        line = wait_for(driver, "(t => /^study done-here: (finished|failed|interrupted)/.test(t) && t)"
+                                "(document.getElementById('tune-summary').textContent)", timeout_s=420,
+                        what="the study to end")
+        screenshot(driver, "page-tune-finished-line.png")
+        assert line.startswith("study done-here: finished | its last run: launched 1 trial (ok 1); the study in all: "
+                               "1 launched of 1 trials (ok 1)"), line
+        # its rule, once; the trial counts once (the API's why says them again, as "this run")
+        assert line.endswith(" | ended: launched 1 trial (--max-trials)"), line
+        assert "this run" not in line and "in the study)" not in line, line

@@ -59,6 +59,7 @@ def test_a_server_stopped_mid_study_leaves_it_interrupted_and_resumable(tmp_path
         status = wait_status(base, "stop-me", lambda s: s["status"] != "running")
         assert status["status"] == "finished" and status["exit_code"] == 0, status
         assert "--max-trials" in status["why"] and status["report"]["best"] is not None, status
+        assert status["stop_reason"] == "launched 1 trial (--max-trials)", status  # its rule apart (the page's line)
         assert status["report"]["launched"] >= 2  # the interrupted trial and the resumed run's
 
 

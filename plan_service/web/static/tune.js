@@ -132,7 +132,9 @@ async function refreshTune(study, round) {
     text += ` | ${trialsText(rep, st.status === "running")}`;
     if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
   }
-  if (st.why && !(interrupted && st.stopped_by)) text += ` | ${st.why}`;  // how the worker ended: finished / failed
+  // how the worker ended: a finished study's rule (the API's why repeats the trial counts, as "this run"), failed's why
+  if (st.status === "finished" && st.stop_reason) text += ` | ended: ${st.stop_reason}`;
+  else if (st.why && !(interrupted && st.stopped_by)) text += ` | ${st.why}`;
   else if (st.log_tail && !st.why) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
   if (interrupted) text += ` | to resume: Start tuning with study ${study} (filled in above)`;
   if (rep && !(await showTrials(study, !!rep.best, stale))) return true;  // the rows first: a "finished" line comes with its final rows
