@@ -30,6 +30,9 @@ OUTCOME = "outcome.json"  # how the worker ended, written by it (plan_service/tu
 
 WORKER = "worker.json"  # the study's last worker: pid, start time and worker id, written when it starts
 RESUME = "POST /tune with the same study resumes it (everything up to its last trial is kept)"
+# a worker that ended without an outcome, seen by a server that did not start it (no exit code to read)
+UNWATCHED = ("its worker ended without an outcome while no server of this workdir watched it (a kill -9, the kernel's "
+             "out-of-memory killer, or a hard crash)")
 STOP = "stop.json"  # who stopped the worker, with which signal and when: written by this server before it signals
 # who else sends a worker each signal, when this server did not (no stop.json of that signal)
 OUTSIDE = {"SIGTERM": "a kill, a batch system's time limit or docker stop", "SIGINT": "kill -INT or a Ctrl-C",
@@ -92,16 +95,22 @@ class Job:
                 who = self._who(outcome["signal"])
                 return Ended(status, code, f"stopped by {who}: {outcome['kept']}; {RESUME}", stopped_by=who)
             rule = outcome.get("stop_reason") if status == "finished" else None
-            return Ended(status, code, outcome.get("why"), stop_reason=rule)  # an older worker's: its why only
+            # an outcome this server wrote for a worker that ended without one keeps who stopped it
+            return Ended(status, code, outcome.get("why"), stopped_by=outcome.get("stopped_by"), stop_reason=rule)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
-        if code is not None and code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
+        if code is None:  # ended without an outcome while no server watched it (a server since sees no exit code)
+            return Ended("interrupted", None, f"{UNWATCHED}; {RESUME}", stopped_by=f"no one known: {UNWATCHED}")
+        if code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
             who = self._who(_signal_name(-code))
-            return Ended("interrupted", code, f"its worker was killed by {who}; {RESUME}", stopped_by=who)
-        if code is not None:
-            return Ended("failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}")
-        ended = "its worker ended without an outcome (the server was stopped or restarted while it ran)"
-        return Ended("interrupted", None, f"{ended}; {RESUME}", stopped_by=f"no one known ({ended})")
+            ended = Ended("interrupted", code, f"its worker was killed by {who}; {RESUME}", stopped_by=who)
+        else:
+            ended = Ended("failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}")
+        # kept as its outcome: a server started later has no exit code to read it from (it read 'ended without an
+        # outcome (the server was stopped or restarted while it ran)' for a worker killed with -9)
+        (self.folder / OUTCOME).write_text(json.dumps({"status": ended.status, "exit_code": code, "why": ended.why,
+                                                       "stopped_by": ended.stopped_by, "written_by": "server"}))
+        return ended
 
     def _who(self, sig: str) -> str:
         """Who sent the worker `sig`: this server where it recorded sending it (stop.json), else someone outside."""

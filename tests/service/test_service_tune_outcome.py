@@ -32,6 +32,8 @@ def test_a_killed_worker_reads_interrupted_with_the_signal(tmp_path):
         status = client.get("/tune/killed").json()
         assert status["status"] == "interrupted" and status["exit_code"] == -9, status
         assert "SIGKILL" in status["why"] and "resumes" in status["why"], status
+    with TestClient(create_app(config)) as later:  # a server started since: no exit code to read, the same line
+        assert later.get("/tune/killed").json() == status
 
 
 @pytest.mark.slow
