@@ -116,3 +116,44 @@ def test_a_finished_studys_line_says_its_rule_once_and_its_last_runs_trials(base
         # its rule, once; the trial counts once (the API's why says them again, as "this run")
         assert line.endswith(" | ended: launched 1 trial (--max-trials)"), line
         assert "this run" not in line and "in the study)" not in line, line
+
+
+def test_the_page_says_when_the_server_is_gone_and_follows_the_study_again_when_it_is_back(tmp_path):
+    """kill -9 of the server mid-study: the page went on showing 'running' (its polls failed unseen); its worker
+    lives on, and the server started again on the same port is followed again."""
+    import httpx
+    from service_server import free_port
+
+    port, started = free_port(), []
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    running = "(t => /^study gone: running/.test(t) && t)(document.getElementById('tune-summary').textContent)"
+    try:
+        with running_server(tmp_path, token=TOKEN, port=port, started=started) as base, chromium(tmp_path) as driver:
+            _page(driver, base)
+            r = httpx.post(base + "/tune", json={"model": "tiny", "gpus": 1, "budget_s": 900, "study": "gone"},
+                           headers=auth, timeout=30)
+            assert r.status_code == 202, r.text
+            driver.execute_script("follow('gone')")
+            wait_for(driver, running, what="the study running")
+            started[0].kill()  # kill -9 of the server
+            started[0].wait(timeout=60)
+            gone = wait_for(driver, "(t => t.includes('not answering') && t)(document.getElementById('tune-summary')"
+                                    ".textContent)", timeout_s=30, what="the page to say the server is gone")
+            assert gone.startswith("study gone: the server is not answering"), gone
+            with running_server(tmp_path, token=TOKEN, port=port) as again:
+                wait_for(driver, running, timeout_s=60, what="the study followed again")
+                assert httpx.delete(again + "/tune/gone", headers=auth, timeout=30).status_code == 202
+                line = wait_for(driver, "(t => /^study gone: interrupted/.test(t) && t)(document.getElementById("
+                                        "'tune-summary').textContent)", timeout_s=180, what="the study to stop")
+                assert "stopped by DELETE /tune/gone from 127.0.0.1" in line, line
+    finally:  # its worker, whatever happened
+        import json
+        import os
+        import signal
+
+        from plan_service.tune_jobs import _is_worker
+
+        folder = tmp_path / "work" / "gone"
+        worker = json.loads((folder / "worker.json").read_text()) if (folder / "worker.json").exists() else {}
+        if worker and _is_worker(worker["pid"], folder, worker.get("start_ticks")):
+            os.killpg(worker["pid"], signal.SIGKILL)
