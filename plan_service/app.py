@@ -333,7 +333,7 @@ def _report(study: str, storage: str, job=None) -> dict | None:
     try:
         st = load(study, storage, list_studies=False)
         this_run = None
-        if job is not None and job.worker_id:  # its re-measurements are not trials: only the worker's report counts them
+        if job is not None and job.worker_id:  # re-measurements are not trials: only the worker's report counts them
             this_run = run_summary(st, worker_trials(st, job.worker_id))
             this_run.pop("remeasurements")
         return build_report(st, storage, this_run=this_run).model_dump(mode="json")

@@ -7,6 +7,7 @@ worker that ended without a word, e.g. killed with the server, reads interrupted
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -108,8 +109,9 @@ class Job:
             ended = Ended("failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}")
         # kept as its outcome: a server started later has no exit code to read it from (it read 'ended without an
         # outcome (the server was stopped or restarted while it ran)' for a worker killed with -9)
-        (self.folder / OUTCOME).write_text(json.dumps({"status": ended.status, "exit_code": code, "why": ended.why,
-                                                       "stopped_by": ended.stopped_by, "written_by": "server"}))
+        with contextlib.suppress(OSError):
+            (self.folder / OUTCOME).write_text(json.dumps({"status": ended.status, "exit_code": code, "why": ended.why,
+                                                           "stopped_by": ended.stopped_by, "written_by": "server"}))
         return ended
 
     def _who(self, sig: str) -> str:
