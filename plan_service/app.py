@@ -165,23 +165,25 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         """A study's state: its worker's (running; finished: it stopped by its own rule; interrupted: stopped by
         a signal or the server stopping, resumable; failed), the one line why, trials and best so far."""
         job = app.state.jobs.get(study)
-        report = _report(study, config.storage, worker_pid=job.pid if job is not None else None)
+        report = _report(study, config.storage, job=job)
         if job is None and report is None:
             raise HTTPException(404, f"no study {study!r} on this server or in its storage")
         if job is None:
             return TuneStatus(study=study, status="stored", report=report)
         from tuner.storage import scrub
 
-        status, code, why = job.state()
+        status, code, why, stopped_by, stop_reason = job.ended()
         return TuneStatus(study=study, status=status, exit_code=code, report=report,
-                          why=scrub(why, config.storage) if why else None,
+                          why=scrub(why, config.storage) if why else None, stopped_by=stopped_by,
+                          stop_reason=stop_reason,
+                          resume=f"POST /tune with study {study!r}" if status == "interrupted" else None,
                           log_tail=scrub(log_tail(job.log_path), config.storage) if status in ("failed", "interrupted")
                           else None)
 
     @app.delete("/tune/{study}", status_code=202, response_model=TuneStopping, dependencies=[Depends(require_token)],
                 responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
                            503: {"model": ErrorBody}})
-    def tune_stop(study: Name) -> TuneStopping:
+    def tune_stop(study: Name, request: Request) -> TuneStopping:
         """Stop a running study's worker (this server's, or one an earlier server of this workdir left running, e.g.
         after a `kill -9` of the server, when its pid is still that worker): SIGTERM, as `kill` does. The running
         trial is killed and queued again; GET /tune/STUDY reads interrupted once the worker has stopped, and
@@ -193,8 +195,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                                 "nothing to stop" if stored else f"no study {study!r} on this server or in its storage")
         from plan_service.tune_jobs import NotRunning
 
+        # who asks, for the study's line once it has stopped: the page says it is the page (X-Plan-Client: page)
+        by = "the page's Stop" if request.headers.get("x-plan-client") == "page" else f"DELETE /tune/{study}"
         try:
-            job.stop()
+            job.stop(by + (f" from {request.client.host}" if request.client else ""))
         except NotRunning as e:
             state, _, why = job.state()
             raise HTTPException(409, f"{e.message} (it is {state}{': ' + why if why else ''})") from None
@@ -319,18 +323,18 @@ def _entry(table: dict, kind: str, entry_id: str):
     return table[entry_id]
 
 
-def _report(study: str, storage: str, worker_pid: int | None = None) -> dict | None:
-    """The study's report; with `worker_pid` (its job's worker), `this_run`: that worker's trials apart from the
-    study's totals (a resumed study's counts include every earlier run's)."""
+def _report(study: str, storage: str, job=None) -> dict | None:
+    """The study's report; with its `job`, `this_run`: the job's worker's trials (by the worker id it was started
+    with) apart from the study's totals (a resumed study's counts include every earlier run's). A job an older
+    server started has no worker id: no `this_run` (the study's totals only)."""
     from tuner import build_report, load
     from tuner.report import run_summary, worker_trials
-    from tuner.storage import HOST
 
     try:
         st = load(study, storage, list_studies=False)
         this_run = None
-        if worker_pid is not None:  # its re-measurements are not trials: only the worker's own report counts them
-            this_run = run_summary(st, worker_trials(st, worker_pid, HOST))
+        if job is not None and job.worker_id:  # re-measurements are not trials: only the worker's report counts them
+            this_run = run_summary(st, worker_trials(st, job.worker_id))
             this_run.pop("remeasurements")
         return build_report(st, storage, this_run=this_run).model_dump(mode="json")
     except PlanError:

@@ -94,6 +94,11 @@ class TuneStatus(BaseModel):
                     "stopped by a signal or the server stopping (POST /tune with the same study resumes it); failed: "
                     "a refused input or a crash; stored: only in storage (no worker of this workdir)")
     why: str | None = Field(default=None, description="one line: how the worker ended")
+    stopped_by: str | None = Field(default=None, description="interrupted: who stopped it (DELETE /tune/STUDY, the "
+                                   "page's Stop, the server stopping, or a signal from outside the server) and when")
+    resume: str | None = Field(default=None, description="interrupted: the request that resumes it")
+    stop_reason: str | None = Field(default=None, description="finished: the study's own rule that stopped it "
+                                    "(budget, max_trials, the space tried)")
     exit_code: int | None = None
     log_tail: str | None = None
     report: dict | None = Field(default=None, description="trials, best, calibration (tuner.TuneReport)")

@@ -7,26 +7,45 @@ worker that ended without a word, e.g. killed with the server, reads interrupted
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import plan_service
 from plan_service.models import TuneRequest
 from planner.errors import PlanError
+from tuner.worker_id import is_worker_id
 
 STORAGE_ENV = "PLAN_TUNE_STORAGE"  # the worker's storage URL
 OUTCOME = "outcome.json"  # how the worker ended, written by it (plan_service/tune_worker.py)
 
 
-WORKER = "worker.json"  # the pid of the study's last worker, written when it starts
+WORKER = "worker.json"  # the study's last worker: pid, start time and worker id, written when it starts
 RESUME = "POST /tune with the same study resumes it (everything up to its last trial is kept)"
+# a worker that ended without an outcome, seen by a server that did not start it (no exit code to read)
+UNWATCHED = ("its worker ended without an outcome while no server of this workdir watched it (a kill -9, the kernel's "
+             "out-of-memory killer, or a hard crash)")
+STOP = "stop.json"  # who stopped the worker, with which signal and when: written by this server before it signals
+# who else sends a worker each signal, when this server did not (no stop.json of that signal)
+OUTSIDE = {"SIGTERM": "a kill, a batch system's time limit or docker stop", "SIGINT": "kill -INT or a Ctrl-C",
+           "SIGKILL": "kill -9, or the kernel's out-of-memory killer"}
+
+
+class Ended(NamedTuple):
+    status: str  # running | finished | interrupted | failed
+    code: int | None  # the worker's exit code where known
+    why: str | None  # the one line why
+    stopped_by: str | None = None  # interrupted: who sent the signal, when (None: not known)
+    stop_reason: str | None = None  # finished: the study's own rule that stopped it (budget, trial cap, space)
 
 
 @dataclass
@@ -36,6 +55,7 @@ class Job:
     pid: int
     proc: subprocess.Popen | None = None  # None: a worker an earlier server started
     start_ticks: int | None = None  # the worker's start time (/proc/PID/stat), recorded at launch
+    worker_id: str | None = None  # the id its trials carry (tuner/worker_id.py); None: started by an older server
 
     @property
     def log_path(self) -> Path:
@@ -46,13 +66,14 @@ class Job:
             return self.proc.poll() is None
         return _is_worker(self.pid, self.folder, self.start_ticks)
 
-    def stop(self) -> None:
+    def stop(self, by: str = "DELETE /tune/STUDY") -> None:
         """SIGTERM to the worker, as `kill` would: the tuner kills the running trial, marks it interrupted and
         queued again, and the worker writes 'interrupted' (POST /tune with the same study resumes it). A worker
         an earlier server started is signalled only while its pid is still that worker (command line and start
         time): a pid the system gave to another process since is never signalled."""
         if not self.alive():
             raise NotRunning(self.study)
+        record_stop(self.folder, "SIGTERM", by)
         try:
             os.kill(self.pid, signal.SIGTERM)
         except ProcessLookupError:  # it ended just now
@@ -60,20 +81,48 @@ class Job:
 
     def state(self) -> tuple[str, int | None, str | None]:
         """(running|finished|interrupted|failed, exit code where known, the one line why)."""
+        return self.ended()[:3]
+
+    def ended(self) -> Ended:
+        """state()'s three; for an interrupted study who stopped it (None: not known), said once in the why; for a
+        finished one the rule that stopped it."""
         if self.alive():
-            return "running", None, None
+            return Ended("running", None, None)
         code = self.proc.returncode if self.proc is not None else None
         try:
             outcome = json.loads((self.folder / OUTCOME).read_text())
-            return outcome["status"], outcome.get("exit_code", code), outcome.get("why")
+            status, code = outcome["status"], outcome.get("exit_code", code)
+            if status == "interrupted" and outcome.get("signal") and outcome.get("kept"):
+                who = self._who(outcome["signal"])
+                return Ended(status, code, f"stopped by {who}: {outcome['kept']}; {RESUME}", stopped_by=who)
+            rule = outcome.get("stop_reason") if status == "finished" else None
+            # an outcome this server wrote for a worker that ended without one keeps who stopped it
+            return Ended(status, code, outcome.get("why"), stopped_by=outcome.get("stopped_by"), stop_reason=rule)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        if code is None:  # ended without an outcome while no server watched it (a server since sees no exit code)
+            return Ended("interrupted", None, f"{UNWATCHED}; {RESUME}", stopped_by=f"no one known: {UNWATCHED}")
+        if code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
+            who = self._who(_signal_name(-code))
+            ended = Ended("interrupted", code, f"its worker was killed by {who}; {RESUME}", stopped_by=who)
+        else:
+            ended = Ended("failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}")
+        # kept as its outcome: a server started later has no exit code to read it from (it read 'ended without an
+        # outcome (the server was stopped or restarted while it ran)' for a worker killed with -9)
+        with contextlib.suppress(OSError):
+            (self.folder / OUTCOME).write_text(json.dumps({"status": ended.status, "exit_code": code, "why": ended.why,
+                                                           "stopped_by": ended.stopped_by, "written_by": "server"}))
+        return ended
+
+    def _who(self, sig: str) -> str:
+        """Who sent the worker `sig`: this server where it recorded sending it (stop.json), else someone outside."""
+        try:
+            rec = json.loads((self.folder / STOP).read_text())
+            if rec["signal"] == sig:
+                return f"{rec['by']} at {rec['at']} ({sig} to its worker)"
         except (OSError, ValueError, KeyError, TypeError):
             pass
-        if code is not None and code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
-            return "interrupted", code, f"its worker was killed by {_signal_name(-code)}; {RESUME}"
-        if code is not None:
-            return "failed", code, f"its worker exited {code} without an outcome: {_last_line(self.log_path)}"
-        return "interrupted", None, f"its worker ended without an outcome (the server was stopped or restarted while " \
-                                    f"it ran); {RESUME}"
+        return f"a {sig} from outside this server ({OUTSIDE.get(sig, 'a signal to its worker')})"
 
 
 class TuneJobs:
@@ -99,20 +148,22 @@ class TuneJobs:
             folder = self.workdir / name
             folder.mkdir(parents=True, exist_ok=True)
             (folder / OUTCOME).unlink(missing_ok=True)  # the last run's: this run writes its own
+            (folder / STOP).unlink(missing_ok=True)
             cfg_path = folder / "tune_config.json"
             cfg_path.write_text(config.model_dump_json(indent=2))
             log_path = folder / "worker.log"
+            wid = uuid.uuid4().hex  # the worker takes it as its id: its trials carry it (this run's, whatever its pid)
             package_root = str(Path(plan_service.__file__).resolve().parent.parent)
             env = os.environ | {STORAGE_ENV: self.storage, "PYTHONPATH": os.pathsep.join(
                 p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "plan_service.tune_worker", str(cfg_path)],
+                    [sys.executable, "-m", "plan_service.tune_worker", str(cfg_path), "--worker-id", wid],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True)
             ticks = start_ticks(proc.pid)
-            (folder / WORKER).write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks}))
-            self.jobs[name] = Job(study=name, folder=folder, pid=proc.pid, proc=proc, start_ticks=ticks)
+            (folder / WORKER).write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks, "worker_id": wid}))
+            self.jobs[name] = Job(study=name, folder=folder, pid=proc.pid, proc=proc, start_ticks=ticks, worker_id=wid)
         return name
 
     def running(self) -> int:
@@ -132,10 +183,11 @@ class TuneJobs:
         folder = self.workdir / name
         try:
             worker = json.loads((folder / WORKER).read_text())
-            pid, ticks = int(worker["pid"]), worker.get("start_ticks")
+            pid, ticks, wid = int(worker["pid"]), worker.get("start_ticks"), worker.get("worker_id")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        return Job(study=name, folder=folder, pid=pid, start_ticks=int(ticks) if isinstance(ticks, int) else None)
+        return Job(study=name, folder=folder, pid=pid, start_ticks=int(ticks) if isinstance(ticks, int) else None,
+                   worker_id=wid if is_worker_id(wid) else None)
 
     def stop_all(self, timeout_s: float = 30.0) -> None:
         """Ask every worker this server started to stop (SIGINT: the tuner kills the running trial, keeps what
@@ -144,6 +196,7 @@ class TuneJobs:
             jobs = list(self.jobs.values())
         for job in jobs:
             if job.alive():
+                record_stop(job.folder, "SIGINT", "the server stopping")
                 try:
                     os.killpg(job.proc.pid, signal.SIGINT)
                 except ProcessLookupError:
@@ -152,7 +205,15 @@ class TuneJobs:
             try:
                 job.proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                record_stop(job.folder, "SIGKILL", f"the server stopping (its worker had not stopped {timeout_s:g} s "
+                                                   "after its SIGINT)")
                 os.killpg(job.proc.pid, signal.SIGKILL)
+
+
+def record_stop(folder: Path, sig: str, by: str) -> None:
+    """What this server is about to send the study's worker, who asked and when (Job.ended says it once)."""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    (folder / STOP).write_text(json.dumps({"signal": sig, "by": by, "at": at}))
 
 
 def log_tail(path: Path, n_bytes: int = 2000) -> str:

@@ -97,7 +97,7 @@ class Tuner(Proposals):
 
     def _should_stop(self) -> str:
         if self.cfg.max_trials is not None and self.launched >= self.cfg.max_trials:
-            return f"launched {self.launched} trials (--max-trials)"
+            return f"launched {self.launched} trial{'s' if self.launched != 1 else ''} (--max-trials)"
         if self.budget.left_s < 1.0:
             return "budget used up"
         untried = self.untried(launchable_only=not self.cfg.explore_infeasible)

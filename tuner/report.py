@@ -22,6 +22,7 @@ from tuner.predict import Predictor
 from tuner.space import TUNED_KNOBS
 from tuner.storage import masked_url
 from tuner.study_store import StudyMeta, calibration_check, current_calibration, load
+from tuner.worker_id import worker_alive
 
 COLUMNS = (
     "trial", "state", "status", "source", *TUNED_KNOBS,
@@ -61,9 +62,13 @@ class TuneReport(BaseModel):
 
 
 def status_of(t: FrozenTrial) -> str:
-    """A trial's outcome; a failed trial that never got one was interrupted (worker died)."""
+    """A trial's outcome; a failed trial that never got one was interrupted (worker died), and so is a trial still
+    running in the storage whose worker is known dead here (its liveness lock free: killed, tuner/worker_id.py)
+    until the next run of the study fails it and queues it again."""
     s = t.user_attrs.get("status")
     if t.state == TrialState.FAIL and s in (None, "running"):
+        return "interrupted"
+    if t.state == TrialState.RUNNING and worker_alive(t.user_attrs.get("worker_id")) is False:
         return "interrupted"
     return s or t.state.name.lower()
 
@@ -172,11 +177,11 @@ def run_summary(study: optuna.Study, numbers: list[int], remeasurements: int = 0
             "remeasurements": remeasurements}
 
 
-def worker_trials(study: optuna.Study, pid: int, host: str) -> list[int]:
-    """The trials one worker process ran (their `worker_pid` / `worker_host`, set as each starts): a running
-    `plan serve` worker's own, apart from the earlier runs of a resumed study."""
-    return [t.number for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("worker_pid") == pid and t.user_attrs.get("worker_host") == host]
+def worker_trials(study: optuna.Study, worker: str) -> list[int]:
+    """The trials one worker process ran (their `worker_id`, tuner/worker_id.py, set as each starts): a running
+    `plan serve` worker's own, apart from the earlier runs of a resumed study. Matched by the worker's unique id,
+    never by pid and host: a later worker that got an earlier one's pid does not take its trials."""
+    return [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("worker_id") == worker]
 
 
 def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None,

@@ -30,17 +30,37 @@ def worker_id() -> str:
     """This process's worker id (created, and its lock taken, on first use)."""
     pid = os.getpid()
     if pid not in _state:
-        wid = uuid.uuid4().hex
-        folder = lock_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        f = open(folder / f"{wid}.lock", "w")  # not inherited by the trainer (O_CLOEXEC)
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        f.write(f"{pid}\n")
-        f.flush()
-        _state.clear()
-        _state[pid] = (wid, f)
-        atexit.register(_remove, folder / f"{wid}.lock", pid)  # a killed worker's file stays: dead
+        _take(uuid.uuid4().hex, pid)
     return _state[pid][0]
+
+
+def adopt(wid: str) -> str:
+    """Make `wid` this process's worker id (a `plan serve` worker takes the id its server recorded at launch, so
+    the server tells its trials from those of an earlier worker that had the same pid); before any trial runs."""
+    if not is_worker_id(wid):
+        raise ValueError(f"a worker id is 32 hex digits, not {wid!r}")
+    pid = os.getpid()
+    if pid in _state and _state[pid][0] != wid:
+        raise RuntimeError(f"this process is worker {_state[pid][0]} already")
+    if pid not in _state:
+        _take(wid, pid)
+    return wid
+
+
+def is_worker_id(wid) -> bool:
+    return isinstance(wid, str) and len(wid) == 32 and all(c in "0123456789abcdef" for c in wid)
+
+
+def _take(wid: str, pid: int) -> None:
+    folder = lock_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / f"{wid}.lock", "w")  # not inherited by the trainer (O_CLOEXEC)
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.write(f"{pid}\n")
+    f.flush()
+    _state.clear()
+    _state[pid] = (wid, f)
+    atexit.register(_remove, folder / f"{wid}.lock", pid)  # a killed worker's file stays: dead
 
 
 def _remove(path: Path, pid: int) -> None:
@@ -50,7 +70,7 @@ def _remove(path: Path, pid: int) -> None:
 
 def worker_alive(wid: str | None) -> bool | None:
     """True/False when the worker's lock file is here; None when it cannot be told here."""
-    if not wid or not all(c in "0123456789abcdef" for c in wid):
+    if not is_worker_id(wid):
         return None
     if pid_wid := _state.get(os.getpid()):
         if pid_wid[0] == wid:

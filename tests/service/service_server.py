@@ -21,9 +21,10 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(tmp: Path, *, token: str | None, extra: list[str] = (), stop_timeout_s: float = 15,
-                   started: list | None = None):
-    """`started`: a list the server's Popen is appended to (a test that kills it itself)."""
-    port = free_port()
+                   started: list | None = None, port: int | None = None):
+    """`started`: a list the server's Popen is appended to (a test that kills it itself); `port`: a server started
+    again where an earlier one was (default: a free port)."""
+    port = port or free_port()
     env = {k: v for k, v in os.environ.items() if k != "PLAN_API_TOKEN"} | {"OMP_NUM_THREADS": "1"}
     if token is not None:
         env["PLAN_API_TOKEN"] = token

@@ -216,8 +216,9 @@ def test_page_stops_a_running_study_after_asking_and_resumes_it(base, tmp_path):
         if line.startswith("study page-stop: stopping"):  # while the worker stops: the page's words, not the API's
             assert "SIGTERM sent to its worker" in line and "GET /tune" not in line and "POST /tune" not in line, line
         stopped = _summary_matching(driver, "^study page-stop: interrupted", "the study to read interrupted", timeout_s=180)
-        assert stopped.startswith("study page-stop: interrupted (resumable)"), stopped
-        assert "SIGTERM" in stopped and "to resume: Start tuning with study page-stop" in stopped, stopped
+        assert stopped.startswith("study page-stop: interrupted | stopped by the page's Stop from 127.0.0.1"), stopped
+        assert stopped.count("SIGTERM") == 1 and stopped.count("resum") == 1, stopped  # who and how to resume: once
+        assert stopped.endswith("to resume: Start tuning with study page-stop (filled in above)"), stopped
         assert "| its last run: launched" in stopped and "| this run:" not in stopped, stopped  # it has ended
         assert not driver.find_element("id", "tune-stop").is_displayed()
         assert driver.find_element("id", "tune-study").get_attribute("value") == "page-stop"  # filled in to resume

@@ -6,6 +6,8 @@ took the pid since. The study stays resumable."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,10 +40,24 @@ def test_delete_stops_this_servers_worker_and_it_reads_interrupted(tmp_path):
         job.proc.wait(timeout=120)  # SIGTERM, whenever it lands: the worker stops
         status = client.get("/tune/own").json()
         assert status["status"] == "interrupted" and status["exit_code"] in (143, -15), status
-        assert "SIGTERM" in status["why"], status
+        # who stopped it, once: the request (its caller's address, when), the signal; and how to resume it, once
+        assert status["stopped_by"].startswith("DELETE /tune/own from testclient at "), status
+        assert status["stopped_by"].endswith("UTC (SIGTERM to its worker)"), status
+        assert status["why"].count("SIGTERM") == 1 and status["why"].count("resume") == 1, status
+        assert status["resume"] == "POST /tune with study 'own'", status
         again = client.delete("/tune/own")  # nothing left to stop: a 409 saying so and how it ended
         assert again.status_code == 409 and "not running" in again.json()["detail"], again.text
         assert client.delete("/tune/nope").status_code == 404
+
+        # resumed, then a SIGTERM this server did not send (a kill): the last run's DELETE is not named
+        assert client.post("/tune", json={"model": "tiny", "gpus": 1, "budget_s": 600, "study": "own"}).status_code == 202
+        job = client.app.state.jobs.get("own")
+        os.kill(job.pid, signal.SIGTERM)
+        job.proc.wait(timeout=120)
+        status = client.get("/tune/own").json()
+        assert status["status"] == "interrupted" and status["stopped_by"].startswith(
+            "a SIGTERM from outside this server (a kill"), status
+        assert "DELETE" not in status["why"] and status["why"].count("resume") == 1, status
 
 
 def test_delete_needs_the_token(tmp_path):

@@ -42,6 +42,23 @@ def test_worker_id_is_unique_and_its_lock_tells_life():
     assert worker_alive("0" * 32) is None  # not here: another machine or container
 
 
+def test_a_worker_adopts_the_id_its_server_recorded():
+    wid = "c0ffee" + "0" * 26
+    code = (f"from tuner.worker_id import adopt, worker_id; import time; adopt({wid!r}); "
+            "print(worker_id(), flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env=os.environ | {"PYTHONPATH": os.getcwd()})
+    try:
+        assert proc.stdout.readline().strip() == wid and worker_alive(wid) is True  # its trials carry it, alive
+    finally:
+        proc.kill()
+        proc.wait()
+    assert worker_alive(wid) is False
+    bad = subprocess.run([sys.executable, "-c", "from tuner.worker_id import adopt; adopt('../x')"], capture_output=True,
+                         text=True, env=os.environ | {"PYTHONPATH": os.getcwd()})
+    assert bad.returncode != 0 and "32 hex digits" in bad.stderr, bad.stderr
+
+
 def test_only_trials_of_known_dead_workers_are_failed(tmp_path):
     url = f"sqlite:///{tmp_path / 'w.db'}"
     store = StudyStore.open(st.open_storage(url), "w", create=True)

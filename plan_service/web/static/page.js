@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { request: null, report: null, selected: 1, tuneTimer: null, tuneStudy: null, stopping: null, moeModels: new Set() };
+const state = { request: null, report: null, selected: 1, tuneTimer: null, tuneRound: 0, tuneStudy: null, stopping: null, moeModels: new Set() };
 const MEMORY_TERMS = ["weights", "grads", "optimizer", "activations", "comm_buffers", "runtime", "fragmentation"];
 const TIME_TERMS = [["compute_s", "compute"], ["comm_exposed_s", "exposed communication"],
                     ["bubble_s", "pipeline bubble"], ["offload_s", "offload"]];

@@ -25,17 +25,27 @@ async function startTune(event) {
   }
 }
 
+// One poll at a time, the newest answer wins: the next poll is asked 2 s after the last one's answer was shown (a
+// slow server's polls used to pile up, each 2 s, and land out of order); following a study (again, or another)
+// starts a new round, and a poll of an older round drops its answer when it comes.
 function follow(study) {
   if (!study) return;
-  clearInterval(state.tuneTimer);
+  const round = ++state.tuneRound;
+  clearTimeout(state.tuneTimer);
   state.tuneStudy = study;
   $("tune-progress").hidden = false;
   $("watch-study").value = study;
   const tick = async () => {
-    if (await refreshTune(study)) clearInterval(state.tuneTimer);
+    let done = false;
+    try {
+      done = await refreshTune(study, round);
+    } catch (e) {  // the server is not answering (stopped, restarted): say so and ask again
+      if (round === state.tuneRound) setStatus($("tune-summary"), `study ${study}: the server is not answering ` +
+                                                                  `(${e.message}); asking again every 2 s`, true);
+    }
+    if (!done && round === state.tuneRound) state.tuneTimer = setTimeout(tick, 2000);
   };
   tick();
-  state.tuneTimer = setInterval(tick, 2000);
 }
 
 // Stop the followed study's worker (DELETE /tune/STUDY, the token of POST /tune): its running trial is
@@ -48,7 +58,8 @@ async function stopTune() {
   const summary = $("tune-summary");
   $("tune-stop").disabled = true;
   try {
-    const r = await fetch(`/tune/${encodeURIComponent(study)}`, { method: "DELETE", headers: authHeaders() });
+    const r = await fetch(`/tune/${encodeURIComponent(study)}`, { method: "DELETE",
+                                                                  headers: { ...authHeaders(), "X-Plan-Client": "page" } });
     if (!r.ok) throw new Error(await errorText(r));
     // its `why` speaks HTTP (GET /tune/STUDY, POST /tune): the page says it in its own words, until the worker stops
     state.stopping = { study, line: `SIGTERM sent to its worker (pid ${(await r.json()).pid}): its running trial is ` +
@@ -94,40 +105,53 @@ function calibrationText(rep) {
   return `${head}: kept the ${c.baseline}: ${c.why}`;
 }
 
-async function refreshTune(study) {
+// One poll of `round` (follow()): true once there is nothing more to follow. An answer that comes after a newer
+// round began is dropped (true: its round is over).
+async function refreshTune(study, round) {
   const summary = $("tune-summary");
+  const stale = () => round !== state.tuneRound;
   const r = await fetch(`/tune/${encodeURIComponent(study)}`);
+  if (stale()) return true;
   if (!r.ok) {
-    setStatus(summary, `${study}: ${await errorText(r)}`, true);
+    const why = await errorText(r);
+    if (stale()) return true;
+    setStatus(summary, `${study}: ${why}`, true);
     return r.status === 404;
   }
   const st = await r.json();
+  if (stale()) return true;
   const rep = st.report;
   const stopping = st.status === "running" && state.stopping && state.stopping.study === study ? state.stopping : null;
   if (st.status !== "running") state.stopping = null;
-  let text = `study ${study}: ${stopping ? `stopping | ${stopping.line}` : st.status}` +
-             (st.status === "interrupted" ? " (resumable)" : "");
+  // an interrupted study's line says once who stopped it and the one click that resumes it (the API's why says
+  // both in HTTP's words, and what this run kept, which the trial counts say here)
+  const interrupted = st.status === "interrupted";
+  let text = `study ${study}: ${stopping ? `stopping | ${stopping.line}` : st.status}`;
+  if (interrupted && st.stopped_by) text += ` | stopped by ${st.stopped_by}`;
   if (rep) {
     text += ` | ${trialsText(rep, st.status === "running")}`;
     if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
   }
-  if (st.why) text += ` | ${st.why}`;  // how the worker ended: finished / interrupted (resumable) / failed
-  else if (st.log_tail) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
-  if (st.status === "interrupted") {  // Start tuning resumes it: the study's name is filled in
-    $("tune-study").value = study;
-    text += ` | to resume: Start tuning with study ${study} (filled in above)`;
-  }
-  if (rep) await showTrials(study, !!rep.best);  // the rows first: a "finished" line comes with its final rows
+  // how the worker ended: a finished study's rule (the API's why repeats the trial counts, as "this run"), failed's why
+  if (st.status === "finished" && st.stop_reason) text += ` | ended: ${st.stop_reason}`;
+  else if (st.why && !(interrupted && st.stopped_by)) text += ` | ${st.why}`;
+  else if (st.log_tail && !st.why) text += ` | ${st.log_tail.trim().split("\n").pop()}`;
+  if (interrupted) text += ` | to resume: Start tuning with study ${study} (filled in above)`;
+  if (rep && !(await showTrials(study, !!rep.best, stale))) return true;  // the rows first: a "finished" line comes with its final rows
+  if (interrupted) $("tune-study").value = study;  // Start tuning resumes it: the study's name is filled in
   $("tune-calibration").textContent = rep ? calibrationText(rep) : "";
   $("tune-stop").hidden = st.status !== "running";
   setStatus(summary, text, st.status === "failed");
   return st.status !== "running";
 }
 
-async function showTrials(study, hasBest) {
+// The trial table, links and chart; false (nothing drawn) when `stale()` says a newer round began meanwhile.
+async function showTrials(study, hasBest, stale) {
   const r = await fetch(`/ui/tune/${encodeURIComponent(study)}/trials`);
-  if (!r.ok) return;
+  if (stale()) return false;
+  if (!r.ok) return true;
   const data = await r.json();
+  if (stale()) return false;
   const links = $("tune-links");
   links.innerHTML = "";
   const a = document.createElement("a");
@@ -170,6 +194,7 @@ async function showTrials(study, hasBest) {
       line: { dash: "dot", color: "#888" } },
   ], { title: { text: "Predicted vs measured tokens/s" }, xaxis: { title: { text: "predicted" } },
        yaxis: { title: { text: "measured" } }, margin: { t: 50 } }, PLOT_CONFIG);
+  return true;
 }
 
 document.addEventListener("DOMContentLoaded", () => {
