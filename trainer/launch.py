@@ -40,16 +40,14 @@ def launch(cfg: TrainConfig) -> TrainResult:
     Path(result_path).unlink(missing_ok=True)
     clear_rank_errors(result_path)
     t0 = time.perf_counter()
-    from trainer.dist import env_from_slurm, launched_externally
+    from trainer.dist import env_from_slurm, launched_externally, launcher_ranks
 
-    external = launched_externally()
-    if external:  # torchrun / srun decide the ranks: validate against them
-        env_from_slurm(cfg.launch.rdzv_endpoint)
-        world = int(os.environ["WORLD_SIZE"])
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=max(1, world // local))
     try:
-        if external:
+        external = launched_externally()  # an srun step with uneven tasks per node: refused here (bad_config)
+        if external:  # torchrun / srun decide the ranks: validate against them
+            env_from_slurm(cfg.launch.rdzv_endpoint)
+            world, local = launcher_ranks()
+            asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=world // local)
             check_launcher_ranks(asked, local)
         validate_config(cfg)
         if cfg.spec is None:
