@@ -117,15 +117,40 @@ def first_host(nodelist: str) -> str:
     return (m[1] + (m[2] or "")) if m else nodelist
 
 
-def env_from_slurm(rdzv_endpoint: str | None) -> None:
-    """Fill torch's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* from SLURM's variables (srun)."""
+def check_block_placement(env) -> None:
+    """The trainer's meshes take consecutive ranks as one node's (tensor-parallel groups, FSDP-hybrid shard groups:
+    trainer/backends/mesh.py, fsdp.py); srun --distribution=cyclic / plane deals them over the nodes (srun(1) -m),
+    so a plan would be measured with its node-local groups spread over the network. SLURM_GTIDS (srun(1): the global
+    task ids on this node) is consecutive on every node under block placement and on none under cyclic with 2+
+    tasks per node; without it, SLURM_DISTRIBUTION's node part says so. Refused, naming the variable."""
+    from planner.errors import PlanError
+
+    fix = "run srun with --distribution=block (its default)"
+    gtids = [int(t) for t in env.get("SLURM_GTIDS", "").split(",") if t.strip().isdigit()]
+    if gtids and gtids != list(range(gtids[0], gtids[0] + len(gtids))):
+        shown = ",".join(map(str, gtids[:6])) + (",..." if len(gtids) > 6 else "")
+        raise PlanError("SLURM_GTIDS", f"{shown}: srun placed non-consecutive ranks on this node "
+                        f"(SLURM_DISTRIBUTION={env.get('SLURM_DISTRIBUTION', 'unset')}); the trainer's node-local groups "
+                        f"are consecutive ranks: {fix}")
+    node_part = env.get("SLURM_DISTRIBUTION", "").split(":")[0].strip().lower()
+    if not gtids and (node_part in ("cyclic", "arbitrary") or node_part.startswith("plane")):
+        raise PlanError("SLURM_DISTRIBUTION", f"{env['SLURM_DISTRIBUTION']}: srun deals consecutive ranks to different "
+                        f"nodes; the trainer's node-local groups are consecutive ranks: {fix}")
+
+
+def env_from_slurm(rdzv_endpoint: str | None, block_ranks: bool = False) -> None:
+    """Fill torch's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* from SLURM's variables (srun). `block_ranks`: refuse a step
+    that did not place consecutive ranks on one node (check_block_placement; the trainer needs it, the bench groups
+    ranks by their host)."""
     task = None if "RANK" in os.environ else slurm_task_env(os.environ)
     if task is None:
         return
+    if block_ranks and int(task["LOCAL_WORLD_SIZE"]) > 1:  # one rank per node: every placement is block
+        check_block_placement(os.environ)
     os.environ.update(task)
     if rdzv_endpoint:
-        host, _, port = rdzv_endpoint.partition(":")
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host, port or "29500"
+        host, _, port = rdzv_endpoint.rpartition(":") if "]" in rdzv_endpoint else rdzv_endpoint.partition(":")
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host.strip("[]"), port or "29500"
     os.environ.setdefault("MASTER_ADDR", _first_slurm_host())
     os.environ.setdefault("MASTER_PORT", "29500")
 

@@ -45,7 +45,7 @@ def launch(cfg: TrainConfig) -> TrainResult:
     try:
         external = launched_externally()  # an srun step with uneven tasks per node: refused here (bad_config)
         if external:  # torchrun / srun decide the ranks: validate against them
-            env_from_slurm(cfg.launch.rdzv_endpoint)
+            env_from_slurm(cfg.launch.rdzv_endpoint, block_ranks=True)
             world, local = launcher_ranks()
             asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=world // local)
             check_launcher_ranks(asked, local)

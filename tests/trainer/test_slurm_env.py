@@ -11,7 +11,7 @@ from planner.errors import PlanError
 from trainer.dist import env_from_slurm, first_host, launched_externally, launcher_ranks, tasks_on_node, tasks_per_node
 
 TORCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-SLURM_VARS = ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE",
+SLURM_VARS = ("SLURM_GTIDS", "SLURM_DISTRIBUTION", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS_PER_NODE",
               "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NODELIST",
               "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 
@@ -136,3 +136,37 @@ def test_nproc_other_than_the_launchers_is_refused():
     assert e.value.field == "nproc"
     check_launcher_ranks(1, 8)  # --nproc left out: the launcher decides
     check_launcher_ranks(8, 8)
+
+
+def _step(slurm, **extra):
+    """Task 1 of `srun -N 2 -n 8`: on node 1 under --distribution=cyclic, on node 0 under block."""
+    slurm(SLURM_STEP_NUM_TASKS="8", SLURM_PROCID="1", SLURM_LOCALID="0", SLURM_NODEID="1",
+          SLURM_STEP_TASKS_PER_NODE="4(x2)", SLURM_STEP_NODELIST="n[1-2]", **extra)
+
+
+@pytest.mark.parametrize("extra, var, words", [
+    ({"SLURM_GTIDS": "1,3,5,7", "SLURM_DISTRIBUTION": "cyclic"}, "SLURM_GTIDS", "1,3,5,7: srun placed non-consecutive"),
+    ({"SLURM_GTIDS": "0,1,4,5", "SLURM_DISTRIBUTION": "plane=2"}, "SLURM_GTIDS", "0,1,4,5"),
+    ({"SLURM_DISTRIBUTION": "cyclic:block"}, "SLURM_DISTRIBUTION", "cyclic:block: srun deals consecutive ranks"),
+])
+def test_srun_cyclic_placement_is_refused_for_the_trainer(slurm, extra, var, words):
+    """Rank 1 on node 1: the trainer's tensor-parallel / FSDP-hybrid groups (consecutive ranks, one node's) spanned
+    the nodes without a word. Every rank refuses (each node's SLURM_GTIDS is non-consecutive)."""
+    _step(slurm, **extra)
+    with pytest.raises(PlanError) as e:
+        env_from_slurm(None, block_ranks=True)
+    assert e.value.field == var and words in str(e.value) and "--distribution=block" in str(e.value)
+
+
+@pytest.mark.parametrize("extra", [{"SLURM_GTIDS": "0,1,2,3", "SLURM_DISTRIBUTION": "block:cyclic"}, {},
+                                   {"SLURM_GTIDS": "4,5,6,7", "SLURM_DISTRIBUTION": "cyclic"}])  # GTIDS decide
+def test_srun_block_placement_is_taken(slurm, extra):
+    _step(slurm, **extra)
+    env_from_slurm("[::1]:29514", block_ranks=True)
+    assert (os.environ["RANK"], os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("1", "::1", "29514")
+
+
+def test_the_bench_takes_any_placement(slurm):
+    _step(slurm, SLURM_GTIDS="1,3,5,7", SLURM_DISTRIBUTION="cyclic")  # it groups ranks by host (trainer/nodes.py)
+    env_from_slurm(None)
+    assert os.environ["RANK"] == "1"
