@@ -170,3 +170,12 @@ def test_the_bench_takes_any_placement(slurm):
     _step(slurm, SLURM_GTIDS="1,3,5,7", SLURM_DISTRIBUTION="cyclic")  # it groups ranks by host (trainer/nodes.py)
     env_from_slurm(None)
     assert os.environ["RANK"] == "1"
+
+
+@pytest.mark.parametrize("env, owner", [
+    ({}, True), ({"SLURM_PROCID": "0"}, True), ({"RANK": "0", "SLURM_PROCID": "3"}, True),  # torchrun in srun
+    ({"SLURM_PROCID": "5"}, False), ({"RANK": "2"}, False)])
+def test_only_rank_0_writes_the_result_file(env, owner):
+    from trainer.launch import result_owner
+
+    assert result_owner(env) is owner
