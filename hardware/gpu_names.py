@@ -58,3 +58,19 @@ def match_gpu_id(catalog: Catalog, name: str, memory_gib: float | None = None) -
                                             sum(has_word(m, g.name) for m in FORM_FACTORS if m not in stated),
                                             abs(g.hbm_gib - memory_gib) if memory_gib else 0.0)).id
     return None
+
+
+def match_rocm_arch(catalog: Catalog, arch: str, compute_units: int | None = None,
+                    memory_gib: float | None = None) -> str | None:
+    """The catalog GPU a ROCm device is by its LLVM target (torch's gcnArchName, "gfx942:sramecc+:xnack-"), its
+    compute units (multi_processor_count) and memory, for a device whose driver gave no name (libdrm's amdgpu.ids
+    missing from the image: an empty name, or "AMD Radeon Graphics"). The part with that target and CU count; of
+    several (MI300X / MI325X), the one whose memory is within 10% of the device's. None when none fits (an MI210:
+    gfx90a with 104 CUs; an MI300X compute partition: fewer CUs) or two still do (MI350X / MI355X differ only in
+    clock)."""
+    target = arch.split(":")[0].strip().lower()
+    hits = [g for g in catalog.gpus.values() if g.gcn_arch is not None and g.gcn_arch == target
+            and (compute_units is None or g.compute_units in (None, compute_units))]
+    if len(hits) > 1 and memory_gib:
+        hits = [g for g in hits if abs(g.hbm_gib - memory_gib) <= 0.1 * g.hbm_gib]
+    return hits[0].id if len(hits) == 1 else None

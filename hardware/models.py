@@ -81,6 +81,11 @@ class GPU(_Entry):
     sm_count: int | None = Field(default=None, gt=0)
     gemm_tiles: list[GemmTile] = Field(default_factory=list)
     gemm_k_step_bytes: int = Field(default=128, gt=0)
+    # ROCm: the part's LLVM target (torch's gcnArchName before its ":" features, e.g. gfx942) and the compute units
+    # one device of it has (torch's multi_processor_count): which part a device is when its driver gives no name
+    # (hardware/gpu_names.py match_rocm_arch). Data, not a model input: nothing in the planner reads them.
+    gcn_arch: str | None = Field(default=None, pattern=r"^gfx[0-9a-f]+$")
+    compute_units: int | None = Field(default=None, gt=0)
     # Its GPUs' link inside a node: a catalog/links/<id>.toml sweep of collective busbw by message size
     # (hardware/links.py; planner/busbw_curve.py).
     intranode_link: str = Field(default="nvlink", min_length=1)

@@ -34,6 +34,40 @@ def local_addr(endpoint_host: str, nnodes: int) -> str | None:
         return None
 
 
+def loopback_only(host: str, addresses: list[str]) -> bool:
+    """A host NAME whose every address here is a loopback one (Debian/Ubuntu's /etc/hosts line "127.0.1.1 node0"): a
+    store listening there (bound_stores) is out of the other nodes' reach, while they resolve the name to the node's
+    network address and wait for it until the rendezvous times out. A literal address or "localhost" is the user's
+    own choice of one machine (two agents on it: tests/trainer/test_multinode.py)."""
+    import ipaddress
+
+    name = host.strip("[]").lower()
+    try:
+        ipaddress.ip_address(name)
+        return False
+    except ValueError:
+        pass
+    if name in ("localhost", "localhost.localdomain") or not addresses:
+        return False
+    return all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def check_store_host(host: str, nnodes: int, node_rank: int) -> None:
+    """Node 0 of several: the rendezvous host must name an address the other nodes reach (loopback_only)."""
+    from planner.errors import PlanError
+
+    if nnodes == 1 or node_rank != 0:
+        return
+    try:
+        addresses = sorted({info[4][0] for info in socket.getaddrinfo(host.strip("[]"), None)})
+    except (socket.gaierror, UnicodeError):
+        return  # trainer/ranks.check_endpoint says so
+    if loopback_only(host, addresses):
+        raise PlanError("rdzv_endpoint", f"{host} resolves to {', '.join(addresses)} on this node (node 0; /etc/hosts): "
+                        "the other nodes cannot reach a rendezvous listening there; give node 0's network address "
+                        "(its IP, or a name that resolves to it), or 127.0.0.1 for nodes on this one machine")
+
+
 def loopback_comm_env(nnodes: int) -> None:
     """Single node: gloo and NCCL bootstrap sockets on the loopback interface (unless set)."""
     if nnodes == 1:

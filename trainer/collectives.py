@@ -106,24 +106,33 @@ def _one(op: str, size_bytes: int, device, world: int, group=None) -> float:
     return float(elapsed.item())
 
 
-def bench_rank(ops: list[str], sizes: list[int], nnodes: int, progress: bool) -> dict | None:
-    """Runs on every rank; rank 0 returns the report as a dict."""
+def bench_rank(ops: list[str], sizes: list[int], progress: bool) -> dict | None:
+    """Runs on every rank; rank 0 returns the report as a dict; every rank {"plan_error": [field, text]} for a layout
+    it refuses."""
     import torch.distributed as dist
 
+    from planner.errors import PlanError
     from trainer import dist as tdist
 
     device = tdist.init(600)
-    report = _bench(ops, sizes, nnodes, progress, device)
+    try:
+        report = _bench(ops, sizes, progress, device)
+    except PlanError as e:  # every rank refuses the same layout at the same point: no collective is left waiting;
+        dist.destroy_process_group()  # returned, not raised (torch's elastic agent logs a raising rank's traceback)
+        return {"plan_error": [e.field, e.message]}
     # NCCL: a process group left to the interpreter's exit can hang it (torch warns so); on an error the launcher
     # ends the ranks (a teardown could wait on the other ranks' collectives)
     dist.destroy_process_group()
     return report
 
 
-def _bench(ops: list[str], sizes: list[int], nnodes: int, progress: bool, device) -> dict | None:
+def _bench(ops: list[str], sizes: list[int], progress: bool, device) -> dict | None:
     import torch.distributed as dist
 
+    from trainer.nodes import gathered_node_groups
+
     rank, world = dist.get_rank(), dist.get_world_size()
+    nodes = gathered_node_groups()  # the ranks' own nodes (an uneven layout: one line, here on every rank)
     results: list[CollectiveResult] = []
     bar = None
     if rank == 0 and progress:
@@ -147,7 +156,8 @@ def _bench(ops: list[str], sizes: list[int], nnodes: int, progress: bool, device
                 bar.advance(task)
     if bar is not None:
         bar.stop()
-    intranode = _intranode_busbw(max(sizes), device, world, nnodes) if "all_reduce" in ops else None
+    nnodes = len(nodes)  # found, not --nnodes (under srun / torchrun the launcher decides; its default was 1)
+    intranode = _intranode_busbw(max(sizes), device, nodes) if "all_reduce" in ops else None
     dist.barrier()
     if rank != 0:
         return None
@@ -156,21 +166,22 @@ def _bench(ops: list[str], sizes: list[int], nnodes: int, progress: bool, device
     if nnodes == 1:
         intranode = largest
     report = BenchReport(
-        nproc=world, nnodes=nnodes, gpus_per_node=world // nnodes, backend=dist.get_backend(),
+        nproc=world, nnodes=nnodes, gpus_per_node=len(nodes[0]), backend=dist.get_backend(),
         results=results,
         busbw_gbps={"intranode": intranode, "internode": largest if nnodes > 1 else None})
     return report.model_dump(mode="json")
 
 
-def _intranode_busbw(size_bytes: int, device, world: int, nnodes: int) -> float | None:
-    """With several nodes: all-reduce busbw inside each node at once (consecutive ranks form a
-    node under torchrun/srun and the static rendezvous), next to the all-ranks figure."""
+def _intranode_busbw(size_bytes: int, device, nodes: list[list[int]]) -> float | None:
+    """With several nodes: all-reduce busbw inside each node at once, next to the all-ranks figure. `nodes`: the
+    global ranks of each node as the ranks reported them (trainer/nodes.py; consecutive ranks were assumed, which
+    srun --distribution=cyclic breaks: its "node" groups then spanned every node)."""
     import torch.distributed as dist
 
-    per_node = world // nnodes
-    if nnodes == 1 or per_node < 2:
+    per_node = len(nodes[0])
+    if len(nodes) == 1 or per_node < 2:
         return None
-    node_group, _ = dist.new_subgroups(group_size=per_node)
+    node_group, _ = dist.new_subgroups_by_enumeration(nodes)
     size_bytes = message_bytes(size_bytes, per_node)
     t = _one("all_reduce", size_bytes, device, per_node, group=node_group)
     return size_bytes * 8 / t / 1e9 * bus_factor("all_reduce", per_node)
@@ -178,10 +189,12 @@ def _intranode_busbw(size_bytes: int, device, world: int, nnodes: int) -> float 
 
 def run_bench(ops: list[str], sizes: list[int], nproc: int, nnodes: int = 1, node_rank: int = 0,
               rdzv_endpoint: str | None = None, progress: bool = True) -> BenchReport | None:
+    from planner.errors import PlanError
     from trainer.ranks import run_on_ranks
 
-    out = run_on_ranks(bench_rank, (ops, sizes, nnodes, progress), nproc, nnodes, node_rank, rdzv_endpoint)
+    out = run_on_ranks(bench_rank, (ops, sizes, progress), nproc, nnodes, node_rank, rdzv_endpoint)
     found = [v for v in out.values() if v is not None]
+    for value in found:
+        if "plan_error" in value:  # a layout the ranks refused (trainer/nodes.py): the CLI's one line
+            raise PlanError(*value["plan_error"])
     return BenchReport.model_validate(found[0]) if found else None
-
-

@@ -18,16 +18,47 @@ def launched_externally(env=None) -> bool:
     return slurm_task_env(env) is not None
 
 
-def tasks_on_node(tasks_per_node: str, node: int) -> int | None:
-    """Tasks on node `node` of SLURM's compressed list ("8(x2)", "5,3", "2(x3),1"; srun(1) SLURM_STEP_TASKS_PER_NODE:
-    "2(x3)" is 2 tasks on each of 3 nodes); None when the text is not such a list."""
+def tasks_per_node(text: str) -> list[int] | None:
+    """SLURM's compressed tasks-per-node list, one count per node: "8(x2)" -> [8, 8], "3,2(x2)" -> [3, 2, 2]
+    (srun(1) SLURM_STEP_TASKS_PER_NODE: "2(x3)" is 2 tasks on each of 3 nodes); None when the text is not one."""
     counts: list[int] = []
-    for part in tasks_per_node.split(","):
+    for part in text.split(","):
         m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
-        if m is None:
+        if m is None or int(m[1]) == 0 or (m[2] is not None and int(m[2]) == 0):
             return None
         counts += [int(m[1])] * int(m[2] or 1)
-    return counts[min(max(node, 0), len(counts) - 1)] if counts else None
+    return counts
+
+
+def tasks_on_node(text: str, node: int) -> int | None:
+    """Tasks on node `node` (from 0) of SLURM's compressed list; None when the text is no list or has no such node
+    (a node past the list was read as the last one's count)."""
+    counts = tasks_per_node(text)
+    return counts[node] if counts is not None and 0 <= node < len(counts) else None
+
+
+def step_tasks_per_node(env, world: int) -> int:
+    """The tasks every node of the srun step holds: SLURM_STEP_TASKS_PER_NODE (else the job's SLURM_TASKS_PER_NODE,
+    else --ntasks-per-node's SLURM_NTASKS_PER_NODE). A step with different counts per node ("3,2(x2)", "8(x2),4"), or
+    whose counts do not add up to its SLURM_STEP_NUM_TASKS, is refused naming the variable: the trainer's node
+    count (world / local ranks) and the bench's per-node groups need one count on every node."""
+    from planner.errors import PlanError
+
+    fix = "start the same number on every node: srun --ntasks-per-node=N (one task per GPU)"
+    for key in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        counts = tasks_per_node(env.get(key, "")) if env.get(key) else None
+        if counts is None:
+            continue
+        if sum(counts) != world:
+            if key == "SLURM_TASKS_PER_NODE":  # the job's tasks, not this step's
+                continue
+            raise PlanError(key, f"{env[key]}: {sum(counts)} tasks in all, but SLURM_STEP_NUM_TASKS is {world}; {fix}")
+        if len(set(counts)) > 1:
+            shown = ", ".join(map(str, counts[:8])) + (", ..." if len(counts) > 8 else "")
+            raise PlanError(key, f"{env[key]}: the step's nodes hold different numbers of tasks ({shown}); {fix}")
+        return counts[0]
+    per_node = env.get("SLURM_NTASKS_PER_NODE", "")
+    return int(per_node) if per_node.isdigit() and int(per_node) > 0 and world % int(per_node) == 0 else 1
 
 
 def slurm_task_env(env) -> dict[str, str] | None:
@@ -40,12 +71,29 @@ def slurm_task_env(env) -> dict[str, str] | None:
     step_tasks = env.get("SLURM_STEP_NUM_TASKS", "")
     if "SLURM_PROCID" not in env or not step_tasks.isdigit() or int(step_tasks) <= 1:
         return None
-    node = int(env.get("SLURM_NODEID", "0") or 0)
-    local = None
-    for key in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
-        local = local or tasks_on_node(env.get(key, ""), node)
+    local = step_tasks_per_node(env, int(step_tasks))
     return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": step_tasks, "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
-            "LOCAL_WORLD_SIZE": str(local or 1)}
+            "LOCAL_WORLD_SIZE": str(local)}
+
+
+def launcher_ranks(env=None) -> tuple[int, int]:
+    """(WORLD_SIZE, LOCAL_WORLD_SIZE) of a process torchrun / srun started (after env_from_slurm), refused naming the
+    variable where the nodes cannot all hold LOCAL_WORLD_SIZE ranks (torchruns with different --nproc-per-node): the
+    trainer counts its nodes as WORLD_SIZE / LOCAL_WORLD_SIZE (torch's elastic agent sets GROUP_WORLD_SIZE, the
+    number of nodes, to check against)."""
+    from planner.errors import PlanError
+
+    env = os.environ if env is None else env
+    world = int(env["WORLD_SIZE"])
+    local = int(env.get("LOCAL_WORLD_SIZE") or world)
+    nodes = env.get("GROUP_WORLD_SIZE", "")
+    fix = "start the same number of ranks on every node (torchrun --nproc-per-node, srun --ntasks-per-node)"
+    if local < 1 or world % local:
+        raise PlanError("LOCAL_WORLD_SIZE", f"{local} ranks on this node, but WORLD_SIZE {world} is no multiple of it; {fix}")
+    if nodes.isdigit() and int(nodes) * local != world:
+        raise PlanError("LOCAL_WORLD_SIZE", f"{local} ranks on this node x GROUP_WORLD_SIZE {nodes} nodes, but WORLD_SIZE "
+                                            f"is {world}: the nodes hold different numbers of ranks; {fix}")
+    return world, local
 
 
 def _first_slurm_host() -> str:
@@ -69,15 +117,40 @@ def first_host(nodelist: str) -> str:
     return (m[1] + (m[2] or "")) if m else nodelist
 
 
-def env_from_slurm(rdzv_endpoint: str | None) -> None:
-    """Fill torch's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* from SLURM's variables (srun)."""
+def check_block_placement(env) -> None:
+    """The trainer's meshes take consecutive ranks as one node's (tensor-parallel groups, FSDP-hybrid shard groups:
+    trainer/backends/mesh.py, fsdp.py); srun --distribution=cyclic / plane deals them over the nodes (srun(1) -m),
+    so a plan would be measured with its node-local groups spread over the network. SLURM_GTIDS (srun(1): the global
+    task ids on this node) is consecutive on every node under block placement and on none under cyclic with 2+
+    tasks per node; without it, SLURM_DISTRIBUTION's node part says so. Refused, naming the variable."""
+    from planner.errors import PlanError
+
+    fix = "run srun with --distribution=block (its default)"
+    gtids = [int(t) for t in env.get("SLURM_GTIDS", "").split(",") if t.strip().isdigit()]
+    if gtids and gtids != list(range(gtids[0], gtids[0] + len(gtids))):
+        shown = ",".join(map(str, gtids[:6])) + (",..." if len(gtids) > 6 else "")
+        raise PlanError("SLURM_GTIDS", f"{shown}: srun placed non-consecutive ranks on this node "
+                        f"(SLURM_DISTRIBUTION={env.get('SLURM_DISTRIBUTION', 'unset')}); the trainer's node-local groups "
+                        f"are consecutive ranks: {fix}")
+    node_part = env.get("SLURM_DISTRIBUTION", "").split(":")[0].strip().lower()
+    if not gtids and (node_part in ("cyclic", "arbitrary") or node_part.startswith("plane")):
+        raise PlanError("SLURM_DISTRIBUTION", f"{env['SLURM_DISTRIBUTION']}: srun deals consecutive ranks to different "
+                        f"nodes; the trainer's node-local groups are consecutive ranks: {fix}")
+
+
+def env_from_slurm(rdzv_endpoint: str | None, block_ranks: bool = False) -> None:
+    """Fill torch's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* from SLURM's variables (srun). `block_ranks`: refuse a step
+    that did not place consecutive ranks on one node (check_block_placement; the trainer needs it, the bench groups
+    ranks by their host)."""
     task = None if "RANK" in os.environ else slurm_task_env(os.environ)
     if task is None:
         return
+    if block_ranks and int(task["LOCAL_WORLD_SIZE"]) > 1:  # one rank per node: every placement is block
+        check_block_placement(os.environ)
     os.environ.update(task)
     if rdzv_endpoint:
-        host, _, port = rdzv_endpoint.partition(":")
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host, port or "29500"
+        host, _, port = rdzv_endpoint.rpartition(":") if "]" in rdzv_endpoint else rdzv_endpoint.partition(":")
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host.strip("[]"), port or "29500"
     os.environ.setdefault("MASTER_ADDR", _first_slurm_host())
     os.environ.setdefault("MASTER_PORT", "29500")
 

@@ -37,26 +37,26 @@ def launch(cfg: TrainConfig) -> TrainResult:
         check_out_file(cfg.run.json_out, "json")
     result_path = cfg.run.json_out or str(Path(tempfile.mkdtemp(prefix="plan-train-")) / "result.json")
     Path(result_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(result_path).unlink(missing_ok=True)
-    clear_rank_errors(result_path)
+    owner = result_owner() and cfg.launch.node_rank == 0  # node 1.. of our own launch: node 0 writes it
+    if owner:
+        Path(result_path).unlink(missing_ok=True)
+        clear_rank_errors(result_path)
     t0 = time.perf_counter()
-    from trainer.dist import env_from_slurm, launched_externally
+    from trainer.dist import env_from_slurm, launched_externally, launcher_ranks
 
-    external = launched_externally()
-    if external:  # torchrun / srun decide the ranks: validate against them
-        env_from_slurm(cfg.launch.rdzv_endpoint)
-        world = int(os.environ["WORLD_SIZE"])
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=max(1, world // local))
     try:
-        if external:
+        external = launched_externally()  # an srun step with uneven tasks per node: refused here (bad_config)
+        if external:  # torchrun / srun decide the ranks: validate against them
+            env_from_slurm(cfg.launch.rdzv_endpoint, block_ranks=True)
+            world, local = launcher_ranks()
+            asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=world // local)
             check_launcher_ranks(asked, local)
         validate_config(cfg)
         if cfg.spec is None:
             cfg = cfg.model_copy(update={"spec": resolve_spec(cfg.model)})
         validate_layout(cfg, cfg.spec)
     except PlanError as e:
-        return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
+        return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()), owner)
 
     exit_codes: dict[str, int] = {}
     launch_error = ""
@@ -68,13 +68,13 @@ def launch(cfg: TrainConfig) -> TrainResult:
         try:
             exit_codes, launch_error = _elastic(cfg, result_path)
         except PlanError as e:  # several nodes' agreed rendezvous port is held here
-            return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()))
+            return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()), owner)
         if cfg.launch.node_rank > 0 and not launch_error:  # node 0 holds rank 0, which reports
-            return _finish(cfg, result_path, TrainResult(status="ok", config=cfg.knobs(), exit_codes=exit_codes))
+            return _finish(cfg, result_path, TrainResult(status="ok", config=cfg.knobs(), exit_codes=exit_codes), owner)
     result = collect(cfg, result_path, exit_codes, launch_error)
     if result.wall_s is None:
         result.wall_s = time.perf_counter() - t0
-    return _finish(cfg, result_path, result)
+    return _finish(cfg, result_path, result, owner)
 
 
 def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
@@ -125,12 +125,22 @@ def collect(cfg: TrainConfig, result_path: str, exit_codes: dict[str, int], laun
                        config=cfg.knobs(), exit_codes=exit_codes)
 
 
-def _finish(cfg: TrainConfig, result_path: str, result: TrainResult) -> TrainResult:
+def result_owner(env=None) -> bool:
+    """This process may write (and first clears) the result file: rank 0 of a torchrun / srun step (RANK, else
+    SLURM_PROCID), or our own launcher (on node 0: launch()). On a --json every node shares (a home directory), every
+    rank of a step wrote it, a rank starting late deleted what a refusing rank 0 had written, and node 1 of our own
+    multi-node launch replaced node 0's result with its empty 'ok' (node 0 holds rank 0, which reports)."""
+    env = os.environ if env is None else env
+    return env.get("RANK", env.get("SLURM_PROCID", "0")) == "0"
+
+
+def _finish(cfg: TrainConfig, result_path: str, result: TrainResult, write: bool = True) -> TrainResult:
     if not result.model:
         result.model = cfg.spec.model_dump(mode="json") if cfg.spec else {"ref": cfg.model}
     result.world_size = result.world_size or cfg.launch.world_size
-    write_result_file(result_path, result.model_dump_json(indent=2))
-    clear_rank_errors(result_path)
+    if write:
+        write_result_file(result_path, result.model_dump_json(indent=2))
+        clear_rank_errors(result_path)
     return result
 
 

@@ -14,8 +14,8 @@ from trainer import dist as tdist
 from trainer.backends import build_engine
 from trainer.config import TrainConfig, validate_config, validate_layout
 from trainer.data import Batches
-from trainer.metrics import (catalog_peak_tflops, host_peak_rss_bytes, measured_matmul_tflops, step_stats,
-                             unknown_gpu_note)
+from trainer.metrics import (catalog_peak_tflops, cuda_identity, gpu_label, host_peak_rss_bytes, measured_matmul_tflops,
+                             step_stats, unknown_gpu_note)
 from trainer.model import GPT
 from trainer.result import STEP_MARK, MemoryStats, TrainResult
 from trainer.spec import resolve_spec
@@ -32,7 +32,10 @@ def _sync(device: torch.device) -> None:
 
 
 def device_name(device: torch.device) -> str:
-    return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else "cpu"
+    if device.type != "cuda":
+        return "cpu"
+    gpu = cuda_identity(device)
+    return f"cuda:{gpu_label(gpu['name'], gpu['arch'], gpu['compute_units'])}"
 
 
 def build(cfg: TrainConfig, device: torch.device):
@@ -94,8 +97,9 @@ def report(cfg, spec, engine, device, world, times_s, losses, saved, state, meas
     tps = tokens_per_step / stats["step_time_s_median"]
     precision = engine.knobs["precision"]
     name = device_name(device).removeprefix("cuda:")
-    memory_gib = torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda" else None
-    peak = catalog_peak_tflops(name, precision, memory_gib)
+    gpu = cuda_identity(device) if device.type == "cuda" else {"name": "cpu", "memory_gib": None, "arch": None,
+                                                                "compute_units": None}
+    peak = catalog_peak_tflops(gpu["name"], precision, gpu["memory_gib"], gpu["arch"], gpu["compute_units"])
     if peak is None:
         sizes = (1024, 2048, 4096) if device.type == "cuda" else (256, 512, 1024)
         source = f"measured matmul (best of {sizes} x 3, {precision})"

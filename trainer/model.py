@@ -66,6 +66,32 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+# F.scaled_dot_product_attention's enable_gqa (torch 2.5, torch/nn/functional.py): the kernel reads each K/V head for
+# its n_heads / kv_heads query heads, where repeat_interleave made that many copies of K and V (and of their grads)
+SDPA_HAS_GQA = torch.__version__ >= (2, 5)
+
+
+def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """SDPA takes GQA itself here: torch >= 2.5 and a fused kernel accepts the shapes with enable_gqa. A kernel that
+    does not (ATen sdp_utils.cpp check_batch_size_and_num_heads_dense<supports_gqa>: false for ROCm's memory-efficient
+    kernel, and in some releases for CUDA's; flash runs no fp32 nor head_dim > 256) sends SDPA to its math kernel,
+    which materialises the S x S scores: there the caller expands K/V and keeps a fused kernel (transformers #45776
+    gates enable_gqa on the same predicates)."""
+    if not SDPA_HAS_GQA:
+        return False
+    if q.device.type == "cuda":  # torch.backends.cuda's predicates (dynamo folds them to constants)
+        from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+
+        params = SDPAParams(q, k, v, None, 0.0, True, True)
+        return can_use_flash_attention(params) or can_use_efficient_attention(params)
+    if torch.compiler.is_compiling():  # the chooser below is no constant to dynamo: expand as before
+        return False
+    try:  # the backend SDPA would run on this device (CPU: its flash kernel takes GQA, torch 2.13)
+        return torch._fused_sdp_choice(q, k, v, None, 0.0, True, enable_gqa=True) > 0  # 0: MATH, -1: ERROR
+    except (RuntimeError, TypeError):
+        return False
+
+
 class AttentionCore(nn.Module):
     """softmax(q k^T / sqrt(d)) v with a causal mask; no parameters (selective recompute)."""
 
@@ -76,7 +102,10 @@ class AttentionCore(nn.Module):
         self.kind = "eager" if kind == "eager" else "flash"
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if k.shape[1] != q.shape[1]:  # GQA: share each kv head between n_heads / kv_heads
+        gqa = k.shape[1] != q.shape[1]  # GQA: each kv head serves n_heads / kv_heads query heads
+        if self.kind == "flash" and gqa and native_gqa(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        if gqa:
             rep = q.shape[1] // k.shape[1]
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)

@@ -135,8 +135,10 @@ def probe_device(nproc: int, sizes: list[int] | None, copy_bytes: int, rounds: i
     points = [MatmulPoint(dtype=d, n=n, gemm_gflop=2 * n**3 / 1e9, tflops=t) for (d, n), t in best.items()]
     peaks = {d: max(p.tflops for p in points if p.dtype == d) for d in {p.dtype for p in points}}
     if gpu:
-        name = torch.cuda.get_device_name(device)
-        mem_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+        from trainer.metrics import cuda_identity, gpu_label
+
+        gpu = cuda_identity(device)  # ROCm without amdgpu.ids: no name, its gfx target and CUs instead
+        name, mem_gib = gpu_label(gpu["name"], gpu["arch"], gpu["compute_units"]), gpu["memory_gib"]
     else:
         name = _cpu_name()
         mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30

@@ -38,11 +38,12 @@ def elastic_run(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int, no
     from torch.distributed.launcher.api import elastic_launch
 
     from planner.errors import PlanError
-    from trainer.bind import PortInUse, bound_stores, local_addr, loopback_comm_env
+    from trainer.bind import PortInUse, bound_stores, check_store_host, local_addr, loopback_comm_env
 
     check_endpoint(rdzv_endpoint, nnodes)
     endpoint = rdzv_endpoint or "127.0.0.1:0"
     host = endpoint.rpartition(":")[0]
+    check_store_host(host, nnodes, node_rank)
     loopback_comm_env(nnodes)
     while True:
         lc = launch_config(nproc, nnodes, node_rank, endpoint, name, local_addr=local_addr(host.strip("[]"), nnodes))

@@ -27,11 +27,37 @@ def write_result_file(path: str | Path, text: str) -> None:
     os.replace(tmp, p)  # atomic: a reader never sees half a file
 
 
-def _start_watchdog(timeout_s: float, result_path: str, rank: int) -> threading.Timer:
+def spawned() -> bool:
+    """A rank our own elastic launch spawned (its launcher reads the rank error files and writes the result), not one
+    srun or torchrun started (a process of its own: nobody of ours is there to do so)."""
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None
+
+
+def _fail(cfg: TrainConfig, result_path: str, rank: int, status: str, message: str, spawned_code: int) -> None:
+    """End a failed rank. Under srun / torchrun rank 0 writes the result file with the status, and every rank exits
+    with the status's code (trainer/result.py EXIT_CODES; it was 1 and no result file: an OOM or a bad --data read as
+    a crash). A spawned rank exits with `spawned_code` for its launcher (trainer/launch.py collect)."""
+    write_rank_error(result_path, rank, status, message)
+    sys.stderr.flush()
+    if spawned():
+        os._exit(spawned_code)
+    from trainer.result import EXIT_CODES, TrainResult
+
+    if rank == 0:
+        result = TrainResult(status=status, error=f"rank 0: {message}", config=cfg.knobs(),
+                             model=cfg.spec.model_dump(mode="json") if cfg.spec else {"ref": cfg.model},
+                             world_size=int(os.environ.get("WORLD_SIZE", "1")))
+        write_result_file(result_path, result.model_dump_json(indent=2))
+    os._exit(EXIT_CODES[status])
+
+
+def _start_watchdog(cfg: TrainConfig, result_path: str, rank: int) -> threading.Timer:
+    timeout_s = cfg.run.timeout_s
+
     def fire() -> None:
-        write_rank_error(result_path, rank, "timeout", f"rank {rank} still running after {timeout_s:g} s")
-        sys.stderr.flush()
-        os._exit(TIMEOUT_EXIT_CODE)
+        _fail(cfg, result_path, rank, "timeout", f"rank {rank} still running after {timeout_s:g} s", TIMEOUT_EXIT_CODE)
 
     timer = threading.Timer(timeout_s, fire)
     timer.daemon = True
@@ -66,7 +92,7 @@ def run_rank(cfg_json: str, result_path: str) -> str | None:
     _die_with_launcher()
     cfg = TrainConfig.model_validate_json(cfg_json)
     rank = int(os.environ.get("RANK", "0"))
-    timer = _start_watchdog(cfg.run.timeout_s, result_path, rank)
+    timer = _start_watchdog(cfg, result_path, rank)
     try:
         from trainer.loop import train
 
@@ -76,11 +102,9 @@ def run_rank(cfg_json: str, result_path: str) -> str | None:
             text = result.model_dump_json(indent=2)
             write_result_file(result_path, text)
     except BaseException as e:  # noqa: BLE001 - every failure must be classified and recorded
-        status = classify(e)
-        write_rank_error(result_path, rank, status, f"{type(e).__name__}: {e}")
         traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)  # skip interpreter teardown: collectives of the other ranks may hang it
+        # os._exit: skip interpreter teardown (collectives of the other ranks may hang it)
+        _fail(cfg, result_path, rank, classify(e), f"{type(e).__name__}: {e}", 1)
     finally:
         timer.cancel()
     _shutdown()

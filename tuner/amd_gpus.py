@@ -109,9 +109,27 @@ def torch_hip_gpus() -> list[tuple[str, float]]:
     rows = []
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
-        if props.name:
-            rows.append((clean_name(props.name), props.total_memory / GIB))
+        name = hip_device_name(props.name, getattr(props, "gcnArchName", ""),
+                               getattr(props, "multi_processor_count", None), props.total_memory / GIB)
+        if name:
+            rows.append((name, props.total_memory / GIB))
     return rows
+
+
+def hip_device_name(name: str, arch: str, compute_units: int | None, gib: float) -> str | None:
+    """A HIP device's name for the catalog matcher: the driver's, else (an image without libdrm's amdgpu.ids: an
+    empty name) the name of the catalog part its LLVM target and compute units are (hardware/gpu_names.py
+    match_rocm_arch); None when neither (the device was dropped: no part to plan with)."""
+    if name and name.strip():
+        return clean_name(name)
+    if not arch:
+        return None
+    from hardware.catalog import load_catalog
+    from hardware.gpu_names import match_rocm_arch
+
+    cat = load_catalog()
+    gid = match_rocm_arch(cat, arch, compute_units, gib)
+    return cat.gpus[gid].name if gid else None
 
 
 def amd_gpus() -> list[tuple[str, float]]:

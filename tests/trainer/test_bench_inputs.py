@@ -99,7 +99,7 @@ def test_bench_rank_destroys_its_process_group():
     """A rank of the bench ends its process group (NCCL: one left to the interpreter's exit can hang it): here one
     gloo rank in a fresh interpreter, the real bench_rank."""
     code = ("import torch.distributed as d; from trainer.collectives import bench_rank; "
-            "r = bench_rank(['all_reduce'], [4096], 1, False); print(r['backend'], d.is_initialized())")
+            "r = bench_rank(['all_reduce'], [4096], False); print(r['backend'], d.is_initialized())")
     env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RANK": "0", "WORLD_SIZE": "1"}
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]

@@ -138,3 +138,62 @@ def test_cpu_keeps_the_local_entry(user_catalog):
     """The CPU path as before: a CPU run's peak is the probe's `local` entry."""
     peak, source = metrics.catalog_peak_tflops("cpu", "fp32")
     assert peak == 0.2 and source.startswith("catalog:local")
+
+
+# ROCm device properties where the driver gives no name (an image without libdrm's amdgpu.ids: torch's name is empty,
+# or "AMD Radeon Graphics"): gcnArchName and multi_processor_count (CUs) per device, ROCm docs 'AMD GPU
+# specifications' (rocm.docs.amd.com/en/latest/reference/gpu-specs.html); memory as ROCm reports it.
+ROCM_DEVICES = [
+    ("gfx90a:sramecc+:xnack-", 110, 64.0, "mi250x"),  # one MI250X GCD
+    ("gfx942:sramecc+:xnack-", 304, 191.98, "mi300x"),  # amd-smi's 196592 MiB
+    ("gfx942", 304, 255.98, "mi325x"),  # the MI300X's target and CUs; the memory tells them apart
+    ("gfx942:sramecc+:xnack-", 228, 110.0, "mi300a"),  # unified memory: what HIP reports varies; the CUs decide
+    ("gfx90a:sramecc+:xnack-", 104, 64.0, None),  # MI210 / an MI250 GCD: gfx90a, 104 CUs, not the MI250X's peak
+    ("gfx942:sramecc+:xnack-", 38, 23.99, None),  # an MI300X compute partition (CPX): 38 CUs per device
+    ("gfx950", 256, 287.98, None),  # MI350X or MI355X: the same target, CUs and memory, other clocks
+    ("gfx1100", 48, 24.0, None),  # a Radeon RX 7900 XTX
+]
+
+
+@pytest.mark.parametrize("arch,cus,gib,gid", ROCM_DEVICES)
+def test_rocm_device_without_a_name_is_its_catalog_part_by_arch(arch, cus, gib, gid):
+    from hardware.gpu_names import match_rocm_arch
+
+    assert match_rocm_arch(CAT, arch, cus, gib) == gid
+
+
+@pytest.mark.parametrize("arch,cus,gib,gid", [d for d in ROCM_DEVICES if d[3]])
+def test_trainer_peak_of_an_unnamed_rocm_device(user_catalog, arch, cus, gib, gid):
+    """Its MFU was against a measured matmul (unknown name) or, with a CPU probe's `local` entry, against that CPU's
+    0.2 TFLOPS (an empty name is inside every name)."""
+    for name in ("", "AMD Radeon Graphics"):
+        assert metrics.catalog_peak_tflops(name, "bf16", gib, arch, cus) == (CAT.gpus[gid].bf16_tflops, f"catalog:{gid}")
+
+
+def test_an_unnamed_gpu_never_takes_a_cpu_probes_peak(user_catalog):
+    assert metrics.catalog_peak_tflops("", "bf16", 64.0) is None
+    assert metrics.catalog_peak_tflops("", "bf16", 64.0, "gfx90a:sramecc+:xnack-", 104) is None
+
+
+def test_every_amd_part_has_its_rocm_target_and_cus():
+    amd = [g for g in CAT.gpus.values() if g.vendor == "amd"]
+    assert amd and all(g.gcn_arch and g.compute_units for g in amd)
+    same = {g.id for g in amd if match_rocm_arch_of(g) is None}
+    assert same == {"mi350x", "mi355x"}  # alike but for the clock
+
+
+def match_rocm_arch_of(gpu):
+    from hardware.gpu_names import match_rocm_arch
+
+    found = match_rocm_arch(CAT, gpu.gcn_arch, gpu.compute_units, gpu.hbm_gib)
+    assert found in (gpu.id, None)
+    return found
+
+
+@pytest.mark.parametrize("name,arch,cus,label", [
+    ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", 304, "AMD Instinct MI300X"),
+    ("", "gfx942:sramecc+:xnack-", 304, "AMD gfx942 (304 CUs)"),
+    ("  ", None, None, "unnamed GPU"),
+])
+def test_gpu_label(name, arch, cus, label):
+    assert metrics.gpu_label(name, arch, cus) == label

@@ -137,11 +137,13 @@ def test_sdpa_takes_the_flash_kernel_in_bf16(heads, kv_heads, head_dim):
     restriction is real)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from trainer.model import AttentionCore
+    from trainer.model import AttentionCore, native_gqa
 
     q, k, v = _qkv(heads, kv_heads, head_dim, torch.bfloat16)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         out = AttentionCore("flash")(q, k, v)
+        if kv_heads != heads:  # flash takes GQA itself (enable_gqa): K/V are not repeated to n_heads
+            assert native_gqa(q, k, v)
     ref = AttentionCore("eager")(q.float(), k.float(), v.float())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)

@@ -102,3 +102,38 @@ def test_a_real_run_listens_on_loopback_only(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert len(seen) >= 2, (seen, out[-2000:])  # at least the rendezvous store and one gloo pair
     assert all(_is_loopback(a) for a in seen.values()), seen
+
+
+@pytest.mark.parametrize("host, addresses, refused", [
+    ("node0", ["127.0.1.1"], True),  # Debian/Ubuntu /etc/hosts: "127.0.1.1 node0"
+    ("node0", ["::1", "127.0.0.1"], True),
+    ("node0", ["10.0.0.5"], False),
+    ("node0", ["127.0.1.1", "10.0.0.5"], False),
+    ("127.0.0.1", ["127.0.0.1"], False),  # one machine, said so
+    ("[::1]", ["::1"], False),
+    ("localhost", ["127.0.0.1"], False),
+    ("node0", [], False),
+])
+def test_a_rendezvous_name_that_is_loopback_only_here(host, addresses, refused):
+    from trainer.bind import loopback_only
+
+    assert loopback_only(host, addresses) is refused
+
+
+def test_node_0_refuses_a_rendezvous_name_the_other_nodes_cannot_reach(monkeypatch):
+    """`plan train --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29500` where /etc/hosts maps node0 to 127.0.1.1:
+    node 0's store listened on loopback only and node 1 waited for it until the rendezvous timed out."""
+    import socket
+
+    from planner.errors import PlanError
+    from trainer.bind import check_store_host
+
+    real = socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: (
+        [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.1.1", 0))] if host == "node0" else real(host, *a, **k)))
+    with pytest.raises(PlanError) as e:
+        check_store_host("node0", 2, 0)
+    assert e.value.field == "rdzv_endpoint" and "node0 resolves to 127.0.1.1 on this node" in str(e.value)
+    check_store_host("node0", 2, 1)  # node 1 connects; where node0 points there is its own affair
+    check_store_host("node0", 1, 0)  # one node: loopback is what bound_stores wants
+    check_store_host("127.0.0.1", 2, 0)

@@ -24,7 +24,8 @@ def env() -> dict:
     return e
 
 
-def two_nodes(argv: list[str], tmp_path: Path) -> list[subprocess.CompletedProcess]:
+def two_nodes(argv: list[str], tmp_path: Path, nproc: tuple[int, int] = (2, 2),
+              shared_json: bool = False) -> list[subprocess.CompletedProcess]:
     """Run `argv` + node flags as two agents (node 1 started first: rank 0 must still be node 0's).
     The two must agree on a port before either binds it: when another process took it in between,
     node 0 says so (exit 2, trainer/ranks.py) and both start once more on another port."""
@@ -34,8 +35,8 @@ def two_nodes(argv: list[str], tmp_path: Path) -> list[subprocess.CompletedProce
         for node in (1, 0):
             out = open(tmp_path / f"node{node}.log", "w")
             procs.append((node, out, subprocess.Popen(
-                [*argv, "--nnodes", "2", "--node-rank", str(node), "--nproc", "2", "--rdzv-endpoint",
-                 f"127.0.0.1:{port}", *(["--json", str(tmp_path / f"r{node}.json")])],
+                [*argv, "--nnodes", "2", "--node-rank", str(node), "--nproc", str(nproc[node]), "--rdzv-endpoint",
+                 f"127.0.0.1:{port}", "--json", str(tmp_path / ("r.json" if shared_json else f"r{node}.json"))],
                 env=env(), stdout=out, stderr=subprocess.STDOUT, text=True)))
         done = []
         for node, out, p in sorted(procs):
@@ -62,12 +63,36 @@ def test_two_agents_train_with_hybrid_sharding(tmp_path):
     assert "rank 0 writes the result" in node1.stdout
 
 
+def test_nodes_sharing_one_json_keep_node_0s_result(tmp_path):
+    """The same command line on every node, its --json in a directory they share (a home directory): node 1 wrote
+    its empty 'ok' over node 0's result (and cleared it at start)."""
+    node0, node1 = two_nodes([sys.executable, "-m", "trainer", "--model", "tiny", "--steps", "3", "--seq-len", "32"],
+                             tmp_path, shared_json=True)
+    assert node0.returncode == 0 and node1.returncode == 0, node0.stdout[-2000:] + node1.stdout[-2000:]
+    r = TrainResult.model_validate_json((tmp_path / "r.json").read_text())
+    assert r.status == "ok" and r.world_size == 4 and len(r.losses) == 3 and r.step_time_s_median > 0
+
+
 def test_allreduce_bench_intra_and_inter_node(tmp_path):
     node0, node1 = two_nodes([sys.executable, "-m", "plan_cli.main", "allreduce-bench", "--sizes", "1M,4M"], tmp_path)
     assert node0.returncode == 0 and node1.returncode == 0, node0.stdout[-2000:] + node1.stdout[-2000:]
     report = json.loads((tmp_path / "r0.json").read_text())
     assert report["nnodes"] == 2 and report["nproc"] == 4 and report["gpus_per_node"] == 2
     assert report["busbw_gbps"]["intranode"] > 0 and report["busbw_gbps"]["internode"] > 0
+
+
+def test_allreduce_bench_refuses_nodes_with_different_rank_counts(tmp_path):
+    """Node 0 starts 2 ranks, node 1 one: the per-node figure has no one group size; every node says so in one
+    line, exit 2 (torch's elastic traceback around it is not shown)."""
+    node0, node1 = two_nodes([sys.executable, "-m", "plan_cli.main", "allreduce-bench", "--sizes", "1M"], tmp_path,
+                             nproc=(2, 1))
+    for node in (node0, node1):
+        assert node.returncode == 2, node.stdout[-2000:]
+        line = node.stdout.strip().splitlines()[-1]
+        assert line.startswith("error: nproc: the nodes hold different numbers of ranks (") and "node 0): 2" in line \
+            and "node 1): 1" in line, node.stdout[-2000:]
+    assert "Traceback" not in node0.stdout + node1.stdout
+    assert not (tmp_path / "r0.json").exists()
 
 
 def test_slurm_script_srun_path_runs_two_nodes(tmp_path):

@@ -53,6 +53,35 @@ def test_flash_and_eager_agree():
     torch.testing.assert_close(a(x), b(x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("kv", [1, 2])
+def test_sdpa_own_gqa_matches_expanded_kv(monkeypatch, kv):
+    """SDPA's enable_gqa (torch >= 2.5) and the K/V expansion it replaces (the path older torch keeps): the same
+    model gives the same logits and gradients; the native path hands SDPA the kv_heads K/V, not n_heads copies."""
+    import trainer.model as tm
+
+    s = spec(position="rope", n_kv_heads=kv, mlp="swiglu", norm="rmsnorm", bias=False)
+    torch.manual_seed(0)
+    native = GPT(s, "flash")
+    x = torch.randint(0, 300, (2, 16))
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(tm.F, "scaled_dot_product_attention", lambda q, k, v, **kw: seen.append(
+        (q.shape[1], k.shape[1], kw.get("enable_gqa", False))) or sdpa(q, k, v, **kw))
+    out_native = native(x)
+    loss_fn(out_native, x).backward()
+    assert seen and all(entry == (4, kv, True) for entry in seen)
+    monkeypatch.setattr(tm, "SDPA_HAS_GQA", False)  # torch before 2.5: K/V repeated to n_heads
+    seen.clear()
+    expanded = GPT(s, "flash")
+    expanded.load_state_dict(native.state_dict())
+    out_expanded = expanded(x)
+    loss_fn(out_expanded, x).backward()
+    assert seen and all(entry == (4, 4, False) for entry in seen)
+    torch.testing.assert_close(out_native, out_expanded, rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(native.named_parameters(), expanded.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_low_precision_layernorm_runs_in_bf16():
     model = GPT(spec(), "flash", low_precision_norm=True)
     x = torch.randint(0, 300, (1, 8))

@@ -80,6 +80,20 @@ def test_parsed_names_map_to_the_catalog_parts():
     assert guess_gpu_id(cat, "Aldebaran/MI200 [Instinct MI250X/MI250]", 64.0) == "mi250x"
 
 
+@pytest.mark.parametrize("name, arch, cus, gib, gid", [
+    ("", "gfx942:sramecc+:xnack-", 304, 191.98, "mi300x"),  # no amdgpu.ids in the image: torch's name is empty
+    ("", "gfx90a:sramecc+:xnack-", 110, 63.98, "mi250x"),
+    ("", "gfx950", 256, 287.98, None),  # MI350X or MI355X: no part to plan with, the device is left out
+    ("", "", None, 64.0, None),
+    ("AMD Instinct MI300X", "gfx942", 304, 191.98, "mi300x"),
+])
+def test_a_hip_device_without_a_name_is_found_by_its_arch(name, arch, cus, gib, gid):
+    """Torch's HIP devices were dropped when the name was empty (the tuner then saw no GPU)."""
+    cat = load_catalog()
+    found = amd_gpus.hip_device_name(name, arch, cus, gib)
+    assert (guess_gpu_id(cat, found, gib) if found else None) == gid
+
+
 def _tool(folder, name: str, output: str) -> None:
     path = folder / name
     assert "'" not in output
