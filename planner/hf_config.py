@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner import hf_deepseek, hf_llama4, hf_moe, hf_ssm
+from planner import hf_context, hf_deepseek, hf_llama4, hf_moe, hf_ssm
 from planner.errors import PlanError
 from planner.model import ModelSpec, round_up
 
@@ -113,8 +113,8 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
             fields.update(hf_moe.moe_fields(r, model_type, fields))
         if model_type in hf_deepseek.READ_TYPES:  # MLA, MoE and MTP keys (planner/hf_deepseek.py)
             fields.update(hf_deepseek.deepseek_fields(r, fields))
-        fields.update(_window(r, model_type, fields["n_layers"]))
-    fields.update(_pretrain_len(hf_llama4.text_reader(r, model_type) if model_type == "llama4" else r, fields))
+        fields.update(hf_context.window(r, model_type, fields["n_layers"]))
+    fields.update(hf_context.pretrain_len(hf_llama4.text_reader(r, model_type) if model_type == "llama4" else r, fields))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or path.name
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)
@@ -122,21 +122,6 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
         first = e.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ()))
         raise PlanError("model", f"{path}: {field}: {first['msg']}") from None
-
-
-def _pretrain_len(r: _Reader, fields: Config) -> Config:
-    """train_seq_len: the context a RoPE-scaled model was pretrained at (rope_scaling's
-    original_max_position_embeddings: Llama 3.1/4, YaRN; gpt-oss's initial_context_length) where it is below
-    max_positions; nothing otherwise."""
-    scaling = r.cfg.get("rope_scaling") if isinstance(r.cfg.get("rope_scaling"), dict) else {}
-    key = next((k for k in ("original_max_position_embeddings",) if scaling.get(k) is not None), None)
-    value = scaling.get(key) if key else r.cfg.get("initial_context_length")
-    if value is None:
-        return {}
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise r.fail(key or "initial_context_length", f"must be a positive integer (got {value!r})")
-    maximum = fields.get("max_positions") or 2048
-    return {"train_seq_len": value} if value < maximum else {}
 
 
 def _vocab(vocab: int, rows: int | None) -> dict[str, int]:
@@ -222,37 +207,6 @@ def _standard(r: _Reader, rules: Rules | None = None) -> Config:
         qkv_bias=rules.qkv_bias, norms_per_layer=rules.norms_per_layer, norm_bias=rules.norm_bias,
         qk_norm="full" if r.get_bool("use_qk_norm", False) else rules.qk_norm, parallel_block=rules.parallel_block,
     )
-
-
-# transformers' config classes: which layers run the sliding window when `layer_types` is absent
-_PATTERN_DEFAULT = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4}  # layer i is global where (i+1) % p == 0
-_MAX_WINDOW_LAYERS = ("qwen2", "qwen3")  # Qwen2Config: layers i >= max_window_layers slide
-
-
-def _window(r: _Reader, model_type: str, n_layers: int) -> Config:
-    """`sliding_window` and the layers that use it (planner/attn_window.py): `layer_types`
-    ("sliding_attention" / "full_attention"), else `sliding_window_pattern` (Gemma 3, Cohere2) or
-    the family's alternation (Gemma 2), else Qwen2's max_window_layers, else every layer (Mistral,
-    StarCoder2, Phi-3). Qwen2/Qwen3 slide only with use_sliding_window true (their default false)."""
-    if r.cfg.get("sliding_window") is None or r.cfg.get("use_sliding_window") is False:
-        return {}
-    if model_type in _MAX_WINDOW_LAYERS and r.cfg.get("use_sliding_window") is not True:
-        return {}
-    window = r.get_int("sliding_window")
-    types = r.cfg.get("layer_types")
-    if types is not None:
-        kinds = ("sliding_attention", "full_attention")
-        if not isinstance(types, list) or len(types) != n_layers or any(k not in kinds for k in types):
-            raise r.fail("layer_types", f"must list {n_layers} of {', '.join(kinds)} (got {types!r})")
-        local = types.count("sliding_attention")
-    elif "sliding_window_pattern" in r.cfg or model_type in _PATTERN_DEFAULT:
-        period = r.get_int("sliding_window_pattern", default=_PATTERN_DEFAULT.get(model_type, 1))
-        local = sum(1 for i in range(n_layers) if (i + 1) % period)
-    elif model_type in _MAX_WINDOW_LAYERS:
-        local = max(n_layers - r.get_int("max_window_layers", default=n_layers), 0)
-    else:
-        local = n_layers
-    return {"attn_window": window, "attn_local_layers": None if local == n_layers else local}
 
 
 def _falcon(r: _Reader) -> Config:

@@ -1,0 +1,55 @@
+"""The sequence keys of a Hugging Face config.json (planner/hf_config.py's readers call these): which layers
+run a sliding window and how wide (planner/attn_window.py), and the context a RoPE-scaled model was pretrained
+at (ModelSpec.train_seq_len, the default seq_len). Every error names the file and the key (the reader's `fail`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Config = dict[str, Any]
+
+
+# transformers' config classes: which layers run the sliding window when `layer_types` is absent
+_PATTERN_DEFAULT = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4}  # layer i is global where (i+1) % p == 0
+_MAX_WINDOW_LAYERS = ("qwen2", "qwen3")  # Qwen2Config: layers i >= max_window_layers slide
+
+
+def window(r, model_type: str, n_layers: int) -> Config:
+    """`sliding_window` and the layers that use it (planner/attn_window.py): `layer_types`
+    ("sliding_attention" / "full_attention"), else `sliding_window_pattern` (Gemma 3, Cohere2) or
+    the family's alternation (Gemma 2), else Qwen2's max_window_layers, else every layer (Mistral,
+    StarCoder2, Phi-3). Qwen2/Qwen3 slide only with use_sliding_window true (their default false)."""
+    if r.cfg.get("sliding_window") is None or r.cfg.get("use_sliding_window") is False:
+        return {}
+    if model_type in _MAX_WINDOW_LAYERS and r.cfg.get("use_sliding_window") is not True:
+        return {}
+    window = r.get_int("sliding_window")
+    types = r.cfg.get("layer_types")
+    if types is not None:
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != n_layers or any(k not in kinds for k in types):
+            raise r.fail("layer_types", f"must list {n_layers} of {', '.join(kinds)} (got {types!r})")
+        local = types.count("sliding_attention")
+    elif "sliding_window_pattern" in r.cfg or model_type in _PATTERN_DEFAULT:
+        period = r.get_int("sliding_window_pattern", default=_PATTERN_DEFAULT.get(model_type, 1))
+        local = sum(1 for i in range(n_layers) if (i + 1) % period)
+    elif model_type in _MAX_WINDOW_LAYERS:
+        local = max(n_layers - r.get_int("max_window_layers", default=n_layers), 0)
+    else:
+        local = n_layers
+    return {"attn_window": window, "attn_local_layers": None if local == n_layers else local}
+
+
+def pretrain_len(r, fields: Config) -> Config:
+    """train_seq_len: the context a RoPE-scaled model was pretrained at (rope_scaling's
+    original_max_position_embeddings: Llama 3.1/4, YaRN; gpt-oss's initial_context_length) where it is below
+    max_positions; nothing otherwise."""
+    scaling = r.cfg.get("rope_scaling") if isinstance(r.cfg.get("rope_scaling"), dict) else {}
+    key = next((k for k in ("original_max_position_embeddings",) if scaling.get(k) is not None), None)
+    value = scaling.get(key) if key else r.cfg.get("initial_context_length")
+    if value is None:
+        return {}
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise r.fail(key or "initial_context_length", f"must be a positive integer (got {value!r})")
+    maximum = fields.get("max_positions") or 2048
+    return {"train_seq_len": value} if value < maximum else {}
