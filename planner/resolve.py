@@ -68,6 +68,16 @@ def seq_len_of(scenario: Scenario, spec: ModelSpec) -> int:
     return scenario.seq_len or spec.train_seq_len or spec.max_positions
 
 
+def seq_len_rule(scenario: Scenario, spec: ModelSpec) -> str:
+    """Where `seq_len_of` took the sequence length from (said in the report)."""
+    if scenario.seq_len:
+        return "pinned (seq_len)"
+    if spec.train_seq_len:
+        return (f"the context the model was pretrained at (train_seq_len {spec.train_seq_len:,}; its maximum is "
+                f"{spec.max_positions:,})")
+    return f"the model's maximum positions (max_positions {spec.max_positions:,})"
+
+
 def resolve_system(scenario: Scenario, catalog: Catalog | None = None) -> System:
     """The GPUs, nodes and network of a scenario: a cluster entry, a GPU entry, overrides."""
     catalog = catalog or load_catalog()

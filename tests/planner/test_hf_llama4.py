@@ -59,6 +59,9 @@ def test_a_text_only_file_and_explicit_lists_read_alike():
     ({**TEXT, "moe_layers": [0, 5, 7]}, "moe_layers"),
     ({**TEXT, "num_experts_per_tok": 32}, "num_experts_per_tok"),
     ({**TEXT, "attention_bias": True}, "attention_bias"),
+    # a key of the nested text model is named by its path in the file
+    ({**SCOUT, "text_config": {**TEXT, "attention_chunk_size": "x"}}, "text_config.attention_chunk_size"),
+    ({**SCOUT, "text_config": {**TEXT, "num_experts_per_tok": 32}}, "text_config.num_experts_per_tok"),
 ])
 def test_bad_llama4_keys_are_one_line_naming_the_key(cfg, key):
     with pytest.raises(PlanError) as e:
