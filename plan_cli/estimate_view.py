@@ -72,6 +72,8 @@ def _measured(s) -> str:
 def _training(report: EstimateReport) -> str:
     """The sequence length (and where an unpinned one came from) and the precision every plan runs in."""
     seq = f"seq_len {report.seq_len}" + ("" if report.scenario.seq_len else _seq_default(report.model))
+    if report.seq_len > report.model.max_positions:  # RoPE: planned as asked, past what the model was built for
+        seq += f" (beyond the model's maximum of {report.model.max_positions:,} positions)"
     p = report.results[0].plan if report.results else None
     if p is None:
         return seq

@@ -59,8 +59,11 @@ def _rebuild(spec: ModelSpec, overrides: dict) -> ModelSpec:
         return ModelSpec(**fields)
     except ValidationError as e:  # pydantic validation of the combined shape
         first = e.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ())) or "model"
-        raise PlanError(field, first["msg"].removeprefix("Value error, ")) from None
+        msg = first["msg"].removeprefix("Value error, ")
+        # a check across fields ("moe_top_k (20) must be between ...") names the override it starts with
+        named = next((k for k in overrides if msg.startswith(f"{k} ")), "model")
+        field = ".".join(str(p) for p in first.get("loc", ())) or named
+        raise PlanError(field, msg) from None
 
 
 def seq_len_of(scenario: Scenario, spec: ModelSpec) -> int:
