@@ -90,7 +90,11 @@ def _rows(dirs: list[Path] | None) -> dict[str, list[dict[str, Any]]]:
 
 
 def _model_json(spec: Any) -> dict[str, Any]:
-    return {**spec.model_dump(mode="json"), "n_params": spec.n_params, "vocab_padded": spec.vocab_padded}
+    from planner import moe
+
+    # a mixture of experts: the parameters one token runs through, embeddings included (planner/moe.py)
+    active = {"active_params": moe.active_params(spec)} if spec.moe_experts else {}
+    return {**spec.model_dump(mode="json"), "n_params": spec.n_params, **active, "vocab_padded": spec.vocab_padded}
 
 
 def _find(entry_id: str, dirs: list[Path] | None) -> dict[str, Any] | catalog_stacks.StackShown:

@@ -72,6 +72,8 @@ def _measured(s) -> str:
 def _training(report: EstimateReport) -> str:
     """The sequence length (and where an unpinned one came from) and the precision every plan runs in."""
     seq = f"seq_len {report.seq_len}" + ("" if report.scenario.seq_len else _seq_default(report.model))
+    if report.seq_len > report.model.max_positions:  # RoPE: planned as asked, past what the model was built for
+        seq += f" (beyond the model's maximum of {report.model.max_positions:,} positions)"
     p = report.results[0].plan if report.results else None
     if p is None:
         return seq
@@ -316,9 +318,22 @@ def show_explain(report: EstimateReport, rank: int, json_out: bool) -> None:
             if v is not None:  # 403,765 tokens/s, not 4.038e+05
                 speed.add_row(k, (f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}") if isinstance(v, float) else str(v))
         console.print(speed)
+        console.print(_flops_table(report))
         line = network_line(report, e, f"plan #{rank}")
         if line:
             console.print(line, highlight=False)
+
+
+def _flops_table(report: EstimateReport) -> Table:
+    """Model FLOPs per token behind MFU (planner/flops_breakdown.py)."""
+    from planner import flops_breakdown
+
+    table = Table(title=f"model FLOPs per token at seq_len {report.seq_len} (MFU)", title_justify="left")
+    for col, justify in (("term", "left"), ("GFLOP", "right"), ("counts", "left")):
+        table.add_column(col, justify=justify)
+    for term, gflop, what in flops_breakdown.rows(report.model, report.seq_len):
+        table.add_row(term, f"{gflop:.4g}", what)
+    return table
 
 
 def print_csv(rows: list[dict]) -> None:

@@ -19,7 +19,7 @@ from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.memory_recipe import MemoryRecipe
 from planner.moe_options import MoeOptions
-from planner.resolve import resolve_model, resolve_system, seq_len_of
+from planner.resolve import resolve_model, resolve_system, seq_len_of, seq_len_rule
 from planner.scenario import (
     STACKS,
     Estimate,
@@ -45,6 +45,11 @@ class EstimateReport(Frozen):
     fitting: int = Field(description="candidates that fit")
     rejected: dict[str, int] = Field(description="rejected candidates by reason")
     global_batch_rule: str = Field(default="", description="how the global batch was chosen")
+    seq_len_rule: str = Field(default="", description="where seq_len came from: pinned, the context the model was "
+                              "pretrained at (train_seq_len) or its maximum positions (max_positions)")
+    n_params: int | None = Field(default=None, description="the model's parameters (embeddings included)")
+    active_params: int | None = Field(default=None, description="parameters one token runs through (a mixture of "
+                                      "experts: top-k routed + shared experts; embeddings included; = n_params dense)")
     flops_convention: str | None = Field(default=None, description="how model FLOPs (MFU) count a mixture of "
                                          "experts (None: a dense model, ~6N + attention)")
     moe_settings: MoeOptions | None = Field(default=None, description="the expert routing and all-to-all "
@@ -178,6 +183,8 @@ def ranked(searched: Searched, *, calibration: Calibration | None = None, object
         scenario=searched.scenario, model=spec, system=system, seq_len=searched.seq_len, objective=objective,
         evaluated=len(found.layout), fitting=int(idx.size),
         rejected=found.rejected_counts(), global_batch_rule=searched.rule, results=results,
+        seq_len_rule=seq_len_rule(searched.scenario, spec), n_params=spec.n_params,
+        active_params=moe.active_params(spec) if spec.moe_experts else spec.n_params,
         flops_convention=moe.FLOPS_CONVENTION if moe.is_moe(spec) else None,
         moe_settings=searched.moe_settings if moe.is_moe(spec) else None,
         memory_recipe=searched.recipe if searched.recipe.given else None,

@@ -146,6 +146,8 @@ def describe(spec: ModelSpec) -> str:
 _NOTE = re.compile(r"(?:sliding[\s_-]*window|local[\s_-]*attention|\bSWA\b|attention[\s_-]*window)"
                    r"(?:[\s_-]*(?:attention|size|of|=|:))*\s*(\d[\d,]*)\s*([kK])?\b", re.I)
 _CELL = re.compile(r"(\d[\d,]*)\s*([kK])?(?:\s*tokens?)?")
+_CHUNK_NOTE = re.compile(r"(?:chunked[\s_-]*(?:local[\s_-]*)?attention|attention[\s_-]*chunk)"
+                         r"(?:[\s_-]*(?:size|of|=|:))*\s*(\d[\d,]*)\s*([kK])?\b", re.I)
 _FULL = ("none", "no", "full", "0", "-", "n/a")
 _LOCAL_LAYERS = re.compile(r"(\d+)\s*(?:local|sliding|windowed)\s*(?:layers?)?\s*(?::|to|/)\s*(\d+)\s*global", re.I)
 
@@ -187,9 +189,39 @@ def local_of_ratio(n_layers: int, local: int, glob: int) -> int:
     return sum(1 for i in range(n_layers) if i % period < local)
 
 
+def chunk_in_row(row) -> int | None:
+    """The chunk a row states for chunked local attention (Llama 4): an `attention_chunk_size` column, or notes
+    such as "chunked attention 8192" / "attention chunk size 8k"; None where nothing says."""
+    from planner.run_text import column
+
+    cell = column(row, "attention_chunk_size")
+    if cell:
+        m = _CELL.fullmatch(cell)
+        if not m:
+            raise PlanError("attention_chunk_size", f"row {row.get('id')}: {cell!r} is not a chunk in tokens "
+                            "(e.g. 8192, 8k)")
+        return int(m.group(1).replace(",", "")) * (1024 if m.group(2) else 1)
+    m = _CHUNK_NOTE.search(row.get("notes") or "")
+    return int(m.group(1).replace(",", "")) * (1024 if m.group(2) else 1) if m else None
+
+
 def apply_row(row, spec: ModelSpec, notes: list[str]) -> ModelSpec:
-    """The row's model with the window it states (a preset's own window where the row says nothing)."""
+    """The row's model with the window it states (a preset's own window where the row says nothing). On a
+    chunked-attention model (Llama 4) a stated window is its chunk, as `--attn-window` is; a stated chunk
+    makes the local layers chunked."""
+    chunk = chunk_in_row(row)
     window, ratio = stated_in_row(row)
+    if chunk is not None or (spec.attn_chunked and window):
+        size = chunk or window
+        layers = spec.attn_local_layers if spec.attn_chunked else None
+        layers = layers if ratio is None else local_of_ratio(spec.n_layers, *ratio)
+        if spec.attn_chunked and (size, layers) == (spec.attn_window, spec.attn_local_layers):
+            return spec
+        notes.append(f"chunked attention {size} as stated"
+                     + ("" if layers is None else f" on {layers} of {spec.n_layers} layers"))
+        fields = {**spec.model_dump(), "published_params": None, "attn_window": size, "attn_local_layers": layers,
+                  "attn_chunked": True}
+        return ModelSpec(**fields)
     if window is None:
         return spec
     if window == 0:  # the row says full attention

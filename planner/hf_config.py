@@ -35,11 +35,11 @@ Config = dict[str, Any]
 class _Reader:
     """Typed access to one config's keys; every error names the file and the key."""
 
-    def __init__(self, path: Path, cfg: Config):
-        self.path, self.cfg = path, cfg
+    def __init__(self, path: Path, cfg: Config, where: str = ""):
+        self.path, self.cfg, self.where = path, cfg, where  # where: the nested object's path ("text_config.")
 
     def fail(self, key: str, message: str) -> PlanError:
-        return PlanError("model", f"{self.path}: key {key!r}: {message}")
+        return PlanError("model", f"{self.path}: key {self.where + key!r}: {message}")
 
     def get_int(self, *keys: str, default: int | None = None) -> int:
         for key in keys:
@@ -67,7 +67,7 @@ class _Reader:
         value = self.cfg.get(key) or {}
         if not isinstance(value, dict):
             raise self.fail(key, f"must be an object (got {value!r})")
-        return _Reader(self.path, value)
+        return _Reader(self.path, value, f"{self.where}{key}.")
 
 
 def load_hf_config(path: str | Path, name: str | None = None, source: str | None = None) -> ModelSpec:

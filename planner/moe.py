@@ -158,6 +158,7 @@ def describe(spec: "ModelSpec", gqa: str) -> str:
 
     shared = f" + {spec.moe_shared_experts} shared" if spec.moe_shared_experts else ""
     layers = "" if n_moe_layers(spec) == spec.n_layers else f" in {n_moe_layers(spec)} of the layers"
-    return (f"{spec.name}: {format_params(spec.n_params)} params ({format_params(active_params(spec))} active), "
+    return (f"{spec.name}: {format_params(spec.n_params)} params ({format_params(active_params(spec))} active, "
+            f"embeddings included), "
             f"{spec.n_layers} layers x {spec.hidden} hidden, {spec.n_heads} heads{gqa}, {spec.moe_experts} experts "
             f"(top-{spec.moe_top_k}{shared}) of ffn {expert_ffn(spec)} ({spec.mlp}){layers}, vocab {spec.vocab_padded}")

@@ -59,13 +59,26 @@ def _rebuild(spec: ModelSpec, overrides: dict) -> ModelSpec:
         return ModelSpec(**fields)
     except ValidationError as e:  # pydantic validation of the combined shape
         first = e.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ())) or "model"
-        raise PlanError(field, first["msg"].removeprefix("Value error, ")) from None
+        msg = first["msg"].removeprefix("Value error, ")
+        # a check across fields ("moe_top_k (20) must be between ...") names the override it starts with
+        named = next((k for k in overrides if msg.startswith(f"{k} ")), "model")
+        field = ".".join(str(p) for p in first.get("loc", ())) or named
+        raise PlanError(field, msg) from None
 
 
 def seq_len_of(scenario: Scenario, spec: ModelSpec) -> int:
     """The scenario's seq_len, else the context the model was pretrained at, else its maximum positions."""
     return scenario.seq_len or spec.train_seq_len or spec.max_positions
+
+
+def seq_len_rule(scenario: Scenario, spec: ModelSpec) -> str:
+    """Where `seq_len_of` took the sequence length from (said in the report)."""
+    if scenario.seq_len:
+        return "pinned (seq_len)"
+    if spec.train_seq_len:
+        return (f"the context the model was pretrained at (train_seq_len {spec.train_seq_len:,}; its maximum is "
+                f"{spec.max_positions:,})")
+    return f"the model's maximum positions (max_positions {spec.max_positions:,})"
 
 
 def resolve_system(scenario: Scenario, catalog: Catalog | None = None) -> System:

@@ -285,7 +285,8 @@ class _ModelAndSystem(Frozen):
         "PaLM): one TP all-reduce per block and pass instead of two; default: the model's own block")
     attn_window: Annotated[int, Field(ge=0), B.ATTN_WINDOW] | None = Field(
         default=None, description="Sliding-window attention: keys each query sees (Mistral "
-        "4096; 0: full causal attention); default: the model's own (config.json sliding_window)")
+        "4096; on a chunked-attention model, Llama 4: the chunk; 0: full causal attention); default: the model's own "
+        "(config.json sliding_window, attention_chunk_size)")
     attn_local_layers: Annotated[int, Field(ge=0), B.ATTN_LAYERS] | None = Field(
         default=None, description="Layers that use attn_window (Gemma 2: half, Gemma 3: 5 of 6; "
         "the others full causal); default: the model's own, or all layers")

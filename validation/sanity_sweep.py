@@ -26,6 +26,8 @@ sequence parallelism) x GPU counts (1 .. 16k). Checks (scaling ones in validatio
   that does not divide the stage's layers refused with a reason naming the layers;
 - memory: cp 2 / 4 about 1/2 / 1/4 of the activations; ZeRO-3 / FSDP model states = sharded / dp
   + constant, ~16 bytes per parameter sharded;
+- MoE presets with local attention (validation/sanity_moe.py: Llama 4's chunked attention, gpt-oss's
+  sliding window): seq_len, window / chunk size, GPU count and expert-parallel memory;
 - feasibility: fp8 refused on GPUs without fp8 (A100, V100, MI250X), bf16 refused on V100, both
   accepted where present; cp accepted on any head count.
 
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python validati
 
 from planner import flops  # noqa: E402
 from validation.sanity_plans import catalog, model_columns, plateau
+from validation.sanity_moe import MOE_CHECKS
 from validation.sanity_record import (COUNTS, GPUS, SEEN, TERMS, TOL, VIOLATIONS, _ok, flag, gpt, monotonic, prec,
                                       run)
 from validation.sanity_scaling import (check_broad_grid, check_cp_scaling, check_gpu_ratio, check_grad_accum,
@@ -276,7 +279,7 @@ def check_per_plan() -> None:
 CHECKS = (check_feasibility, check_grad_accum, check_vpp, check_network, check_weak_scaling, check_model_size,
           check_seq_len, check_checkpointing_sp_offload, check_same_chip, check_uneven_pp, check_cp_and_zero_memory,
           check_fp8, check_cp_refusal, check_network_invariance, check_micro_batch, check_gpu_ratio, check_cp_scaling, check_flash_vs_eager, check_broad_grid,
-          check_per_plan)
+          *MOE_CHECKS, check_per_plan)
 
 
 def main(argv=None) -> int:

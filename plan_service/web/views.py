@@ -115,9 +115,13 @@ def plan_row(rank: int, e: Estimate) -> PlanRow:
 def page_report(report: EstimateReport) -> PageReport:
     s = report.system
     where = s.cluster_id or s.gpu.id
-    header = (f"{report.model.name}: {format_params(report.model.n_params)} params, {report.model.n_layers} layers x "
+    active = report.active_params
+    moe = f" ({format_params(active)} active, embeddings included)" if active and active != report.model.n_params else ""
+    seq_from = report.seq_len_rule if report.seq_len_rule and not report.scenario.seq_len else ""
+    header = (f"{report.model.name}: {format_params(report.model.n_params)} params{moe}, {report.model.n_layers} layers x "
               f"{report.model.hidden} hidden on {s.gpus} x {s.gpu.name} ({where}, {s.gpus_per_node}/node, "
-              f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}")
+              f"{s.internode_gbps:g} Gbps between nodes), seq_len {report.seq_len}"
+              + (f" ({seq_from})" if seq_from else ""))
     rule = getattr(report, "global_batch_rule", None)
     if rule:
         header += f". {rule}"

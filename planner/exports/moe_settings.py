@@ -53,13 +53,16 @@ def refusal(fmt: str, plan: ExecutionPlan, model: ModelSpec | None = None) -> Pl
     """Why `fmt` cannot write the plan's expert settings (None: it can, or there are none)."""
     if fmt == "megatron":
         return megatron_plan_refusal(plan)
-    if plan.ep > 1 or plan.etp > 1:
-        return PlanError("ep", f"ep {plan.ep}, etp {plan.etp}: a {fmt} export has no expert-parallel setting (DeepSpeed-MoE "
-                         "takes ep_size in the model code, deepspeed.moe.layer.MoE); export megatron for "
-                         "--expert-model-parallel-size, or pin --ep 1 --etp 1")
+    # the bundled trainer (torchrun, slurm) first: pinning --ep 1 would not make it run experts
     if model is not None and moe.is_moe(model) and fmt not in MODEL_CODE_FORMATS:
         return PlanError("model", f"{model.name}: the bundled trainer builds dense GPTs only (no experts); export "
                          "megatron, or deepspeed/fsdp/accelerate for your own MoE model code")
+    if plan.ep > 1 or plan.etp > 1:
+        where = (" (DeepSpeed-MoE takes ep_size in the model code, deepspeed.moe.layer.MoE)" if fmt == "deepspeed"
+                 else " (expert parallelism lives in your model code)" if fmt in MODEL_CODE_FORMATS else "")
+        article = "an" if fmt[0] in "aeiou" else "a"
+        return PlanError("ep", f"ep {plan.ep}, etp {plan.etp}: {article} {fmt} export has no expert-parallel setting"
+                         f"{where}; export megatron for --expert-model-parallel-size, or pin --ep 1 --etp 1")
     return None
 
 

@@ -89,3 +89,14 @@ def test_error_note_names_each_listed_stack_with_its_cross_validated_error():
     assert "--wide names" in note
     wide = next(line for line in _run(*args, "--wide").splitlines() if line.startswith("tokens/s +-:"))
     assert "--wide names" not in wide
+
+
+def test_a_rope_seq_len_past_the_maximum_is_said_and_cross_field_refusals_name_the_knob():
+    """gpt-oss-20b's config.json: max_position_embeddings 131,072; a RoPE model is planned past it as asked, and the
+    header says so. --moe-top-k 20 of Llama 4 Scout's 16 experts is refused naming moe_top_k, not `model`."""
+    out = _run("--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--gpus", "8", "--ep", "8", "--tp", "1", "--pp", "1",
+               "--seq-len", "262144", "--top", "1")
+    assert "seq_len 262144 (beyond the model's maximum of 131,072 positions)" in out
+    for flag, value, field in (("--moe-top-k", "20", "moe_top_k"), ("--attn-local-layers", "60", "attn_local_layers")):
+        r = runner.invoke(app, ["estimate", "--model", "llama4-scout", flag, value, "--gpus", "64"], env=WIDE)
+        assert r.exit_code == 2 and f"error: {field}: {field} (" in r.output and r.output.count("\n") == 1, r.output

@@ -101,9 +101,12 @@ def test_expert_parallel_plans_are_refused_by_formats_without_an_ep_setting(fmt)
     plan = _plan(stack="megatron_deepspeed" if fmt != "fsdp" else "torchtitan")
     why = refusal_of(fmt, plan, SYSTEM)
     assert why is not None and why.field == "ep" and "\n" not in why.message
+    assert f"{'an' if fmt == 'accelerate' else 'a'} {fmt} export" in why.message
+    assert ("DeepSpeed-MoE" in why.message) == (fmt == "deepspeed")
     with pytest.raises(PlanError) as e:
         export(fmt, Chosen(plan=plan, model_ref="mixtral-8x7b", model=MIXTRAL_8X7B, system=SYSTEM))
-    assert e.value.field == "ep"
+    # the bundled trainer (torchrun, slurm) runs no experts at any ep: that is the refusal to read first
+    assert e.value.field == ("model" if fmt in ("torchrun", "slurm") else "ep")
 
 
 def test_moe_at_ep1_exports_a_deepspeed_config_with_a_note():

@@ -111,3 +111,14 @@ def test_real_subprocess_list_json() -> None:
     data = json.loads(out.stdout)
     assert {"h100-80gb", "mi300x"} <= {g["id"] for g in data["gpus"]}
     assert "dgx-h200" in {c["id"] for c in data["clusters"]}
+
+
+def test_show_a_mixture_of_experts_gives_its_active_parameters():
+    """gpt-oss-120b: 116.83B total (the model card's Table 1); active 5.13B on the card without the input embedding,
+    + 201088 x 2880 with it (planner/moe.py counts both embeddings); a dense preset has no active_params key."""
+    result = runner.invoke(app, ["catalog", "show", "gpt-oss-120b", "--json"])
+    assert result.exit_code == 0, result.output
+    entry = json.loads(result.output)["entry"]
+    assert round(entry["n_params"] / 1e7) == 11683 and round((entry["active_params"] - 201088 * 2880) / 1e7) == 513
+    dense = json.loads(runner.invoke(app, ["catalog", "show", "llama3-8b", "--json"]).output)["entry"]
+    assert "active_params" not in dense

@@ -59,6 +59,9 @@ def test_a_text_only_file_and_explicit_lists_read_alike():
     ({**TEXT, "moe_layers": [0, 5, 7]}, "moe_layers"),
     ({**TEXT, "num_experts_per_tok": 32}, "num_experts_per_tok"),
     ({**TEXT, "attention_bias": True}, "attention_bias"),
+    # a key of the nested text model is named by its path in the file
+    ({**SCOUT, "text_config": {**TEXT, "attention_chunk_size": "x"}}, "text_config.attention_chunk_size"),
+    ({**SCOUT, "text_config": {**TEXT, "num_experts_per_tok": 32}}, "text_config.num_experts_per_tok"),
 ])
 def test_bad_llama4_keys_are_one_line_naming_the_key(cfg, key):
     with pytest.raises(PlanError) as e:
@@ -105,3 +108,23 @@ def test_the_default_seq_len_is_the_pretraining_context_not_the_10m_maximum():
     with pytest.raises(PlanError) as e:
         spec_from_config({**TEXT, "rope_scaling": {"original_max_position_embeddings": "8k"}})
     assert "original_max_position_embeddings" in str(e.value)
+
+
+# ---- run rows on a chunked model (planner/attn_window.apply_row) ------------------------------------
+def test_a_row_stating_the_chunk_keeps_llama4_as_it_is():
+    """An `attn_window` column of 8192 on Llama 4 is its own chunk (as --attn-window is), not a sliding window
+    on all 48 layers; "chunked attention 4096" re-chunks its 36 RoPE layers; a dense model's row makes it chunked."""
+    scout = spec_from_config(SCOUT)
+    notes: list[str] = []
+    for row in ({"attn_window": "8192"}, {"notes": "chunked attention 8192"}, {"attention_chunk_size": "8k"}):
+        assert attn_window.apply_row({"id": "r", **row}, scout, notes) is scout
+    assert notes == []
+    four = attn_window.apply_row({"id": "r", "notes": "Llama 4 Scout, chunked attention 4096, EP 8"}, scout, notes)
+    assert (four.attn_window, four.attn_chunked, four.attn_local_layers) == (4096, True, 36)
+    assert notes == ["chunked attention 4096 as stated on 36 of 48 layers"]
+    dense = attn_window.unwindowed(scout)
+    made = attn_window.apply_row({"id": "r", "notes": "attention chunk size 8k"}, dense, notes)
+    assert (made.attn_window, made.attn_chunked, made.attn_local_layers) == (8192, True, None)
+    assert attn_window.apply_row({"id": "r", "attn_window": "none"}, scout, notes).attn_window is None
+    with pytest.raises(PlanError, match="attention_chunk_size"):
+        attn_window.apply_row({"id": "r", "attention_chunk_size": "big"}, scout, notes)

@@ -121,3 +121,18 @@ def test_gpt_oss_reads_with_biased_experts_and_its_published_counts(layers, expe
     assert spec.n_params / 1e9 == pytest.approx(total_b, rel=0.002)
     embedding = 201088 * 2880
     assert (moe.active_params(spec) - embedding) / 1e9 == pytest.approx(active_b, rel=0.01)
+
+
+def test_the_report_says_the_counts_and_where_seq_len_came_from():
+    """gpt-oss's card counts 3.61B active without the input embedding; the planner's count has both embeddings:
+    the header says so, and --json / POST /estimate carry the totals and the seq_len's origin."""
+    from planner import api
+    from planner.scenario import Scenario
+
+    report = api.estimate(Scenario(model="gpt-oss-20b", gpu="h100-80gb", gpus=8, ep=8, tp=1, pp=1), top=1)
+    spec = report.model
+    assert (report.n_params, report.active_params) == (spec.n_params, moe.active_params(spec))
+    assert "train_seq_len 4,096" in report.seq_len_rule and report.seq_len == 4096
+    assert "active, embeddings included" in spec.describe()
+    pinned = api.estimate(Scenario(model="gpt-oss-20b", gpu="h100-80gb", gpus=8, ep=8, tp=1, pp=1, seq_len=2048), top=1)
+    assert pinned.seq_len_rule.startswith("pinned") and pinned.model_dump(mode="json")["active_params"] < spec.n_params

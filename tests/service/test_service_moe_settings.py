@@ -75,3 +75,23 @@ def test_bad_values_are_422_with_the_cli_message(client, extra, field, cli_flags
 def test_wrong_types_are_422_naming_the_field(client, extra, field):
     r = client.post("/estimate", json={**PINNED, **extra})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", field]
+
+
+def test_an_inline_llama4_config_says_its_counts_and_seq_len_origin(client):
+    """POST /estimate with Llama 4 Scout's config.json body: the text model's 107.8B total / 17.2B active (Meta's
+    card: 17B active; its 109B counts the vision encoder), chunked attention 8192 on the 36 RoPE layers, and
+    seq_len 8192 (rope_scaling.original_max_position_embeddings) said as the pretraining context, not pinned;
+    the page's header says the same."""
+    from tests.planner.test_hf_llama4 import SCOUT
+
+    body = {"hf_config": SCOUT, "gpus": 64, "gpu": "h100-80gb"}
+    r = client.post("/estimate", json=body, params={"top": 1})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert (d["model"]["attn_window"], d["model"]["attn_chunked"], d["model"]["attn_local_layers"]) == (8192, True, 36)
+    assert round(d["n_params"] / 1e8) == 1078 and round(d["active_params"] / 1e8) == 172
+    assert d["seq_len"] == 8192 and "train_seq_len 8,192" in d["seq_len_rule"]
+    page = client.post("/ui/estimate", json={"config": SCOUT, "gpus": 64, "gpu": "h100-80gb", "top": 1})
+    assert page.status_code == 200, page.text
+    header = page.json()["header"]
+    assert "17.173B active, embeddings included" in header and "seq_len 8192 (the context" in header
