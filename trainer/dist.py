@@ -197,28 +197,58 @@ def rendezvous_line(where: str, env=None) -> str:
             f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')} (port from {where}; set MASTER_PORT to choose)")
 
 
-def local_device_index(local_rank: int, visible: int, shared: bool = False) -> int:
+def local_device_index(local_rank: int, visible: int, shared: bool = False,
+                       listed: tuple[str, list[str]] | None = None, local_world: int = 1) -> int:
     """This rank's GPU among the `visible` ones: its local rank (torchrun, srun seeing the node's GPUs), or the
     only one a launcher that binds a GPU per task left visible (srun --gpus-per-task=1 / --gpu-bind: each task
     sees one device, index 0, whatever its SLURM_LOCALID). `shared`: the node's ranks see the same devices
     (torchrun / torch's elastic launch: one CUDA_VISIBLE_DEVICES for all of them), so local rank 1 with one GPU
     visible is a second rank on that GPU (NCCL: "Duplicate GPU detected"), not a bound task. More ranks than
-    GPUs is a clear error, not CUDA's "invalid device ordinal"."""
+    GPUs is a clear error, not CUDA's "invalid device ordinal".
+    srun --gpu-bind=closest without --gpus-per-task shows each task the GPUs near its cores, fewer than the node's
+    `local_world` ranks (local rank 5 sees "4,5,6,7"; under srun's default block:cyclic placement rank 1 may see
+    them too): by position, ranks 1 and 5 took the same GPU. There a rank takes the GPU whose node index is its
+    local rank, in `listed` (visible_devices), and refuses where that GPU is not listed."""
     from planner.errors import PlanError
 
-    if 0 <= local_rank < visible:
+    name, ids = listed or ("CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES", [])
+    per_task = not shared and 1 < visible < local_world  # every task its own subset of the node's GPUs
+    if 0 <= local_rank < visible and not per_task:
         return local_rank
     if visible == 1 and not shared:
         return 0
-    raise PlanError("nproc", f"local rank {local_rank} but {visible} GPUs are visible to this process "
-                    "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES): give at most one rank per visible GPU")
+    if per_task and len(ids) == visible and str(local_rank) in ids:
+        return ids.index(str(local_rank))
+    seen = f"{name}={','.join(ids)}" if ids else name
+    if per_task:
+        raise PlanError("nproc", f"local rank {local_rank} of {local_world} on this node sees {visible} GPUs ({seen}), "
+                        f"fewer than the ranks and not GPU {local_rank}: give at most one rank per GPU; under a per-task "
+                        "binding (srun --gpu-bind=closest) use --gpus-per-task=1, or --gpu-bind=none (every task sees "
+                        "the node's GPUs)")
+    raise PlanError("nproc", f"local rank {local_rank} but {visible} GPUs are visible to this process ({seen}): give "
+                    "at most one rank per visible GPU")
+
+
+def visible_devices(env, rocm: bool) -> tuple[str, list[str]] | None:
+    """(variable, node-wide GPU indices) of the one variable that lists this process's GPUs: CUDA_VISIBLE_DEVICES;
+    on ROCm ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES (HIP applies the last two to what ROCR
+    left, so with two of them set the indices are not the node's). None: none set, several (ROCm), or not plain
+    indices (UUIDs, MIG: "GPU-8f2...", "MIG-...")."""
+    names = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if rocm else ("CUDA_VISIBLE_DEVICES",)
+    given = [n for n in names if env.get(n, "").strip()]
+    if len(given) != 1:
+        return None
+    ids = [t.strip() for t in env[given[0]].split(",")]
+    return (given[0], ids) if all(t.isdigit() for t in ids) else None
 
 
 def pick_device() -> torch.device:
     if torch.cuda.is_available():
         # torch's elastic agent (torchrun, plan's own launch) sets TORCHELASTIC_RUN_ID in every worker it starts
         local = local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count(),
-                                   shared="TORCHELASTIC_RUN_ID" in os.environ)
+                                   shared="TORCHELASTIC_RUN_ID" in os.environ,
+                                   listed=visible_devices(os.environ, torch.version.hip is not None),
+                                   local_world=int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")

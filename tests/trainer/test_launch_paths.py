@@ -143,3 +143,34 @@ def test_bench_nproc_other_than_the_steps_is_one_line(slurm, nproc):
     lines = res.stderr.strip().splitlines()
     assert res.exit_code == 2 and len(lines) == 1, res.stderr
     assert f"--nproc {nproc}, but the launcher (srun / torchrun) started 8 rank(s) on this node" in lines[0]
+
+
+def _closest(local_rank: int, env: dict, local_world: int = 8) -> int:
+    from trainer.dist import local_device_index, visible_devices
+
+    listed = visible_devices(env, rocm="ROCR_VISIBLE_DEVICES" in env)
+    return local_device_index(local_rank, len(env.get("ROCR_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES", "")).split(",")),
+                              listed=listed, local_world=local_world)
+
+
+def test_gpu_bind_closest_maps_each_rank_to_its_own_gpu():
+    """`srun --ntasks-per-node=8 --gpus-per-node=8 --gpu-bind=closest` with tasks 0-3 on socket 0: each task sees
+    its socket's 4 GPUs; local rank 5 was refused ("local rank 5 but 4 GPUs are visible")."""
+    near = {r: "0,1,2,3" if r < 4 else "4,5,6,7" for r in range(8)}
+    picked = [int(near[r].split(",")[_closest(r, {"CUDA_VISIBLE_DEVICES": near[r]})]) for r in range(8)]
+    assert picked == list(range(8))  # every rank its own GPU, the one whose node index is its local rank
+    assert _closest(6, {"ROCR_VISIBLE_DEVICES": "6,7"}) == 0  # ROCm: Slurm's ROCR_VISIBLE_DEVICES
+    assert _closest(3, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, local_world=4) == 3  # the job's GPUs, seen by all 4 tasks
+
+
+@pytest.mark.parametrize("local_rank, env", [
+    (1, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}),  # srun's default block:cyclic put task 1 on socket 1: by position it
+    (4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}),  # took GPU 5, which task 5 took too
+    (5, {"CUDA_VISIBLE_DEVICES": "GPU-1a,GPU-2b,GPU-3c,GPU-4d"}),  # UUIDs: no node index
+    (5, {"ROCR_VISIBLE_DEVICES": "4,5,6,7", "HIP_VISIBLE_DEVICES": "0,1,2,3"}),  # HIP renumbers what ROCR left
+])
+def test_gpu_bind_without_a_mapping_is_one_line_naming_the_variable(local_rank, env):
+    with pytest.raises(PlanError) as e:
+        _closest(local_rank, env)
+    assert e.value.field == "nproc" and "\n" not in str(e.value) and "--gpus-per-task=1" in str(e.value)
+    assert "VISIBLE_DEVICES" in str(e.value) and f"local rank {local_rank} of 8" in str(e.value)
