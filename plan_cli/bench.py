@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def allreduce_bench(
-    nproc: opts.Nproc = 2,
+    nproc: Annotated[Optional[int], typer.Option(
+        min=1, max=1024, help="Ranks on this node [default: 2; under srun / torchrun: the tasks the launcher started]")] = None,
     nnodes: opts.Nnodes = 1,
     node_rank: opts.NodeRank = 0,
     rdzv_endpoint: opts.RdzvEndpoint = None,
@@ -40,6 +41,7 @@ def allreduce_bench(
     if not size_list:
         raise PlanError("sizes", "give at least one size")
     check_launch(nnodes, node_rank, rdzv_endpoint)
+    nproc, nnodes = _ranks(nproc, nnodes)
     if nproc * nnodes < 2:  # one rank moves nothing: its busbw is 0, which --network-from refuses
         raise PlanError("nproc", f"a collective needs at least 2 ranks; got --nproc {nproc} x --nnodes {nnodes}")
     if json_out is not None:  # before the measurement, not after it (a missing folder lost it)
@@ -61,6 +63,20 @@ def allreduce_bench(
     if json_out is not None:
         json_out.write_text(report.model_dump_json(indent=2))
     console.print(_summary(report, json_out), highlight=False, soft_wrap=True)  # a path is never cut
+
+
+def _ranks(nproc: int | None, nnodes: int) -> tuple[int, int]:
+    """(ranks per node, nodes): under srun / torchrun the step's tasks, an --nproc given there checked against them
+    (it was ignored, and --nproc 1 refused as one rank while 16 tasks ran); else --nproc (default 2) x --nnodes."""
+    from trainer.config import check_launcher_ranks
+    from trainer.dist import step_ranks
+
+    step = step_ranks()
+    if step is None:
+        return (2 if nproc is None else nproc), nnodes
+    world, local = step
+    check_launcher_ranks(nproc, local, default=None)
+    return local, world // local
 
 
 def _size(n: int) -> str:

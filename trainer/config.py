@@ -144,10 +144,11 @@ class TrainConfig(BaseModel):
         return self.plan.model_dump(exclude=exclude) | {"global_batch": self.plan.global_batch}
 
 
-def check_launcher_ranks(asked_nproc: int, local_ranks: int) -> None:
-    """Under torchrun / srun the launcher decides this node's ranks; an --nproc above 1 that differs was dropped
-    without a word (`srun --ntasks-per-node=1 plan train --nproc 8` ran ONE rank per node, on its first GPU)."""
-    if asked_nproc > 1 and asked_nproc != local_ranks:
+def check_launcher_ranks(asked_nproc: int | None, local_ranks: int, default: int | None = 1) -> None:
+    """Under torchrun / srun the launcher decides this node's ranks; an --nproc that differs was dropped without a
+    word (`srun --ntasks-per-node=1 plan train --nproc 8` ran ONE rank per node, on its first GPU). `default`: the
+    value that means "not given" (the trainer's 1; None for an option that has no value when left out)."""
+    if asked_nproc is not None and asked_nproc != default and asked_nproc != local_ranks:
         raise PlanError("nproc", f"--nproc {asked_nproc}, but the launcher (srun / torchrun) started {local_ranks} "
                         "rank(s) on this node: leave --nproc out, start one srun task per GPU "
                         f"(--ntasks-per-node={asked_nproc}), or run torchrun --nproc-per-node {asked_nproc} in the srun")
@@ -286,6 +287,7 @@ def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     if spec.layer_pattern is not None:
         raise PlanError("model", f"{spec.name} has Mamba / hybrid layers (layer_pattern): the bundled trainer builds "
                         "transformer blocks only (the planner models it)")
+    check_positions(p.seq_len, spec)
     # the planner's rules: tp divides the heads, pp at most the layers, pp x vpp divides them
     rules.check({"tp": p.tp, "pp": p.pp, "vpp": p.vpp}, spec=spec)
     t = p.tp
@@ -297,3 +299,11 @@ def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
         for name, n in sizes.items():
             if n % t:
                 raise PlanError("tp", f"{t} does not divide the model's {name} ({n})")
+
+
+def check_positions(seq_len: int, spec: ModelSpec) -> None:
+    """A learned position table has max_positions rows (trainer/model.py: nn.Embedding(max_positions, hidden)): a
+    longer sequence indexes past it. Refused before any rank starts (each rank found it after the launch)."""
+    if spec.position == "learned" and seq_len > spec.max_positions:
+        raise PlanError("seq_len", f"--seq-len {seq_len} is longer than {spec.name}'s learned position table: "
+                        f"give --seq-len at most {spec.max_positions} (its max_positions)")

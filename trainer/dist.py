@@ -96,6 +96,16 @@ def launcher_ranks(env=None) -> tuple[int, int]:
     return world, local
 
 
+def step_ranks(env=None) -> tuple[int, int] | None:
+    """(WORLD_SIZE, LOCAL_WORLD_SIZE) that torchrun or an srun step decided for this process, None where no launcher
+    did (our own launch then starts --nproc ranks). Reads the variables only (env_from_slurm writes them later)."""
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return launcher_ranks(env)
+    task = slurm_task_env(env)
+    return None if task is None else launcher_ranks(task)
+
+
 def _first_slurm_host() -> str:
     """Rank 0's host: the first node of the step (srun's SLURM_STEP_NODELIST; a step on part of the allocation
     does not start on the job's first node), else of the job."""
@@ -138,45 +148,107 @@ def check_block_placement(env) -> None:
                         f"nodes; the trainer's node-local groups are consecutive ranks: {fix}")
 
 
-def env_from_slurm(rdzv_endpoint: str | None, block_ranks: bool = False) -> None:
+def env_from_slurm(rdzv_endpoint: str | None, block_ranks: bool = False) -> str:
     """Fill torch's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* from SLURM's variables (srun). `block_ranks`: refuse a step
     that did not place consecutive ranks on one node (check_block_placement; the trainer needs it, the bench groups
-    ranks by their host)."""
+    ranks by their host). Returns where MASTER_PORT came from (for rendezvous_line)."""
     task = None if "RANK" in os.environ else slurm_task_env(os.environ)
     if task is None:
-        return
+        return "MASTER_PORT"  # torchrun's (or not launched by srun)
     if block_ranks and int(task["LOCAL_WORLD_SIZE"]) > 1:  # one rank per node: every placement is block
         check_block_placement(os.environ)
     os.environ.update(task)
+    port_from = "MASTER_PORT" if os.environ.get("MASTER_PORT") else None
     if rdzv_endpoint:
         host, _, port = rdzv_endpoint.rpartition(":") if "]" in rdzv_endpoint else rdzv_endpoint.partition(":")
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host.strip("[]"), port or "29500"
+        os.environ["MASTER_ADDR"] = host.strip("[]")
+        if port:
+            os.environ["MASTER_PORT"], port_from = port, "--rdzv-endpoint"
     os.environ.setdefault("MASTER_ADDR", _first_slurm_host())
-    os.environ.setdefault("MASTER_PORT", "29500")
+    if not port_from:
+        port, port_from = slurm_master_port(os.environ)
+        os.environ["MASTER_PORT"] = str(port)
+    return port_from
 
 
-def local_device_index(local_rank: int, visible: int, shared: bool = False) -> int:
+SLURM_PORT_BASE = 15000  # 15000-28999: unprivileged, below torchrun's 29500 and Linux's ephemeral 32768-60999
+SLURM_PORT_JOBS = 1400  # (net.ipv4.ip_local_port_range's default): a port the OS hands out is never one of ours
+SLURM_PORT_STEPS = 10
+
+
+def slurm_master_port(env) -> tuple[int, str]:
+    """rank 0's store port for an srun step, the same on every task (SLURM_JOB_ID and SLURM_STEP_ID are the step's,
+    srun(1) OUTPUT ENVIRONMENT VARIABLES), and different for two jobs (or two steps of one job) whose first node is
+    the same: a fixed 29500 made the second job's rank 0 fail to bind (EADDRINUSE) or its ranks join the first's
+    store. Any 1400 consecutive job ids, each with steps 0-9, get different ports. Returns (port, where from)."""
+    job = env.get("SLURM_JOB_ID", "")
+    step = env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", ""))
+    if not job.isdigit():
+        return 29500, "torch's default (no SLURM_JOB_ID)"
+    step_n = int(step) if step.isdigit() else 0
+    port = SLURM_PORT_BASE + (int(job) % SLURM_PORT_JOBS) * SLURM_PORT_STEPS + step_n % SLURM_PORT_STEPS
+    return port, f"SLURM_JOB_ID {job} step {step or 0}"
+
+
+def rendezvous_line(where: str, env=None) -> str:
+    """One line for rank 0 of an srun / torchrun step: where the ranks meet, and where the port came from."""
+    env = os.environ if env is None else env
+    return (f"rank 0 of {env.get('WORLD_SIZE', '?')} ({env.get('LOCAL_WORLD_SIZE', '?')} per node): rendezvous "
+            f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')} (port from {where}; set MASTER_PORT to choose)")
+
+
+def local_device_index(local_rank: int, visible: int, shared: bool = False,
+                       listed: tuple[str, list[str]] | None = None, local_world: int = 1) -> int:
     """This rank's GPU among the `visible` ones: its local rank (torchrun, srun seeing the node's GPUs), or the
     only one a launcher that binds a GPU per task left visible (srun --gpus-per-task=1 / --gpu-bind: each task
     sees one device, index 0, whatever its SLURM_LOCALID). `shared`: the node's ranks see the same devices
     (torchrun / torch's elastic launch: one CUDA_VISIBLE_DEVICES for all of them), so local rank 1 with one GPU
     visible is a second rank on that GPU (NCCL: "Duplicate GPU detected"), not a bound task. More ranks than
-    GPUs is a clear error, not CUDA's "invalid device ordinal"."""
+    GPUs is a clear error, not CUDA's "invalid device ordinal".
+    srun --gpu-bind=closest without --gpus-per-task shows each task the GPUs near its cores, fewer than the node's
+    `local_world` ranks (local rank 5 sees "4,5,6,7"; under srun's default block:cyclic placement rank 1 may see
+    them too): by position, ranks 1 and 5 took the same GPU. There a rank takes the GPU whose node index is its
+    local rank, in `listed` (visible_devices), and refuses where that GPU is not listed."""
     from planner.errors import PlanError
 
-    if 0 <= local_rank < visible:
+    name, ids = listed or ("CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES", [])
+    per_task = not shared and 1 < visible < local_world  # every task its own subset of the node's GPUs
+    if 0 <= local_rank < visible and not per_task:
         return local_rank
     if visible == 1 and not shared:
         return 0
-    raise PlanError("nproc", f"local rank {local_rank} but {visible} GPUs are visible to this process "
-                    "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES): give at most one rank per visible GPU")
+    if per_task and len(ids) == visible and str(local_rank) in ids:
+        return ids.index(str(local_rank))
+    seen = f"{name}={','.join(ids)}" if ids else name
+    if per_task:
+        raise PlanError("nproc", f"local rank {local_rank} of {local_world} on this node sees {visible} GPUs ({seen}), "
+                        f"fewer than the ranks and not GPU {local_rank}: give at most one rank per GPU; under a per-task "
+                        "binding (srun --gpu-bind=closest) use --gpus-per-task=1, or --gpu-bind=none (every task sees "
+                        "the node's GPUs)")
+    raise PlanError("nproc", f"local rank {local_rank} but {visible} GPUs are visible to this process ({seen}): give "
+                    "at most one rank per visible GPU")
+
+
+def visible_devices(env, rocm: bool) -> tuple[str, list[str]] | None:
+    """(variable, node-wide GPU indices) of the one variable that lists this process's GPUs: CUDA_VISIBLE_DEVICES;
+    on ROCm ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES (HIP applies the last two to what ROCR
+    left, so with two of them set the indices are not the node's). None: none set, several (ROCm), or not plain
+    indices (UUIDs, MIG: "GPU-8f2...", "MIG-...")."""
+    names = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if rocm else ("CUDA_VISIBLE_DEVICES",)
+    given = [n for n in names if env.get(n, "").strip()]
+    if len(given) != 1:
+        return None
+    ids = [t.strip() for t in env[given[0]].split(",")]
+    return (given[0], ids) if all(t.isdigit() for t in ids) else None
 
 
 def pick_device() -> torch.device:
     if torch.cuda.is_available():
         # torch's elastic agent (torchrun, plan's own launch) sets TORCHELASTIC_RUN_ID in every worker it starts
         local = local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count(),
-                                   shared="TORCHELASTIC_RUN_ID" in os.environ)
+                                   shared="TORCHELASTIC_RUN_ID" in os.environ,
+                                   listed=visible_devices(os.environ, torch.version.hip is not None),
+                                   local_world=int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")

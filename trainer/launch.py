@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -42,12 +43,12 @@ def launch(cfg: TrainConfig) -> TrainResult:
         Path(result_path).unlink(missing_ok=True)
         clear_rank_errors(result_path)
     t0 = time.perf_counter()
-    from trainer.dist import env_from_slurm, launched_externally, launcher_ranks
+    from trainer.dist import env_from_slurm, launched_externally, launcher_ranks, rendezvous_line
 
     try:
         external = launched_externally()  # an srun step with uneven tasks per node: refused here (bad_config)
         if external:  # torchrun / srun decide the ranks: validate against them
-            env_from_slurm(cfg.launch.rdzv_endpoint, block_ranks=True)
+            port_from = env_from_slurm(cfg.launch.rdzv_endpoint, block_ranks=True)
             world, local = launcher_ranks()
             asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=world // local)
             check_launcher_ranks(asked, local)
@@ -61,6 +62,8 @@ def launch(cfg: TrainConfig) -> TrainResult:
     exit_codes: dict[str, int] = {}
     launch_error = ""
     if external:
+        if os.environ["RANK"] == "0":  # after the checks: a refusal stays one line
+            print(rendezvous_line(port_from), file=sys.stderr, flush=True)
         run_rank(cfg.model_dump_json(), result_path)  # this process is one rank
         if int(os.environ["RANK"]) != 0:
             return TrainResult(status="ok", config=cfg.knobs())  # rank 0 reports
@@ -95,11 +98,27 @@ def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
         return {str(r): 0 for r in range(cfg.launch.world_size)}, ""
     except ChildFailedError as e:
         codes = {str(r): f.exitcode for r, f in e.failures.items()}
-        return codes, "; ".join(f"rank {r}: exit {f.exitcode} {f.message}".strip() for r, f in e.failures.items())
+        return codes, "; ".join(f"rank {r}: exit {f.exitcode} {failure_text(f.message)}".strip()
+                                for r, f in e.failures.items())
     except SignalException as e:
         return {}, f"launcher timeout: {e}"
     finally:
         backstop.cancel()
+
+
+def failure_text(message) -> str:
+    """torch's ProcessFailure.message in one line: a string for a process that wrote no error file (a signal, an
+    exit), but for a function rank whose exception escaped torch's record() wrapper the error file's dict
+    {"message": "Type: text", "extraInfo": {"py_callstack": traceback, ...}} (torch ErrorHandler.record_exception):
+    printed as a dict with the whole traceback inside. Its message's first line, else the traceback's last line."""
+    if isinstance(message, dict):
+        text = str(message.get("message") or "")
+        if not text.strip():
+            stack = (message.get("extraInfo") or {}).get("py_callstack") or ""
+            text = next((line for line in reversed(str(stack).splitlines()) if line.strip()), "")
+        message = text
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
 
 
 def collect(cfg: TrainConfig, result_path: str, exit_codes: dict[str, int], launch_error: str) -> TrainResult:

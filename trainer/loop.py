@@ -8,7 +8,6 @@ import time
 import torch
 import torch.distributed as dist
 
-from planner.errors import PlanError
 from planner.flops import hardware_flops_per_token, model_flops_per_token
 from trainer import dist as tdist
 from trainer.backends import build_engine
@@ -40,9 +39,7 @@ def device_name(device: torch.device) -> str:
 
 def build(cfg: TrainConfig, device: torch.device):
     spec = cfg.spec or resolve_spec(cfg.model)
-    validate_layout(cfg, spec)
-    if spec.position == "learned" and cfg.plan.seq_len > spec.max_positions:
-        raise PlanError("seq_len", f"{cfg.plan.seq_len} exceeds the model's max_positions ({spec.max_positions})")
+    validate_layout(cfg, spec)  # learned positions cover seq_len (config.check_positions)
     torch.manual_seed(cfg.run.seed)
     model = GPT(spec, cfg.plan.attention, cfg.run.low_precision_norm)
     if cfg.plan.compile:

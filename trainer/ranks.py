@@ -15,10 +15,12 @@ def run_on_ranks(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int = 
     """Results by global rank of `fn(*args)` (only this node's ranks)."""
     import torch
 
-    from trainer.dist import env_from_slurm, launched_externally
+    from trainer.dist import env_from_slurm, launched_externally, rendezvous_line
 
     if launched_externally():
-        env_from_slurm(rdzv_endpoint)
+        port_from = env_from_slurm(rdzv_endpoint)
+        if os.environ["RANK"] == "0":
+            print(rendezvous_line(port_from), file=sys.stderr, flush=True)
         return {int(os.environ["RANK"]): fn(*args)}
     if not torch.cuda.is_available():
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
