@@ -1,7 +1,10 @@
 """Llama 4 config.json files (planner/hf_llama4.py) and chunked local attention (planner/attn_window.py).
 
-Configs typed from meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E config.json (Llama4Config with
-a Llama4TextConfig under text_config). Meta's model cards: Scout 17B active / 109B total, Maverick 17B active /
+Configs typed after the base checkpoints meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E (Llama4Config
+with a Llama4TextConfig under text_config) as AMD Primus's Megatron presets transcribe them
+(primus/configs/models/megatron/llama4_17B16E.yaml, llama4_17B128E.yaml): 262,144 positions both, llama3-type
+RoPE scaling x16 on Scout only (original_max_position_embeddings 8192, Llama 3.x's, is our reading), q/k norm on
+Scout only. Meta's model cards: Scout 17B active / 109B total, Maverick 17B active /
 400B total; both totals include the vision encoder, which the planner leaves out (text model only)."""
 
 from __future__ import annotations
@@ -18,14 +21,13 @@ TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8
         "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
         "hidden_act": "silu", "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1,
         "interleave_moe_layer_step": 1, "attention_chunk_size": 8192, "use_qk_norm": True, "rms_norm_eps": 1e-05,
-        "max_position_embeddings": 10485760, "tie_word_embeddings": False, "attention_bias": False,
+        "max_position_embeddings": 262144, "tie_word_embeddings": False, "attention_bias": False,
         "no_rope_layers": [], "moe_layers": None,
         "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
                          "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
 SCOUT = {"model_type": "llama4", "text_config": TEXT, "vision_config": {"hidden_size": 1408, "num_hidden_layers": 34}}
 MAVERICK = {**SCOUT, "text_config": {**TEXT, "num_local_experts": 128, "interleave_moe_layer_step": 2,
-                                     "use_qk_norm": False, "max_position_embeddings": 1048576,
-                                     "rope_scaling": {**TEXT["rope_scaling"], "factor": 8.0}}}
+                                     "use_qk_norm": False, "rope_scaling": None}}
 
 
 def test_scout_and_maverick_read_as_their_model_cards():
@@ -96,15 +98,17 @@ def test_megatron_export_refuses_chunked_attention():
 
 
 def test_the_default_seq_len_is_the_pretraining_context_not_the_10m_maximum():
-    """Scout's max_position_embeddings is 10,485,760 (RoPE scaled x16 from 8192): a blank seq_len plans 8192."""
+    """Scout's RoPE is scaled x16 from 8192 to its 262,144 positions: a blank seq_len plans 8192; Maverick has no
+    scaling and plans its maximum."""
     from planner.resolve import seq_len_of
     from planner.scenario import Scenario
 
     scout = spec_from_config(SCOUT)
-    assert (scout.max_positions, scout.train_seq_len) == (10485760, 8192)
+    assert (scout.max_positions, scout.train_seq_len) == (262144, 8192)
+    assert spec_from_config(MAVERICK).train_seq_len is None
     assert seq_len_of(Scenario(model="x"), scout) == 8192 and seq_len_of(Scenario(model="x", seq_len=65536), scout) == 65536
     plain = spec_from_config({**TEXT, "rope_scaling": None})
-    assert plain.train_seq_len is None and seq_len_of(Scenario(model="x"), plain) == 10485760
+    assert plain.train_seq_len is None and seq_len_of(Scenario(model="x"), plain) == 262144
     with pytest.raises(PlanError) as e:
         spec_from_config({**TEXT, "rope_scaling": {"original_max_position_embeddings": "8k"}})
     assert "original_max_position_embeddings" in str(e.value)
