@@ -9,6 +9,8 @@ import subprocess
 import torch
 import torch.distributed as dist
 
+from planner.rendezvous import TORCH_DEFAULT_PORT, slurm_port
+
 
 def launched_externally(env=None) -> bool:
     """True under torchrun (RANK/WORLD_SIZE) or as one task of an srun step with several tasks."""
@@ -171,23 +173,16 @@ def env_from_slurm(rdzv_endpoint: str | None, block_ranks: bool = False) -> str:
     return port_from
 
 
-SLURM_PORT_BASE = 15000  # 15000-28999: unprivileged, below torchrun's 29500 and Linux's ephemeral 32768-60999
-SLURM_PORT_JOBS = 1400  # (net.ipv4.ip_local_port_range's default): a port the OS hands out is never one of ours
-SLURM_PORT_STEPS = 10
-
-
 def slurm_master_port(env) -> tuple[int, str]:
     """rank 0's store port for an srun step, the same on every task (SLURM_JOB_ID and SLURM_STEP_ID are the step's,
     srun(1) OUTPUT ENVIRONMENT VARIABLES), and different for two jobs (or two steps of one job) whose first node is
-    the same: a fixed 29500 made the second job's rank 0 fail to bind (EADDRINUSE) or its ranks join the first's
-    store. Any 1400 consecutive job ids, each with steps 0-9, get different ports. Returns (port, where from)."""
+    the same (planner/rendezvous.py: the formula the exported sbatch script evaluates in shell). Returns (port,
+    where from)."""
     job = env.get("SLURM_JOB_ID", "")
     step = env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", ""))
     if not job.isdigit():
-        return 29500, "torch's default (no SLURM_JOB_ID)"
-    step_n = int(step) if step.isdigit() else 0
-    port = SLURM_PORT_BASE + (int(job) % SLURM_PORT_JOBS) * SLURM_PORT_STEPS + step_n % SLURM_PORT_STEPS
-    return port, f"SLURM_JOB_ID {job} step {step or 0}"
+        return TORCH_DEFAULT_PORT, "torch's default (no SLURM_JOB_ID)"
+    return slurm_port(int(job), int(step) if step.isdigit() else 0), f"SLURM_JOB_ID {job} step {step or 0}"
 
 
 def rendezvous_line(where: str, env=None) -> str:

@@ -98,12 +98,16 @@ def _elastic(cfg: TrainConfig, result_path: str) -> tuple[dict[str, int], str]:
         return {str(r): 0 for r in range(cfg.launch.world_size)}, ""
     except ChildFailedError as e:
         codes = {str(r): f.exitcode for r, f in e.failures.items()}
-        return codes, "; ".join(f"rank {r}: exit {f.exitcode} {failure_text(f.message)}".strip()
-                                for r, f in e.failures.items())
+        return codes, failures_line(e.failures)
     except SignalException as e:
         return {}, f"launcher timeout: {e}"
     finally:
         backstop.cancel()
+
+
+def failures_line(failures) -> str:
+    """torch's ChildFailedError.failures (global rank -> ProcessFailure) in one line."""
+    return "; ".join(f"rank {r}: exit {f.exitcode} {failure_text(f.message)}".strip() for r, f in failures.items())
 
 
 def failure_text(message) -> str:

@@ -3,6 +3,7 @@ process when it already is a rank (torchrun / srun)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -24,7 +25,34 @@ def run_on_ranks(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int = 
         return {int(os.environ["RANK"]): fn(*args)}
     if not torch.cuda.is_available():
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
-    return elastic_run(fn, args, nproc, nnodes, node_rank, rdzv_endpoint, "plan-bench")
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from planner.errors import PlanError
+    from trainer.launch import failures_line
+
+    try:
+        with _agent_logs_without_traceback():
+            return elastic_run(fn, args, nproc, nnodes, node_rank, rdzv_endpoint, "plan-bench")
+    except ChildFailedError as e:  # a rank raised or died: its message in one line, not torch's traceback and table
+        raise PlanError("ranks", f"a rank failed: {failures_line(e.failures)}") from None
+
+
+@contextlib.contextmanager
+def _agent_logs_without_traceback():
+    """torch's elastic agent logs a raising rank's whole traceback (multiprocessing/api.py: logger.exception "failed
+    (exitcode: ...)"); its one line stays, the traceback goes: the launcher's own line says what the rank raised."""
+    import logging
+
+    def drop_traceback(record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        return True
+
+    log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    log.addFilter(drop_traceback)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop_traceback)
 
 
 def elastic_run(fn: Callable[..., Any], args: tuple, nproc: int, nnodes: int, node_rank: int,

@@ -16,11 +16,12 @@ from planner.errors import PlanError
 from planner.exports.common import Target, check_target, is_deepspeed, is_fsdp
 from planner.exports.cp_settings import accelerate_keys
 from planner.exports.fsdp_settings import accelerate_fsdp_section, fsdp_settings
+from planner.rendezvous import TORCH_DEFAULT_PORT, shell_port_line
 from planner.scenario import ExecutionPlan
 from planner.system import System
 
 MIXED_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16", "bf16_pure": "bf16"}
-DEFAULT_PORT = 29500
+DEFAULT_PORT = TORCH_DEFAULT_PORT  # accelerate's own default when no port is given
 
 
 def accelerate_config(
@@ -96,6 +97,25 @@ def _nodes(plan: ExecutionPlan, system: System) -> int:
     if plan.gpus % per_node:
         raise PlanError("gpus", f"{plan.gpus} GPUs do not fill nodes of {system.gpus_per_node}")
     return plan.gpus // per_node
+
+
+def port_comment(file_name: str = "accelerate.yaml") -> list[str]:
+    """The YAML's opening comment: main_process_port is accelerate's fixed default, and two SLURM jobs sharing a
+    first node both took it; the shell line derives one from the job as `plan train` under srun does
+    (planner/rendezvous.py), keeping a MASTER_PORT the user exported. accelerate's --main_process_port flag
+    overrides the file's key (accelerate/commands/launch.py: config values fill only the flags left unset)."""
+    return [
+        f"# main_process_port {DEFAULT_PORT} is accelerate's default: two jobs whose first node is the same would both",
+        "# take it. Under SLURM derive the port from the job (as `plan train` under srun does; a MASTER_PORT you",
+        "# exported is kept) and pass it, which overrides this file's key:",
+        f"#   {shell_port_line()}",
+        f'#   accelerate launch --config_file {file_name} --main_process_port "$MASTER_PORT" ...',
+    ]
+
+
+def accelerate_yaml(config: dict[str, Any], file_name: str = "accelerate.yaml") -> str:
+    """The YAML accelerate reads, opening with the rendezvous-port comment."""
+    return "\n".join(port_comment(file_name)) + "\n" + to_yaml(config)
 
 
 # ---- a small YAML writer (block style; enough for flat/nested dicts of scalars) ----------

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from planner.errors import NothingFits, PlanError, unknown
-from planner.exports.accelerate import accelerate_config, to_yaml
+from planner.exports.accelerate import accelerate_config, accelerate_yaml
 from planner.exports import memory_settings, moe_routing, moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.cp_settings import megatron_args
@@ -198,7 +198,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "accelerate":
         fsdp = json.loads(fsdp_text()) if is_fsdp(plan) else None
-        files = [ExportFile(name="accelerate.yaml", content=to_yaml(accelerate_config(
+        files = [ExportFile(name="accelerate.yaml", content=accelerate_yaml(accelerate_config(
             plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp)))]
         if is_deepspeed(plan):
             files.append(ExportFile(name=options.deepspeed_file, content=ds_text()))

@@ -15,10 +15,10 @@ from typing import Any
 from planner.errors import PlanError
 from planner.exports.common import Recipe, Target, check_target
 from planner.exports.torchrun import render, torchrun_command
+from planner.rendezvous import shell_port_line
 from planner.scenario import ExecutionPlan
 from planner.system import System
 
-DEFAULT_PORT = 29500
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 
 
@@ -67,10 +67,11 @@ def sbatch_script(
     steps: int | None = None,
     recipe: Recipe | None = None,
     deepspeed_config: dict[str, Any] | None = None,
-    master_port: int = DEFAULT_PORT,
+    master_port: int | None = None,
     notes: list[str] | None = None,
 ) -> str:
-    """The sbatch script text. `cpus_per_task` is the cores of a node (one task per node)."""
+    """The sbatch script text. `cpus_per_task` is the cores of a node (one task per node). `master_port`: a fixed
+    rendezvous port; None (the default) derives it from $SLURM_JOB_ID (planner/rendezvous.py)."""
     target = check_target(target)
     for field, value in (("job_name", job_name), ("partition", partition), ("account", account)):
         if value is not None and not _SAFE_NAME.match(value):
@@ -110,7 +111,10 @@ def sbatch_script(
         # read every host name (`| head -n 1` can SIGPIPE scontrol and fail under pipefail)
         'mapfile -t HOSTS < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
         'MASTER_ADDR="${HOSTS[0]}"',
-        f"MASTER_PORT={master_port}",
+        "# The rendezvous port: a MASTER_PORT exported before sbatch (sbatch passes the environment), else one from",
+        "# the job id, as `plan train` under srun derives it (15000-28999): two jobs sharing a first node do not",
+        "# both take 29500.",
+        shell_port_line() if master_port is None else f"MASTER_PORT={int(master_port)}",
         'RDZV_ID="$SLURM_JOB_ID"',
         f"OMP_NUM_THREADS={max(1, cpus_per_task // per_node)}",
         "export MASTER_ADDR MASTER_PORT RDZV_ID OMP_NUM_THREADS",

@@ -12,6 +12,7 @@ import yaml
 from hardware.models import GPU
 from planner.errors import PlanError
 from planner.exports import accelerate_config, deepspeed_config, to_yaml, torchrun_command
+from planner.exports.accelerate import accelerate_yaml
 from planner.exports.torchrun import render
 from planner.scenario import ExecutionPlan
 from planner.system import System
@@ -135,3 +136,36 @@ def test_torchrun_command_for_the_bundled_trainer():
     with pytest.raises(PlanError) as e:
         torchrun_command(ExecutionPlan(dp=8, tp=2), system(16), model="7b")
     assert e.value.field == "tp"
+
+
+def test_yaml_comment_derives_the_port_accelerate_then_uses(tmp_path):
+    """main_process_port 29500 in the file: two jobs sharing a first node took it both. The file's comment derives the
+    port from the job (the trainer's formula, trainer/dist.py) and passes it as accelerate's --main_process_port,
+    which wins over the file's key in accelerate's own launch path."""
+    import os
+    import subprocess
+
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    from trainer.dist import slurm_master_port
+
+    plan = ExecutionPlan(dp=16, sharding="fsdp_full_shard", precision="bf16")
+    path = tmp_path / "accelerate.yaml"
+    text = accelerate_yaml(accelerate_config(plan, system(16)))
+    path.write_text(text)
+    assert yaml.safe_load(text) == accelerate_config(plan, system(16))  # the comment changes nothing accelerate reads
+    comment = [line.removeprefix("#").strip() for line in text.splitlines() if line.startswith("#   ")]
+    port_line, launch_line = comment
+    for job in ("777", "778"):
+        proc = subprocess.run(["bash", "-c", f'set -euo pipefail; {port_line}; printf "%s" "$MASTER_PORT"'],
+                              env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": job}, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert int(proc.stdout) == slurm_master_port({"SLURM_JOB_ID": job})[0]
+        words = shlex.split(launch_line.replace("$MASTER_PORT", proc.stdout).replace("accelerate.yaml", str(path)))
+        assert words[:2] == ["accelerate", "launch"] and words[-1] == "..."
+        args = launch_command_parser().parse_args([*words[2:-1], "--main_process_ip", "10.0.0.1", "train.py"])
+        args, _, _ = _validate_launch_command(args)
+        prepare_multi_gpu_env(args)  # the torchrun arguments accelerate launch hands on (2 nodes: an endpoint)
+        assert getattr(args, "rdzv_endpoint", None) or getattr(args, "master_port", None)
+        assert proc.stdout in (getattr(args, "master_port", None), getattr(args, "rdzv_endpoint", ":").rpartition(":")[2])

@@ -15,6 +15,7 @@ from hardware.models import GPU
 from planner.errors import PlanError
 from planner.exports import deepspeed_config, sbatch_script, slurm_time, time_limit_s
 from planner.exports.slurm import parse_slurm_time
+from planner.rendezvous import slurm_port
 from planner.scenario import ExecutionPlan
 from planner.system import System
 
@@ -90,10 +91,35 @@ def test_script_runs_under_recorded_slurm_commands(tmp_path):
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "srun.args").read_text().splitlines()
     assert argv[:6] == ["--kill-on-bad-exit=1", "torchrun", "--nnodes", "4", "--nproc-per-node", "8"]
-    assert argv[argv.index("--rdzv-endpoint") + 1] == "node-a:29500"
+    assert argv[argv.index("--rdzv-endpoint") + 1] == f"node-a:{slurm_port(4242)}"
     assert argv[argv.index("--rdzv-id") + 1] == "4242"
     ds_path = argv[argv.index("--deepspeed-config") + 1]
     assert ds_path == str(tmp_path / "ds_config.4242.json")
     assert json.loads(open(ds_path).read()) == ds
     assert "OMP_NUM_THREADS=12" in (tmp_path / "srun.args.env").read_text()
     assert shlex.join(argv[argv.index("-m"):][:2]) == "-m trainer"
+
+
+def port_after(line: str, env: dict[str, str]) -> str:
+    """What bash makes of the script's MASTER_PORT line under `set -euo pipefail`, in the environment `env`."""
+    proc = subprocess.run(["bash", "-c", f'set -euo pipefail; {line}; printf "%s" "$MASTER_PORT"'],
+                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_port_line_is_the_trainers_port_of_the_job():
+    """Two jobs whose first node is the same got MASTER_PORT=29500 both; the script's line gives each job the port
+    `plan train` under the job's first srun step derives (trainer/dist.py), and keeps a MASTER_PORT exported."""
+    from trainer.dist import slurm_master_port
+
+    script = sbatch_script(PLAN, SYSTEM, model="13b", time_limit="01:00:00", cpus_per_task=96)
+    line = next(x for x in script.splitlines() if x.startswith("MASTER_PORT="))
+    assert "29500" not in line and "SLURM_JOB_ID" in line
+    ports = [port_after(line, {"SLURM_JOB_ID": job}) for job in ("4242", "4243", "1405")]
+    assert ports == [str(slurm_master_port({"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0"})[0])
+                     for job in ("4242", "4243", "1405")]
+    assert len(set(ports)) == 3 and all(15000 <= int(p) < 29000 for p in ports)
+    assert port_after(line, {"SLURM_JOB_ID": "4242", "MASTER_PORT": "31337"}) == "31337"
+    fixed = sbatch_script(PLAN, SYSTEM, model="13b", time_limit="01:00:00", cpus_per_task=96, master_port=23456)
+    assert "MASTER_PORT=23456" in fixed.splitlines()
