@@ -217,11 +217,7 @@ def apply_row(row, spec: ModelSpec, notes: list[str]) -> ModelSpec:
         layers = layers if ratio is None else local_of_ratio(spec.n_layers, *ratio)
         if spec.attn_chunked and (size, layers) == (spec.attn_window, spec.attn_local_layers):
             return spec
-        notes.append(f"chunked attention {size} as stated"
-                     + ("" if layers is None else f" on {layers} of {spec.n_layers} layers"))
-        fields = {**spec.model_dump(), "published_params": None, "attn_window": size, "attn_local_layers": layers,
-                  "attn_chunked": True}
-        return ModelSpec(**fields)
+        return _restated(spec, size, layers, True, notes)
     if window is None:
         return spec
     if window == 0:  # the row says full attention
@@ -231,8 +227,13 @@ def apply_row(row, spec: ModelSpec, notes: list[str]) -> ModelSpec:
     layers = None if ratio is None else local_of_ratio(spec.n_layers, *ratio)
     if window == spec.attn_window and layers == spec.attn_local_layers:
         return spec
-    notes.append(f"sliding-window attention {window} as stated"
-                 + ("" if layers is None else f" on {layers} of {spec.n_layers} layers"))
-    fields = {**spec.model_dump(), "published_params": None, "attn_window": window, "attn_local_layers": layers,
-              "attn_chunked": False}
+    return _restated(spec, window, layers, False, notes)
+
+
+def _restated(spec: ModelSpec, size: int, layers: int | None, chunked: bool, notes: list[str]) -> ModelSpec:
+    """`spec` with the local attention a row states (a window, or chunks of `size`), said in `notes`."""
+    kind = "chunked attention" if chunked else "sliding-window attention"
+    notes.append(f"{kind} {size} as stated" + ("" if layers is None else f" on {layers} of {spec.n_layers} layers"))
+    fields = {**spec.model_dump(), "published_params": None, "attn_window": size, "attn_local_layers": layers,
+              "attn_chunked": chunked}
     return ModelSpec(**fields)
