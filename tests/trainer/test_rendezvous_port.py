@@ -77,5 +77,6 @@ def test_a_bench_that_fails_twice_reports_both_attempts(monkeypatch):
     busbw, note = measure_busbw(2, timeout_s=240)
     assert busbw is None
     first, _, second = note.partition("; attempt 2: ")
-    assert first.startswith("attempt 1: allreduce-bench failed (exit 1): ") and second, note
-    assert second.startswith("allreduce-bench failed (exit 1): ")
+    # the bench's one line (trainer/ranks.py: a failed rank is a PlanError, exit 2) names the rank's own error
+    assert first.startswith("attempt 1: allreduce-bench failed (exit 2): error: ranks: a rank failed: ") and second, note
+    assert second.startswith("allreduce-bench failed (exit 2): ") and "Unable to find address" in first, note
