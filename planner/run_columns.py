@@ -20,8 +20,14 @@ _STACKS = [
     ("torchtitan", "torchtitan"), ("metaseq", "fsdp"), ("gpt-neox", "megatron_deepspeed"), ("neox", "megatron_deepspeed"),
     ("megatron", "megatron"), (r"\bm-?core\b", "megatron"), ("nemo", "megatron"), ("megascale", "megatron"),
     ("nanotron", "megatron"),
+    # AMD Primus (AMD-AGI/Primus README): Megatron-LM is its first and default backend; "Primus (TorchTitan)"
+    # matched torchtitan above, a MaxText one is JAX (the generic note). BAAI FlagScale (FlagOpen/FlagScale
+    # README) extends Megatron-LM.
+    (r"primus(?!.*(maxtext|jax))", "megatron"), ("flagscale", "megatron"),
     ("llm-foundry", "fsdp"), ("composer", "fsdp"), ("mosaic", "fsdp"), ("fms-fsdp", "fsdp"), (r"\bolmo", "fsdp"),
     ("hf-deepspeed", "hf"), ("accelerate", "hf"), ("transformers", "hf"), ("hugging ?face", "hf"), (r"\bhf\b", "hf"),
+    # fine-tuning front ends that run the Hugging Face Trainer / accelerate over transformers models
+    ("axolotl", "hf"), (r"llama[\s_-]*factory", "hf"), (r"\btrl\b", "hf"),
     ("fsdp", "fsdp"), ("fairscale", "fsdp"), ("bundled", "bundled"),
 ]
 # Bare DeepSpeed / DDP (or no framework, or one we have no data for): the model code is not named, so

@@ -193,7 +193,9 @@ def test_layout_combinations(tmp_path, cells, layout):
     ("GPT-NeoX", "megatron_deepspeed"), ("Metaseq", "fsdp"), ("FairScale FSDP", "fsdp"), ("PyTorch FSDP2", "fsdp"),
     ("torchtitan", "torchtitan"), ("PyTorch FSDP2 (torchtitan)", "torchtitan"), ("Composer", "fsdp"),
     ("MosaicML", "fsdp"), ("HF Accelerate", "hf"), ("OLMo", "fsdp"), ("OLMo-core", "fsdp"),
-    ("Lightning + FSDP", "fsdp"),
+    ("Lightning + FSDP", "fsdp"), ("Primus", "megatron"), ("AMD Primus (Megatron backend)", "megatron"),
+    ("Primus (TorchTitan)", "torchtitan"), ("Primus MaxText (JAX)", "generic"), ("FlagScale", "megatron"),
+    ("Axolotl (DeepSpeed ZeRO-2)", "hf"), ("LLaMA-Factory", "hf"), ("TRL SFTTrainer", "hf"),
     ("Colossal-AI", "generic"), ("fairseq", "generic"), ("Lightning", "generic"), ("MaxText", "generic"),
     ("JAX/TPU", "generic"),
 ])
