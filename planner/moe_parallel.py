@@ -112,6 +112,11 @@ def _rules() -> list[dict]:
              bad=lambda k: np.isin(k.stack, _NO_EP) & (k.ep > 1),
              message=lambda k: f"{_name(STACKS, k.stack)} has no expert parallelism (allowed with ep > 1: "
                                "megatron, megatron_deepspeed, torchtitan, generic)"),
+        dict(name="bundled_moe_model_parallel", reason="the bundled trainer runs MoE models without tp/pp",
+             field="tp", inputs=("stack", "tp", "pp", "spec"), relaxed={"tp": 1, "pp": 1},
+             bad=lambda k: (k.stack == STACK["bundled"]) & _is_moe(k) & ((k.tp > 1) | (k.pp > 1)),
+             message=lambda k: f"tp={k.tp}, pp={k.pp}: the bundled trainer runs {k.spec.name}'s experts with data "
+                               "parallelism only (trainer/config.py validate_layout; allowed: tp 1, pp 1)"),
     ]
 
 
