@@ -144,3 +144,17 @@ def test_aux_loss_coefficient_is_a_run_setting():
     assert TrainConfig().run.moe_aux_loss_coef == 0.001
     with pytest.raises(ValueError):
         TrainConfig(moe_aux_loss_coef=-1)
+
+
+@pytest.mark.parametrize("preset", ["mixtral-8x7b", "llama4-scout", "gpt-oss-20b", "mistral-7b"])
+def test_real_presets_build_with_the_planners_count(preset):
+    """On the meta device (no memory): GPT.__init__ asserts exactly spec.n_params; the local layers are the spec's."""
+    from planner import attn_window
+    from planner.presets import resolve_model
+
+    s = resolve_model(preset)
+    with torch.device("meta"):
+        model = GPT(s)
+    assert sum(p.numel() for p in model.parameters()) == s.n_params
+    assert [b.attn.core.window is not None for b in model.blocks] == attn_window.local_layer_mask(s).tolist()
+    assert [isinstance(b.mlp, MoeMlp) for b in model.blocks] == moe.moe_layer_mask(s).tolist()
