@@ -81,6 +81,19 @@ def local_layers(spec: ModelSpec) -> int:
     return spec.n_layers if spec.attn_local_layers is None else spec.attn_local_layers
 
 
+def local_layer_mask(spec: ModelSpec) -> np.ndarray:
+    """True for each layer that runs the window (what a trainer builds; the planner's terms read only the count).
+    The spec keeps a count: placed as the families the readers know place them, `p - 1` local layers then a global
+    one in every period p (Gemma 2 p=2, Gemma 3 p=6, Cohere2 / Llama 4 p=4: planner/hf_context.py, hf_llama4.py),
+    the smallest p that gives the count; else the first `local_layers` layers."""
+    n, local = spec.n_layers, local_layers(spec)
+    i = np.arange(n)
+    if local in (0, n):
+        return np.full(n, local == n)
+    period = next((p for p in range(2, n + 1) if local_of_ratio(n, p - 1, 1) == local), None)
+    return (i + 1) % period != 0 if period else i < local
+
+
 def local_share(spec: ModelSpec) -> float:
     return local_layers(spec) / spec.n_layers
 

@@ -10,7 +10,9 @@ from `expert_tensor_parallel_size` (default: tp), `expert_model_parallel_size` a
 "world_size (...) is not divisible by expert_tensor_model_pipeline_parallel size" unless
 etp x ep x pp divides the world; megatron/training/arguments.py validate_args asserts "Number of
 experts should be a multiple of expert model parallel_size". DeepSpeed refuses MoE layers under
-ZeRO-3 (deepspeed/runtime/engine.py _configure_zero_optimizer: "MoE not supported with Stage 3").
+ZeRO-3 (deepspeed/runtime/engine.py _configure_zero_optimizer: "MoE not supported with Stage 3"); the bundled
+trainer's experts are plain modules that DeepSpeed shards as any other (trainer/moe.py: every expert runs every
+step, so ZeRO-3's fetch order is the same each step), so its ZeRO-3 runs them.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import numpy as np
 
 from planner.layout import SHARD, STACK
 
-# Stacks without expert parallelism: Hugging Face Trainer / accelerate and plain FSDP run every expert
-# on every rank; the bundled trainer builds dense GPTs only. Megatron(-Core), Megatron-DeepSpeed
-# (DeepSpeed-MoE), torchtitan (expert_parallel_degree) and a generic stack do.
+# Stacks without expert parallelism: Hugging Face Trainer / accelerate, plain FSDP and the bundled trainer
+# (trainer/moe.py) run every expert on every rank. Megatron(-Core), Megatron-DeepSpeed (DeepSpeed-MoE),
+# torchtitan (expert_parallel_degree) and a generic stack do.
 NO_EP_STACKS = ("hf", "fsdp", "bundled")
 _NO_EP = [STACK[s] for s in NO_EP_STACKS]
 
@@ -102,13 +104,19 @@ def _rules() -> list[dict]:
              message=lambda k: f"etp x ep = {k.etp} x {k.ep} does not divide the tp x cp x dp = "
                                f"{k.tp * k.cp * k.dp} ranks of a pipeline stage"),
         dict(name="moe_zero3", reason="DeepSpeed ZeRO-3 does not run MoE layers", field="sharding",
-             inputs=("sharding", "spec"), bad=lambda k: (k.sharding == SHARD["zero3"]) & _is_moe(k),
+             inputs=("sharding", "spec", "stack"), relaxed={"stack": STACK["generic"]},
+             bad=lambda k: (k.sharding == SHARD["zero3"]) & _is_moe(k) & (k.stack != STACK["bundled"]),
              message=lambda k: "zero3 with a mixture-of-experts model: DeepSpeed asserts 'MoE not supported with "
                                "Stage 3' (allowed: none, zero1, zero2, fsdp_*)"),
-        dict(name="ep_stack", reason="the stack has no expert parallelism", field="stack", inputs=("stack", "ep", "spec"),
-             bad=lambda k: np.isin(k.stack, _NO_EP) & ((k.ep > 1) | (_is_moe(k) & (k.stack == STACK["bundled"]))),
-             message=lambda k: f"{_name(STACKS, k.stack)} has no expert parallelism / MoE layers (allowed with ep > 1: "
+        dict(name="ep_stack", reason="the stack has no expert parallelism", field="stack", inputs=("stack", "ep"),
+             bad=lambda k: np.isin(k.stack, _NO_EP) & (k.ep > 1),
+             message=lambda k: f"{_name(STACKS, k.stack)} has no expert parallelism (allowed with ep > 1: "
                                "megatron, megatron_deepspeed, torchtitan, generic)"),
+        dict(name="bundled_moe_model_parallel", reason="the bundled trainer runs MoE models without tp/pp",
+             field="tp", inputs=("stack", "tp", "pp", "spec"), relaxed={"tp": 1, "pp": 1},
+             bad=lambda k: (k.stack == STACK["bundled"]) & _is_moe(k) & ((k.tp > 1) | (k.pp > 1)),
+             message=lambda k: f"tp={k.tp}, pp={k.pp}: the bundled trainer runs {k.spec.name}'s experts with data "
+                               "parallelism only (trainer/config.py validate_layout; allowed: tp 1, pp 1)"),
     ]
 
 

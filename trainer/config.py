@@ -71,6 +71,9 @@ class RunSettings(BaseModel):
     deepspeed_config: str | None = Field(default=None, description="A DeepSpeed JSON config, run as is")
     fsdp_config: str | None = Field(default=None, description="An FSDP settings JSON (plan export fsdp), run as is")
     low_precision_norm: bool = Field(default=False, description="Norms in the low precision (no fp32 upcast)")
+    # MixtralConfig / Qwen2MoeConfig router_aux_loss_coef 0.001 (trainer/moe.py)
+    moe_aux_loss_coef: float = Field(default=0.001, ge=0, allow_inf_nan=False,
+                                     description="MoE load-balancing loss weight (0: none)")
 
 
 _PARTS: dict[str, type[BaseModel]] = {"plan": ExecutionPlan, "run": RunSettings, "launch": LaunchSettings}
@@ -217,7 +220,9 @@ def validate_plan(cfg: TrainConfig) -> None:
                         "(allowed: ring, the default, unused with cp 1)")
     for knob in ("ep", "etp"):
         if getattr(p, knob) != 1:
-            raise PlanError(knob, "the bundled trainer has no mixture-of-experts layers (allowed: 1)")
+            raise PlanError(knob, f"{getattr(p, knob)}: the bundled trainer keeps every expert on every rank, no "
+                            f"expert{' tensor' if knob == 'etp' else ''} parallelism (allowed: 1; data parallelism "
+                            "and FSDP/ZeRO sharding split MoE models)")
     if p.async_tp:
         raise PlanError("async_tp", "the bundled trainer does not overlap TP collectives (allowed: false)")
     if p.activation_offload:
@@ -278,9 +283,10 @@ def validate_parallel(cfg: TrainConfig) -> None:
 def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     """tp/pp/vpp against the model's shapes: tp must split heads and matrices, pp the layers."""
     p = cfg.plan
-    if spec.moe_experts:
-        raise PlanError("model", f"{spec.name} is a mixture-of-experts model: the bundled trainer builds dense "
-                        "GPTs only (the planner models it)")
+    if spec.moe_experts and (p.tp > 1 or p.pp > 1):
+        raise PlanError("tp" if p.tp > 1 else "pp", f"tp={p.tp}, pp={p.pp}: {spec.name} is a mixture-of-experts "
+                        "model, which the bundled trainer runs with data parallelism only (allowed: tp 1, pp 1 with "
+                        "none, fsdp_* or zero*)")
     if spec.kv_lora_rank is not None:
         raise PlanError("model", f"{spec.name} uses multi-head latent attention (kv_lora_rank): the bundled trainer "
                         "builds standard attention only (the planner models it)")

@@ -41,7 +41,7 @@ def build(cfg: TrainConfig, device: torch.device):
     spec = cfg.spec or resolve_spec(cfg.model)
     validate_layout(cfg, spec)  # learned positions cover seq_len (config.check_positions)
     torch.manual_seed(cfg.run.seed)
-    model = GPT(spec, cfg.plan.attention, cfg.run.low_precision_norm)
+    model = GPT(spec, cfg.plan.attention, cfg.run.low_precision_norm, cfg.run.moe_aux_loss_coef)
     if cfg.plan.compile:
         for block in model.blocks:
             block.compile()

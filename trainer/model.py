@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from planner import attn_window, moe
 from planner.model import ModelSpec
+from trainer import local_attention
 
 
 class RMSNorm(nn.Module):
@@ -71,7 +73,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 SDPA_HAS_GQA = torch.__version__ >= (2, 5)
 
 
-def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> bool:
     """SDPA takes GQA itself here: torch >= 2.5 and a fused kernel accepts the shapes with enable_gqa. A kernel that
     does not (ATen sdp_utils.cpp check_batch_size_and_num_heads_dense<supports_gqa>: false for ROCm's memory-efficient
     kernel, and in some releases for CUDA's; flash runs no fp32 nor head_dim > 256) sends SDPA to its math kernel,
@@ -82,27 +84,31 @@ def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     if q.device.type == "cuda":  # torch.backends.cuda's predicates (dynamo folds them to constants)
         from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
 
-        params = SDPAParams(q, k, v, None, 0.0, True, True)
+        params = SDPAParams(q, k, v, mask, 0.0, mask is None, True)
         return can_use_flash_attention(params) or can_use_efficient_attention(params)
     if torch.compiler.is_compiling():  # the chooser below is no constant to dynamo: expand as before
         return False
     try:  # the backend SDPA would run on this device (CPU: its flash kernel takes GQA, torch 2.13)
-        return torch._fused_sdp_choice(q, k, v, None, 0.0, True, enable_gqa=True) > 0  # 0: MATH, -1: ERROR
+        return torch._fused_sdp_choice(q, k, v, mask, 0.0, mask is None, enable_gqa=True) > 0  # 0: MATH, -1: ERROR
     except (RuntimeError, TypeError):
         return False
 
 
 class AttentionCore(nn.Module):
-    """softmax(q k^T / sqrt(d)) v with a causal mask; no parameters (selective recompute)."""
+    """softmax(q k^T / sqrt(d)) v with a causal mask, or a local one (`window`: a sliding window, or with `chunked`
+    blocks of `window` tokens: trainer/local_attention.py); no parameters (selective recompute)."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, window: int | None = None, chunked: bool = False):
         super().__init__()
         # any fused kernel the planner names (flash, flash2, cudnn, triton) runs as PyTorch SDPA here
         assert kind in ("flash", "eager", "flash2", "cudnn", "triton"), kind
         self.kind = "eager" if kind == "eager" else "flash"
+        self.window, self.chunked = window, chunked
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         gqa = k.shape[1] != q.shape[1]  # GQA: each kv head serves n_heads / kv_heads query heads
+        if self.window is not None and self.window < q.shape[-2]:  # a window as long as the sequence: causal
+            return self._local(q, k, v, gqa)
         if self.kind == "flash" and gqa and native_gqa(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         if gqa:
@@ -117,14 +123,25 @@ class AttentionCore(nn.Module):
         scores = scores.masked_fill(mask, float("-inf"))
         return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
+    def _local(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
+        if self.kind == "flash" and local_attention.flash_window_ok(q, self.chunked):
+            return local_attention.flash_window(q, k, v, self.window)
+        mask = local_attention.local_mask(q.shape[-2], self.window, self.chunked, q.device)
+        if self.kind == "flash" and gqa and native_gqa(q, k, v, mask):
+            return local_attention.sdpa_masked(q, k, v, mask, gqa=True)
+        if gqa:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if self.kind == "flash":
+            return local_attention.sdpa_masked(q, k, v, mask, gqa=False)
+        return local_attention.eager_masked(q, k, v, mask)
+
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, attention: str):
+    def __init__(self, spec: ModelSpec, attention: str, local: bool = False):
+        """`local`: this layer runs the spec's sliding window or chunks (planner/attn_window.py local_layer_mask)."""
         super().__init__()
         h, kv, qd = spec.hidden, spec.kv_dim, spec.q_dim
-        if spec.attn_window is not None:  # the planner models it (planner/attn_window.py); this trainer does not
-            raise ValueError(f"attn_window {spec.attn_window}: sliding-window attention is not implemented by the "
-                             "bundled trainer (allowed: a model without attn_window)")
         self.n_heads, self.kv_heads, self.head_dim = spec.n_heads, spec.kv_heads, spec.head_dim
         qkv_bias = spec.bias if spec.qkv_bias is None else spec.qkv_bias  # Qwen2: q/k/v only
         self.q = nn.Linear(h, qd, bias=qkv_bias)
@@ -137,7 +154,7 @@ class Attention(nn.Module):
             per_head = spec.qk_norm == "per_head"
             self.q_norm = RMSNorm(spec.head_dim if per_head else qd)
             self.k_norm = RMSNorm(spec.head_dim if per_head else kv)
-        self.core = AttentionCore(attention)
+        self.core = AttentionCore(attention, spec.attn_window if local else None, spec.attn_chunked)
         self.rope = spec.position == "rope"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -158,9 +175,10 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, width: int | None = None):
+        """`width`: the hidden width (default ffn; an expert's: planner/moe.py expert_ffn, shared_ffn)."""
         super().__init__()
-        h, f = spec.hidden, spec.ffn
+        h, f = spec.hidden, width or spec.ffn
         self.swiglu = spec.mlp == "swiglu"
         if self.swiglu:  # Shazeer 2020: down(silu(gate x) * up x)
             self.gate = nn.Linear(h, f, bias=spec.bias)
@@ -177,15 +195,23 @@ class Block(nn.Module):
     """Pre-norm block; `spec.norms_per_layer` 4 adds post-norms (Gemma 2/3). `spec.parallel_block`
     runs attention and MLP on the same input, on one norm (Falcon-7B, GPT-J) or two (GPT-NeoX)."""
 
-    def __init__(self, spec: ModelSpec, attention: str, low_precision_norm: bool):
+    def __init__(self, spec: ModelSpec, attention: str, low_precision_norm: bool, layer: int = 0,
+                 moe_aux_loss_coef: float = 0.0):
+        """`layer`: this block's index (0-based), which decides whether it is local (planner/attn_window.py) and MoE
+        (planner/moe.py moe_layer_mask)."""
         super().__init__()
         if spec.norms_per_layer not in (1, 2, 4):
             raise ValueError(f"{spec.norms_per_layer} norms per layer are not implemented by the bundled trainer")
         self.parallel = spec.parallel_block
         self.norm1 = make_norm(spec, low_precision_norm)
-        self.attn = Attention(spec, attention)
+        self.attn = Attention(spec, attention, local=bool(attn_window.local_layer_mask(spec)[layer]))
         self.norm2 = None if spec.norms_per_layer == 1 else make_norm(spec, low_precision_norm)
-        self.mlp = Mlp(spec)
+        if moe.moe_layer_mask(spec)[layer]:
+            from trainer.moe import MoeMlp
+
+            self.mlp = MoeMlp(spec, moe_aux_loss_coef)
+        else:
+            self.mlp = Mlp(spec)
         post = spec.norms_per_layer == 4
         self.post_attn_norm = make_norm(spec, low_precision_norm) if post else None
         self.post_mlp_norm = make_norm(spec, low_precision_norm) if post else None
@@ -203,7 +229,10 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Pre-norm decoder-only transformer with exactly `spec.n_params` parameters."""
 
-    def __init__(self, spec: ModelSpec, attention: str = "flash", low_precision_norm: bool = False):
+    def __init__(self, spec: ModelSpec, attention: str = "flash", low_precision_norm: bool = False,
+                 moe_aux_loss_coef: float = 0.0):
+        """`moe_aux_loss_coef`: the load-balancing loss's weight (trainer/moe.py), read by `aux_loss` after a
+        forward."""
         super().__init__()
         self.spec = spec
         v, h = spec.vocab_padded, spec.hidden
@@ -212,7 +241,10 @@ class GPT(nn.Module):
         if spec.position == "alibi":
             raise ValueError("alibi positions are not implemented by the bundled trainer")
         self.embed_norm = make_norm(spec, low_precision_norm) if spec.embedding_norm else None
-        self.blocks = nn.ModuleList(Block(spec, attention, low_precision_norm) for _ in range(spec.n_layers))
+        self.blocks = nn.ModuleList(Block(spec, attention, low_precision_norm, i, moe_aux_loss_coef)
+                                    for i in range(spec.n_layers))
+        # the MoE MLPs, held outside the module tree (they are the blocks' own; wrappers keep these objects)
+        self._moe_mlps = tuple(b.mlp for b in self.blocks if not isinstance(b.mlp, Mlp))
         self.norm = make_norm(spec, low_precision_norm)
         self.head = None if spec.tied_embeddings else nn.Linear(h, v, bias=False)
         self.apply(_init)
@@ -224,6 +256,12 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.output_logits(x)
+
+    def aux_loss(self) -> torch.Tensor | None:
+        """The MoE layers' load-balancing loss of the last forward, their mean x the coefficient (None: dense, or
+        no coefficient): what a training loss adds (trainer/moe.py)."""
+        losses = [m.aux for m in self._moe_mlps if m.aux is not None]
+        return sum(losses) / len(losses) if losses else None
 
     # The two ends of the network. They read only `embed`, `pos`, `embed_norm` (input) and
     # `norm`, `head`, `embed` (output), so a module holding just those parts can run them.
@@ -250,3 +288,11 @@ def _init(m: nn.Module) -> None:
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def training_loss(model: nn.Module, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The cross entropy plus `model`'s MoE load-balancing loss (Hugging Face MixtralForCausalLM: loss +=
+    router_aux_loss_coef x aux_loss) where it has one; `model` is the GPT under any wrapper."""
+    loss = loss_fn(logits, targets)
+    aux = model.aux_loss() if isinstance(model, GPT) else None
+    return loss if aux is None else loss + aux

@@ -67,6 +67,16 @@ class Predictor:
         self.settings = settings or Settings()
         self._cache: dict[tuple, Prediction] = {}
         self._searched: dict[tuple, Searched] = {}  # by knobs: a search is the same under every calibration
+        self._moe_model: bool | None = None
+
+    @property
+    def _moe(self) -> bool:
+        """The study's model is a mixture of experts (resolved once)."""
+        if self._moe_model is None:
+            from planner.resolve import resolve_model
+
+            self._moe_model = bool(resolve_model(self.base).moe_experts)
+        return self._moe_model
 
     def __call__(self, knobs: dict, calibration: Calibration | None = None, *, cache: bool = True) -> Prediction:
         """`cache=False`: a one-off calibration (a held-out fit, tuner/calibration_check.py), not kept."""
@@ -80,7 +90,7 @@ class Predictor:
         return pred
 
     def _predict(self, knobs: dict, cal: Calibration) -> Prediction:
-        why_not = trainer_runs(knobs)
+        why_not = trainer_runs(knobs, moe=knobs.get("tp", 1) * knobs.get("pp", 1) > 1 and self._moe)
         if why_not:
             return Prediction(False, why_not, float("inf"), 0.0, 0.0, None, None)
         try:

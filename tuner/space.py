@@ -127,6 +127,10 @@ def ranked_parallel_choices(scenario, system, settings=None, top: int = 1) -> di
     """
     from planner.api import estimate
 
+    from planner.resolve import resolve_model
+
+    if resolve_model(scenario).moe_experts:  # the bundled trainer runs MoE models without tp/pp (trainer_runs)
+        return {}
     scenario = scenario.model_copy(update={"stack": "bundled"})
     plans = [r.plan for r in estimate(scenario, system=system, settings=settings, top=top, batch_rule=False).results]
     tps = sorted({1, *(p.tp for p in plans)})
@@ -134,11 +138,14 @@ def ranked_parallel_choices(scenario, system, settings=None, top: int = 1) -> di
     return {"tp": tuple(tps), "pp": tuple(pps)} if len(tps) + len(pps) > 2 else {}
 
 
-def trainer_runs(knobs: dict) -> str:
+def trainer_runs(knobs: dict, moe: bool = False) -> str:
     """Why the bundled trainer cannot run these knobs ('' when it can): tp/pp compose with
-    FSDP2 or no sharding, without offload or fp16 (trainer/config.py `validate_parallel`)."""
+    FSDP2 or no sharding, without offload or fp16 (trainer/config.py `validate_parallel`), and
+    not with a mixture-of-experts model (`moe`; trainer/config.py `validate_layout`)."""
     if knobs.get("tp", 1) == 1 and knobs.get("pp", 1) == 1:
         return ""
+    if moe:
+        return "a mixture-of-experts model runs without tp/pp in the bundled trainer"
     if knobs.get("sharding", "none").startswith("zero"):
         return "tp/pp run with fsdp_* or none in the bundled trainer, not ZeRO"
     if knobs.get("offload", "none") != "none" or knobs.get("precision") == "fp16":

@@ -209,7 +209,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         files = [ExportFile(name=options.megatron_file, content=_megatron_text(plan, chosen, notes))]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt in ("torchrun", "slurm"):
-        _bundled_trainer_runs(chosen)
+        _bundled_trainer_runs(chosen, notes if chosen.model is None else None)
     if fmt == "torchrun":
         ds_file = options.deepspeed_file if ran_deepspeed else None
         argv = torchrun_command(plan, chosen.system, model=chosen.model_ref, steps=steps, recipe=recipe,
@@ -276,14 +276,15 @@ def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str
     return args_script(args, header=header, nproc_per_node=per_node, nodes=_nodes_of(plan, chosen.system))
 
 
-def _bundled_trainer_runs(chosen: Chosen) -> None:
-    """The bundled trainer builds no sliding-window attention (trainer/model.py refuses it)."""
+def _bundled_trainer_runs(chosen: Chosen, notes: list[str] | None = None) -> None:
+    """The bundled trainer runs the model's experts with ep 1 and no tp/pp (moe_settings.refusal); its sliding-window
+    and chunked layers it builds (trainer/local_attention.py). `notes`: where the MoE note goes when export() had no
+    model to write it from."""
     model = chosen.model or resolve_model(chosen.model_ref)
     if (why := moe_settings.refusal("torchrun", chosen.plan, model)) is not None:
         raise why
-    if model.attn_window is not None:
-        raise PlanError("attn_window", f"{model.name}: the bundled trainer has no sliding-window attention "
-                        "(export megatron for --window-size, or deepspeed/accelerate/fsdp for your own model code)")
+    if notes is not None and (note := moe_settings.note("torchrun", chosen.plan, model)) is not None:
+        notes.append(note)
 
 
 def _nodes_of(plan: ExecutionPlan, system: System) -> int:

@@ -33,8 +33,10 @@ in one line naming the field.
 
 The other formats: a DeepSpeed config has no expert-parallel key (DeepSpeed-MoE takes ep_size in
 deepspeed.moe.layer.MoE(...), in the model code), neither have FSDP settings nor accelerate's YAML, and
-the bundled trainer builds dense GPTs only. An MoE model at ep 1 (every expert on every GPU) is what
-those configs run with the user's own MoE model code: exported with a note; ep or etp > 1 is refused.
+the bundled trainer (torchrun, slurm) keeps every expert on every rank (trainer/moe.py) and runs an MoE model with
+data parallelism and FSDP/ZeRO sharding only, tp and pp 1 (trainer/config.py validate_layout). An MoE model at ep 1
+(every expert on every GPU) is what those configs run, with the user's own MoE model code or the bundled trainer's:
+exported with a note; ep or etp > 1 is refused, and tp or pp > 1 on the bundled trainer.
 """
 
 from __future__ import annotations
@@ -53,22 +55,25 @@ def refusal(fmt: str, plan: ExecutionPlan, model: ModelSpec | None = None) -> Pl
     """Why `fmt` cannot write the plan's expert settings (None: it can, or there are none)."""
     if fmt == "megatron":
         return megatron_plan_refusal(plan)
-    # the bundled trainer (torchrun, slurm) first: pinning --ep 1 would not make it run experts
-    if model is not None and moe.is_moe(model) and fmt not in MODEL_CODE_FORMATS:
-        return PlanError("model", f"{model.name}: the bundled trainer builds dense GPTs only (no experts); export "
-                         "megatron, or deepspeed/fsdp/accelerate for your own MoE model code")
     if plan.ep > 1 or plan.etp > 1:
         where = (" (DeepSpeed-MoE takes ep_size in the model code, deepspeed.moe.layer.MoE)" if fmt == "deepspeed"
                  else " (expert parallelism lives in your model code)" if fmt in MODEL_CODE_FORMATS else "")
         article = "an" if fmt[0] in "aeiou" else "a"
         return PlanError("ep", f"ep {plan.ep}, etp {plan.etp}: {article} {fmt} export has no expert-parallel setting"
                          f"{where}; export megatron for --expert-model-parallel-size, or pin --ep 1 --etp 1")
+    if model is not None and moe.is_moe(model) and fmt not in MODEL_CODE_FORMATS and (plan.tp > 1 or plan.pp > 1):
+        return PlanError("tp" if plan.tp > 1 else "pp", f"tp {plan.tp}, pp {plan.pp}: the bundled trainer runs "
+                         f"{model.name}'s experts with data parallelism only (allowed: tp 1, pp 1 with none, fsdp_* or "
+                         "zero*); export megatron for tp/pp with experts")
     return None
 
 
 def note(fmt: str, plan: ExecutionPlan, model: ModelSpec | None) -> str | None:
     if model is None or not moe.is_moe(model) or fmt == "megatron":
         return None
+    if fmt not in MODEL_CODE_FORMATS:
+        return (f"{model.name} has {model.moe_experts} experts (top-{model.moe_top_k}): the bundled trainer builds "
+                "every expert on every GPU (ep 1; trainer/moe.py)")
     return (f"{model.name} has {model.moe_experts} experts (top-{model.moe_top_k}): they live in your model code; "
             f"this plan keeps every expert on every GPU (ep 1)")
 

@@ -5,7 +5,8 @@
 - DeepSpeed JSON, FSDP settings, accelerate YAML: no expert-parallel key exists there (DeepSpeed-MoE takes
   ep_size in deepspeed.moe.layer.MoE, in the model code): an ep/etp > 1 plan is REFUSED in one line naming
   ep; an MoE model at ep 1 is EXPORTED with a note (the experts live in the user's model code).
-- torchrun / SLURM (the bundled trainer, dense GPTs only): an MoE model is REFUSED naming model.
+- torchrun / SLURM (the bundled trainer: every expert on every rank, no tp/pp with experts): ep > 1 is REFUSED
+  naming ep, tp/pp > 1 naming tp/pp; an MoE model at ep 1, tp 1, pp 1 is EXPORTED with a note.
 """
 
 import pytest
@@ -105,8 +106,7 @@ def test_expert_parallel_plans_are_refused_by_formats_without_an_ep_setting(fmt)
     assert ("DeepSpeed-MoE" in why.message) == (fmt == "deepspeed")
     with pytest.raises(PlanError) as e:
         export(fmt, Chosen(plan=plan, model_ref="mixtral-8x7b", model=MIXTRAL_8X7B, system=SYSTEM))
-    # the bundled trainer (torchrun, slurm) runs no experts at any ep: that is the refusal to read first
-    assert e.value.field == ("model" if fmt in ("torchrun", "slurm") else "ep")
+    assert e.value.field == "ep"
 
 
 def test_moe_at_ep1_exports_a_deepspeed_config_with_a_note():
@@ -118,8 +118,17 @@ def test_moe_at_ep1_exports_a_deepspeed_config_with_a_note():
 
 
 @pytest.mark.parametrize("fmt", ["torchrun", "slurm"])
-def test_bundled_trainer_refuses_moe_models(fmt):
-    plan = _plan(ep=1, tp=1, pp=1, dp=64, stack="bundled", sharding="none")
+def test_bundled_trainer_exports_moe_models_at_ep1(fmt):
+    plan = _plan(ep=1, tp=1, pp=1, dp=64, stack="bundled", sharding="zero2")
+    out = export(fmt, Chosen(plan=plan, model_ref="mixtral-8x7b", system=SYSTEM, step_time_s=1.0, tokens=1e9))
+    assert "--sharding zero2" in out.files[0].content
+    assert any("8 experts" in n and "bundled trainer" in n for n in out.notes)
+
+
+@pytest.mark.parametrize("fmt", ["torchrun", "slurm"])
+@pytest.mark.parametrize("kw, field", [(dict(tp=2, pp=1, dp=32), "tp"), (dict(tp=1, pp=4, dp=16), "pp")])
+def test_bundled_trainer_refuses_tp_pp_with_moe(fmt, kw, field):
+    plan = _plan(ep=1, stack="bundled", sharding="none", **kw)
     with pytest.raises(PlanError) as e:
         export(fmt, Chosen(plan=plan, model_ref="mixtral-8x7b", system=SYSTEM, step_time_s=1.0, tokens=1e9))
-    assert e.value.field == "model" and "dense GPTs only" in str(e.value)
+    assert e.value.field == field and "data parallelism only" in str(e.value) and "\n" not in str(e.value)

@@ -1,12 +1,11 @@
 """Sliding-window models in the exports: Megatron-LM gets --window-size (and the local/global
-period as --window-attn-skip-freq); the bundled trainer's launchers refuse in one line naming
-attn_window (trainer/model.py builds no window); the other formats carry no model shape."""
+period as --window-attn-skip-freq); the bundled trainer's launchers export it (trainer/local_attention.py builds
+the window); the other formats carry no model shape."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.errors import PlanError
 from planner.exports.bundle import Chosen, export
 from planner.exports.megatron_args import megatron_args, model_refusal
 from planner.model import LLAMA_BLOCK, ModelSpec
@@ -47,10 +46,9 @@ def test_no_window_writes_no_window_flag():
 
 
 @pytest.mark.parametrize("fmt", ["torchrun", "slurm"])
-def test_the_bundled_trainer_refuses_a_window(fmt):
+def test_the_bundled_trainer_runs_a_window(fmt):
     plan = ExecutionPlan(dp=8, sharding="zero1", micro_batch=1, grad_accum=8, seq_len=8192)
     system = resolve_system(Scenario(cluster="dgx-h100", gpus=8))
-    with pytest.raises(PlanError) as e:
-        export(fmt, Chosen(plan=plan, model_ref="mistral-7b", system=system))
-    assert e.value.field == "attn_window"
+    out = export(fmt, Chosen(plan=plan, model_ref="mistral-7b", system=system, step_time_s=1.0, tokens=1e9))
+    assert "--model mistral-7b" in out.files[0].content
     export("deepspeed", Chosen(plan=plan, model_ref="mistral-7b", system=system))  # no model shape: fine

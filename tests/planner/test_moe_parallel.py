@@ -58,6 +58,17 @@ def test_ep_needs_experts_and_moe_refuses_zero3_and_stacks_without_ep():
     assert "no expert parallelism" in _one_line_error("stack", stack="hf", ep=2)
 
 
+def test_the_bundled_trainer_runs_moe_at_ep1_without_tp_pp():
+    """trainer/moe.py: every expert on every rank, plain modules that its ZeRO-3 shards as any other."""
+    rules.check({"stack": "bundled", "ep": 1, "tp": 1, "pp": 1, "sharding": "zero3"}, spec=MIXTRAL_8X7B, system=SYSTEM)
+    assert "no expert parallelism" in _one_line_error("stack", stack="bundled", ep=2)
+    assert "MoE not supported with Stage 3" in _one_line_error("sharding", stack="hf", sharding="zero3")
+    for knobs in ({"tp": 2}, {"pp": 2}):
+        msg = _one_line_error("tp", stack="bundled", **knobs)
+        assert "data parallelism only" in msg and "allowed: tp 1, pp 1" in msg
+    rules.check({"stack": "megatron", "tp": 2, "pp": 2}, spec=MIXTRAL_8X7B, system=SYSTEM)
+
+
 def test_search_tries_ep_among_the_divisors():
     from planner import search
 

@@ -126,10 +126,3 @@ def test_byte_text_batches(tmp_path):
     x, y = Batches(str(p), 300, micro_batch=3, seq_len=16, seed=0).next()
     assert x.shape == (3, 16) and int(x.max()) < 256
     assert torch.equal(x[:, 1:], y[:, :-1])
-
-
-def test_a_sliding_window_is_refused_in_one_line():
-    """The planner models sliding-window attention (planner/attn_window.py); this trainer builds none."""
-    spec = ModelSpec(name="w", n_layers=2, hidden=64, n_heads=4, vocab=128, max_positions=64, attn_window=16)
-    with pytest.raises(ValueError, match="attn_window 16: sliding-window attention is not implemented"):
-        GPT(spec)

@@ -9,7 +9,7 @@ from torch import nn
 
 from trainer.config import TrainConfig
 from trainer.memory import StorageCounter, iter_tensors, saved_tensor_meter
-from trainer.model import loss_fn
+from trainer.model import training_loss
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "bf16_pure": torch.bfloat16}
 
@@ -91,7 +91,7 @@ class Engine:
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor, last: bool = True) -> torch.Tensor:
         """`last`: this micro batch ends the optimizer step (gradients are synchronised)."""
         with self.autocast():
-            return loss_fn(self.module(x), y)
+            return training_loss(self.module, self.module(x), y)  # + an MoE load-balancing loss
 
     # torch-optimizer engines (DDP, FSDP2) set these; DeepSpeed overrides backward/step
     optimizer: torch.optim.Optimizer

@@ -28,8 +28,9 @@ class DDPEngine(Engine):
         self.scaler = torch.amp.GradScaler(device.type) if cfg.plan.precision == "fp16" else None
 
     def forward_loss(self, x, y, last=True):
-        from trainer.model import loss_fn
+        from trainer.model import training_loss
+
         if isinstance(self.wrapped, DistributedDataParallel):
             self.wrapped.require_backward_grad_sync = last  # what no_sync() toggles
         with self.autocast():
-            return loss_fn(self.wrapped(x), y)
+            return training_loss(self.module, self.wrapped(x), y)

@@ -201,8 +201,9 @@ class DeepSpeedEngine(Engine):
         return contextlib.nullcontext()  # DeepSpeed casts the model itself (bf16/fp16 params)
 
     def forward_loss(self, x, y, last=True):
-        from trainer.model import loss_fn
-        return loss_fn(self.engine(x), y)
+        from trainer.model import training_loss
+
+        return training_loss(self.module, self.engine(x), y)
 
     def backward(self, loss, last):
         self.engine.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps
