@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from trainer import checkpointing
 
@@ -24,8 +25,21 @@ def iter_tensors(obj) -> Iterable[torch.Tensor]:
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """The rank-local part of a DTensor (FSDP2 shards), or the tensor itself."""
-    return t.to_local() if hasattr(t, "to_local") else t
+    """The rank-local part of a DTensor (FSDP2 shards), the tensor a wrapper subclass holds, or the tensor itself.
+
+    A wrapper subclass has no storage of its own (its untyped_storage() raises "invalid python storage" on
+    data_ptr()): tensor parallelism's AsyncCollectiveTensor (torch.distributed._functional_collectives, what
+    DTensor.to_local and the sequence-parallel redistributions return) keeps the data in `elem`; other traceable
+    wrappers name their inner tensors in __tensor_flatten__ (torch.utils._python_dispatch)."""
+    if hasattr(t, "to_local"):
+        t = t.to_local()
+    if not is_traceable_wrapper_subclass(t):
+        return t
+    inner = getattr(t, "elem", None)
+    if not isinstance(inner, torch.Tensor):
+        names, _ = t.__tensor_flatten__()
+        inner = getattr(t, names[0]) if names else None
+    return t if inner is None else local_tensor(inner)
 
 
 def storage_key(t: torch.Tensor) -> tuple[str, int]:

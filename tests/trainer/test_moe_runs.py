@@ -46,9 +46,9 @@ def test_windowed_layers_under_tp_and_pp_match_one_rank(tmp_path, kw):
                                                                                attn_chunked="pp" in kw)
     path = tmp_path / "w.json"
     path.write_text(json.dumps(dense))
-    # measure_memory off: tp 2 on a RoPE model fails in the saved-bytes meter on main too (trainer/memory.py
-    # storage_key: "invalid python storage" on a norm's saved DTensor input), window or not
-    base = dict(model=str(path), steps=4, warmup_steps=2, seq_len=32, timeout_s=240, measure_memory=False)
+    # memory measured: the saved-bytes meter reads tp's AsyncCollectiveTensor inputs through their inner tensor
+    # (trainer/memory.py local_tensor; before, "invalid python storage" on a RoPE model's norm input under tp 2)
+    base = dict(model=str(path), steps=4, warmup_steps=2, seq_len=32, timeout_s=240)
     r = launch(TrainConfig(nproc=2, json_out=str(tmp_path / "r.json"), **base, **kw))
     assert r.status == "ok", r.error
     one = launch(TrainConfig(nproc=1, json_out=str(tmp_path / "one.json"), **base,
