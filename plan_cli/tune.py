@@ -215,6 +215,8 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
     console.print(t)
     if rep.this_run is not None:
         console.print(this_run_line(rep), highlight=False)
+    for r in rep.running:  # a trial starting (imports, DeepSpeed's op build) or stepping now: its log says which
+        console.print(running_line(r), highlight=False)
     if rep.best:
         b = rep.best
         knobs = " ".join(f"{k}={b[k]}" for k in ("sharding", "offload", "activation_checkpointing",
@@ -274,6 +276,13 @@ def this_run_line(rep) -> str:
     return (f"this run: launched {r['launched']} trial{'s' if r['launched'] != 1 else ''}"
             f"{' (' + outcomes + ')' if outcomes else ''}{again}; the study in all: {rep.launched} launched of "
             f"{rep.trials} trials")
+
+
+def running_line(r: dict) -> str:
+    """A trial running now and what its log says ('running now: trial #0 for 41 s: starting: DeepSpeed building its
+    op cpu_adam (first run on this machine)'): the table only said 'running' while its first step was minutes away."""
+    since = "" if r.get("for_s") is None else f" for {r['for_s']:.0f} s"
+    return f"running now: trial #{r['trial']}{since}: {r['doing']}"
 
 
 def best_speed(rep) -> str:
