@@ -35,14 +35,24 @@ def measuring_line(nproc: int, on_gpu: bool, network: bool) -> str:
     return "measuring this machine: " + " and ".join(parts) if parts else "reading this machine's GPUs"
 
 
-def trial_line(number: int, backend: str, knobs: dict, first: bool) -> str:
-    """The trial the worker has just launched; the first of a run says what its start-up does."""
+def trial_line(number: int, backend: str, knobs: dict, first: bool, ops_built: bool = False) -> str:
+    """The trial the worker has just launched; the first of a run says what its start-up does (a DeepSpeed op build
+    only where its ops are not built here yet: a resumed study's first trial said it with the ops built)."""
     what = f"trial #{number} ({backend}, {knobs.get('sharding')}, mb {knobs.get('micro_batch')} x ga " \
            f"{knobs.get('grad_accum')})"
     if not first:
         return what
-    extra = "; DeepSpeed's first run on a machine builds its ops (minutes)" if backend == "deepspeed" else ""
+    extra = "; DeepSpeed's first run on a machine builds its ops (minutes)" if backend == "deepspeed" and not ops_built \
+        else ""
     return f"its first {what}: launching the trainer (imports, process group{extra})"
+
+
+def deepspeed_ops_built(on_gpu: bool, env: dict | None = None) -> bool:
+    """DeepSpeed's CPU communication op is built in torch's extensions cache (every CPU DeepSpeed run loads it,
+    notes/cpu-runs.md); on GPU not known here (False)."""
+    from trainer.ext_locks import extensions_dir
+
+    return not on_gpu and any(extensions_dir(env).glob("*/deepspeed_shm_comm/deepspeed_shm_comm*.so"))
 
 
 def log_progress(log_text: str) -> str:

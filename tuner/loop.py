@@ -29,7 +29,7 @@ from tuner.setup import StudyContext, export_calibration
 from tuner.study_store import current_calibration, save_calibration
 from tuner.space import complete, config_key
 from tuner import final
-from tuner.activity import ENDING, STARTING, TRIALS, PhaseHook, no_phase, trial_line
+from tuner.activity import ENDING, STARTING, TRIALS, PhaseHook, deepspeed_ops_built, no_phase, trial_line
 from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, fsdp_json, run_backend, started_steps
 
 GIB = 2**30
@@ -215,8 +215,9 @@ class Tuner(Proposals):
 
         kw = {k: v for k, v in (("deepspeed_json", ds_json), ("fsdp_json", fs_json)) if v is not None}
         first = self.outcomes == 0
-        self.on_phase(STARTING if first else TRIALS,
-                      trial_line(trial.number, self.ctx.meta.run_backend(knobs), knobs, first))
+        backend = self.ctx.meta.run_backend(knobs)
+        built = first and backend == "deepspeed" and deepspeed_ops_built(self.ctx.on_gpu)
+        self.on_phase(STARTING if first else TRIALS, trial_line(trial.number, backend, knobs, first, built))
         try:
             outcome = self.runner(knobs, trial_number=trial.number, timeout_s=timeout, on_start=on_start, **kw)
             self.outcomes += 1

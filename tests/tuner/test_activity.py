@@ -48,8 +48,6 @@ def test_the_phases_say_starting_until_the_first_trial_ended_then_trials_re_meas
     names = [p for p, _ in phases]
     assert names[0] == "starting" and names.count("starting") == 1, phases  # the first trial's launch
     assert phases[0][1].startswith("its first trial #") and "launching the trainer" in phases[0][1], phases
-    if "zero1" in phases[0][1]:  # a DeepSpeed first trial says its op build may take minutes
-        assert "builds its ops" in phases[0][1], phases
     assert names[1] == "trials" and phases[1][1].endswith("ended (ok): recording it, choosing the next"), phases
     assert names.count("re-measuring") == 6 and names[-1] == "ending", phases  # 3 candidates x 2 rounds
     assert phases[-1][1] == "every configuration of the space has been tried or ruled out: writing its report"
@@ -110,3 +108,19 @@ def test_running_trials_are_read_from_their_logs_on_this_host(tmp_path):
     assert rows[0]["doing"] == "step 3 of 4 done" and rows[0]["for_s"] == pytest.approx(40, abs=1)
     assert rows[1]["doing"].startswith("starting: no step done yet")
     assert rows[2]["doing"] == "running on there (its log is not on this host)"
+
+
+def test_a_first_deepspeed_trial_mentions_the_op_build_only_where_the_ops_are_not_built(tmp_path):
+    from tuner.activity import deepspeed_ops_built, trial_line
+
+    knobs = {"sharding": "zero1", "micro_batch": 16, "grad_accum": 1}
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    assert not deepspeed_ops_built(False, env)
+    assert trial_line(0, "deepspeed", knobs, True, False).endswith(
+        "launching the trainer (imports, process group; DeepSpeed's first run on a machine builds its ops (minutes))")
+    (tmp_path / "py311_cpu" / "deepspeed_shm_comm").mkdir(parents=True)
+    (tmp_path / "py311_cpu" / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
+    assert deepspeed_ops_built(False, env) and not deepspeed_ops_built(True, env)  # GPU: not told by this op
+    assert trial_line(2, "deepspeed", knobs, True, True) == ("its first trial #2 (deepspeed, zero1, mb 16 x ga 1): "
+                                                             "launching the trainer (imports, process group)")
+    assert trial_line(3, "deepspeed", knobs, False) == "trial #3 (deepspeed, zero1, mb 16 x ga 1)"
