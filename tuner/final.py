@@ -115,7 +115,7 @@ def remeasure(tuner, rounds: int) -> dict | None:
             expected = tuner.expected_s(knobs)
             if not tuner.budget.allows(expected):
                 continue
-            tuner.on_phase(REMEASURING, f"re-measuring the top candidates: trial #{t.number}, its run "
+            tuner.on_phase(REMEASURING, f"the top candidates: trial #{t.number}, its run "
                                            f"{len(samples[t.user_attrs['config_key']]) + 2}")
             kw = {k: t.user_attrs[a] for k, a in (("deepspeed_json", "deepspeed_config_json"),
                                                   ("fsdp_json", "fsdp_config_json")) if t.user_attrs.get(a)}

@@ -121,8 +121,9 @@ function activityText(st) {
 function bestText(best) {
   const knobs = `trial ${best.trial}, ${best.sharding}, mb ${best.micro_batch} x ga ${best.grad_accum}`;
   if (!best.runs || best.runs < 2) return `best: ${knobs}, ${fmt(best.tokens_per_s, 0)} tokens/s measured once`;
-  return `best: ${knobs}, ${fmt(best.chosen_tokens_per_s, 0)} tokens/s, ${best.chosen_by} ` +
-         `(its first ${fmt(best.tokens_per_s, 0)})`;
+  const first = Math.round(best.tokens_per_s) === Math.round(best.chosen_tokens_per_s) ? "its first run's" :
+    `its first ${fmt(best.tokens_per_s, 0)}`;  // a median that was its first run: not the same number twice
+  return `best: ${knobs}, ${fmt(best.chosen_tokens_per_s, 0)} tokens/s, ${best.chosen_by} (${first})`;
 }
 
 // One poll of `round` (follow()): true once there is nothing more to follow. An answer that comes after a newer
