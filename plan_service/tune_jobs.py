@@ -82,7 +82,7 @@ class Job:
             pass
 
     def phase(self) -> dict | None:
-        """What the running worker says it is doing: {phase: starting | trials | re-measuring, doing, for_s};
+        """What the running worker says it is doing: {phase (tuner/activity.py PHASES), doing, for_s};
         None when it has ended or said nothing readable."""
         if not self.alive():
             return None

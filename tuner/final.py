@@ -20,9 +20,9 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from planner import api
-from tuner.activity import REMEASURING
 from planner.layout import Layout
 from planner.scenario import ExecutionPlan
+from tuner.activity import REMEASURING
 
 FINAL_KEY = "final_ranking"
 TOP_N = 3

@@ -89,3 +89,36 @@ def test_the_next_servers_ctrl_c_stops_the_worker_it_adopted_from_a_killed_serve
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
+
+
+def test_an_adopted_worker_that_does_not_stop_on_sigint_is_killed_and_reads_so(tmp_path):
+    """A worker of an earlier server that ignores the SIGINT (stuck) is killed after the wait, as the server's own
+    are, and reads as killed by the server stopping (not 'ended without an outcome, no one known')."""
+    import subprocess
+    import sys
+
+    from plan_service.tune_jobs import TuneJobs, start_ticks
+
+    folder = tmp_path / "work" / "stuck"
+    folder.mkdir(parents=True)
+    ready = tmp_path / "ready"
+    code = (f"import signal, time, pathlib; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+            f"pathlib.Path({str(ready)!r}).write_text('1'); time.sleep(300)")
+    # a worker's command line (module and config path), in its own session as the server starts its workers
+    proc = subprocess.Popen([sys.executable, "-c", code, "-m", "plan_service.tune_worker", str(folder / "tune_config.json")],
+                            start_new_session=True)
+    try:
+        (folder / "worker.json").write_text(json.dumps({"pid": proc.pid, "start_ticks": start_ticks(proc.pid)}))
+        _until("the stuck worker's SIGINT to be ignored", ready.exists, deadline_s=60)
+        jobs = TuneJobs(f"sqlite:///{tmp_path / 'tune.db'}", tmp_path / "work")
+        assert jobs.running() == 1
+        jobs.stop_all(timeout_s=1)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        ended = TuneJobs(f"sqlite:///{tmp_path / 'tune.db'}", tmp_path / "work").get("stuck").ended()
+        assert ended.status == "interrupted" and ended.code == -9, ended
+        assert ended.stopped_by.startswith("the server stopping (its worker had not stopped 1 s after its SIGINT) at ")
+        assert ended.stopped_by.endswith("(SIGKILL to its worker)"), ended
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
