@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 from browser import chromium, screenshot, wait_for
 from service_server import running_server
@@ -28,9 +29,15 @@ def test_the_line_says_starting_and_what_the_worker_does_then_the_winner_by_what
         driver.find_element("css selector", "#tune-backend option[value=fsdp]").click()
         driver.find_element("id", "tune-start").click()
         worker = tmp_path / "work" / "watched" / "worker.json"
-        wait_for(driver, SUMMARY + ".startsWith('study watched: running')", what="the study running")
-        pid = json.loads(worker.read_text())["pid"]
-        os.kill(pid, signal.SIGSTOP)  # held while starting (its first trial has not ended): the page polls on
+        deadline, pid = time.monotonic() + 60, None
+        while pid is None:  # written by POST /tune as it starts the worker
+            try:
+                pid = json.loads(worker.read_text())["pid"]
+            except (OSError, ValueError):
+                assert time.monotonic() < deadline, "no worker.json"
+                time.sleep(0.05)
+        # held at once, while it imports (its first trial far off, no storage lock held): the page polls on
+        os.kill(pid, signal.SIGSTOP)
         try:
             line = wait_for(driver, f"(t => / \\| starting \\(\\d+ s\\): /.test(t) && t)({SUMMARY})", timeout_s=60,
                             what="the starting line")
