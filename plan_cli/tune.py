@@ -215,6 +215,8 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
     console.print(t)
     if rep.this_run is not None:
         console.print(this_run_line(rep), highlight=False)
+    for r in rep.running:  # a trial starting (imports, DeepSpeed's op build) or stepping now: its log says which
+        console.print(running_line(r), highlight=False)
     if rep.best:
         b = rep.best
         knobs = " ".join(f"{k}={b[k]}" for k in ("sharding", "offload", "activation_checkpointing",
@@ -276,6 +278,13 @@ def this_run_line(rep) -> str:
             f"{rep.trials} trials")
 
 
+def running_line(r: dict) -> str:
+    """A trial running now and what its log says ('running now: trial #0 for 41 s: starting: DeepSpeed building its
+    op cpu_adam (first run on this machine)'): the table only said 'running' while its first step was minutes away."""
+    since = "" if r.get("for_s") is None else f" for {r['for_s']:.0f} s"
+    return f"running now: trial #{r['trial']}{since}: {r['doing']}"
+
+
 def best_speed(rep) -> str:
     """The winner's speed as the ranking judged it: the median of its re-measurements where it has them (the
     line gave its first run, 37,308 tokens/s, under 'ddp won: trial 2, 26,775 tokens/s (median ...)')."""
@@ -283,8 +292,9 @@ def best_speed(rep) -> str:
     row = next((r for r in (rep.final_ranking or {}).get("rows", []) if r["trial"] == b["trial"]), None)
     if row is None or len(row["samples_tokens_per_s"]) < 2:
         return f"{b['tokens_per_s']:,.0f} tokens/s measured"
-    return (f"{row['median_tokens_per_s']:,.0f} tokens/s, the median of {len(row['samples_tokens_per_s'])} runs "
-            f"(its first {b['tokens_per_s']:,.0f})")
+    first = f" (its first {b['tokens_per_s']:,.0f})" if round(b["tokens_per_s"]) != round(row["median_tokens_per_s"]) \
+        else " (its first run's)"  # the median was its first run: '22,691 ... (its first 22,691)' said it twice
+    return f"{row['median_tokens_per_s']:,.0f} tokens/s, the median of {len(row['samples_tokens_per_s'])} runs{first}"
 
 
 def remeasured(rows: list[dict]) -> str:

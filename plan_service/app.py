@@ -173,7 +173,10 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         from tuner.storage import scrub
 
         status, code, why, stopped_by, stop_reason = job.ended()
+        now = job.phase() if status == "running" else None  # what the worker says it is doing (tune_jobs.PHASE)
         return TuneStatus(study=study, status=status, exit_code=code, report=report,
+                          phase=now["phase"] if now else None, doing=now["doing"] if now else None,
+                          phase_s=round(now["for_s"], 1) if now else None,
                           why=scrub(why, config.storage) if why else None, stopped_by=stopped_by,
                           stop_reason=stop_reason,
                           resume=f"POST /tune with study {study!r}" if status == "interrupted" else None,

@@ -94,6 +94,12 @@ class TuneStatus(BaseModel):
                     "stopped by a signal or the server stopping (POST /tune with the same study resumes it); failed: "
                     "a refused input or a crash; stored: only in storage (no worker of this workdir)")
     why: str | None = Field(default=None, description="one line: how the worker ended")
+    phase: Literal["starting", "trials", "re-measuring", "ending"] | None = Field(
+        default=None, description="running: starting (from POST /tune until its first trial has ended: the worker's "
+        "imports, measuring this machine, the first trial's launch), trials, re-measuring the top candidates, or "
+        "ending (its rule stopped it: writing its report)")
+    doing: str | None = Field(default=None, description="running: what its worker is doing now, in a line")
+    phase_s: float | None = Field(default=None, description="running: seconds it has been doing it")
     stopped_by: str | None = Field(default=None, description="interrupted: who stopped it (DELETE /tune/STUDY, the "
                                    "page's Stop, the server stopping, or a signal from outside the server) and when")
     resume: str | None = Field(default=None, description="interrupted: the request that resumes it")

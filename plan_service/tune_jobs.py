@@ -23,6 +23,7 @@ from typing import NamedTuple
 import plan_service
 from plan_service.models import TuneRequest
 from planner.errors import PlanError
+from tuner.activity import PHASES
 from tuner.worker_id import is_worker_id
 
 STORAGE_ENV = "PLAN_TUNE_STORAGE"  # the worker's storage URL
@@ -34,6 +35,7 @@ RESUME = "POST /tune with the same study resumes it (everything up to its last t
 # a worker that ended without an outcome, seen by a server that did not start it (no exit code to read)
 UNWATCHED = ("its worker ended without an outcome while no server of this workdir watched it (a kill -9, the kernel's "
              "out-of-memory killer, or a hard crash)")
+PHASE = "phase.json"  # what the running worker is doing (tuner/activity.py's phases), written by it as it goes
 STOP = "stop.json"  # who stopped the worker, with which signal and when: written by this server before it signals
 # who else sends a worker each signal, when this server did not (no stop.json of that signal)
 OUTSIDE = {"SIGTERM": "a kill, a batch system's time limit or docker stop", "SIGINT": "kill -INT or a Ctrl-C",
@@ -79,6 +81,20 @@ class Job:
         except ProcessLookupError:  # it ended just now
             pass
 
+    def phase(self) -> dict | None:
+        """What the running worker says it is doing: {phase (tuner/activity.py PHASES), doing, for_s};
+        None when it has ended or said nothing readable."""
+        if not self.alive():
+            return None
+        try:
+            rec = json.loads((self.folder / PHASE).read_text())
+            if rec["phase"] not in PHASES:
+                return None
+            return {"phase": str(rec["phase"]), "doing": str(rec["doing"]),
+                    "for_s": max(0.0, time.time() - float(rec["since"]))}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def state(self) -> tuple[str, int | None, str | None]:
         """(running|finished|interrupted|failed, exit code where known, the one line why)."""
         return self.ended()[:3]
@@ -100,6 +116,8 @@ class Job:
             return Ended(status, code, outcome.get("why"), stopped_by=outcome.get("stopped_by"), stop_reason=rule)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
+        if code is None and self._recorded("SIGKILL"):  # an adopted worker this workdir's server killed (stop_all)
+            code = -signal.SIGKILL
         if code is None:  # ended without an outcome while no server watched it (a server since sees no exit code)
             return Ended("interrupted", None, f"{UNWATCHED}; {RESUME}", stopped_by=f"no one known: {UNWATCHED}")
         if code < 0:  # killed by a signal it could not catch (SIGKILL, or one before main)
@@ -116,13 +134,18 @@ class Job:
 
     def _who(self, sig: str) -> str:
         """Who sent the worker `sig`: this server where it recorded sending it (stop.json), else someone outside."""
+        rec = self._recorded(sig)
+        if rec is not None:
+            return f"{rec['by']} at {rec['at']} ({sig} to its worker)"
+        return f"a {sig} from outside this server ({OUTSIDE.get(sig, 'a signal to its worker')})"
+
+    def _recorded(self, sig: str) -> dict | None:
+        """stop.json when a server of this workdir recorded sending the worker `sig`."""
         try:
             rec = json.loads((self.folder / STOP).read_text())
-            if rec["signal"] == sig:
-                return f"{rec['by']} at {rec['at']} ({sig} to its worker)"
+            return rec if rec["signal"] == sig and "by" in rec and "at" in rec else None
         except (OSError, ValueError, KeyError, TypeError):
-            pass
-        return f"a {sig} from outside this server ({OUTSIDE.get(sig, 'a signal to its worker')})"
+            return None
 
 
 class TuneJobs:
@@ -149,6 +172,7 @@ class TuneJobs:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / OUTCOME).unlink(missing_ok=True)  # the last run's: this run writes its own
             (folder / STOP).unlink(missing_ok=True)
+            write_phase(folder, "starting", "launching its worker process")  # the last run's said something else
             cfg_path = folder / "tune_config.json"
             cfg_path.write_text(config.model_dump_json(indent=2))
             log_path = folder / "worker.log"
@@ -190,30 +214,66 @@ class TuneJobs:
                    worker_id=wid if is_worker_id(wid) else None)
 
     def stop_all(self, timeout_s: float = 30.0) -> None:
-        """Ask every worker this server started to stop (SIGINT: the tuner kills the running trial, keeps what
-        it did and the worker writes 'interrupted'); one still running after `timeout_s` is killed."""
+        """Ask every worker this server shows running to stop: its own and those an earlier server of this workdir
+        left running (a `kill -9`'d server's, adopted: shown and stoppable here, so stopped with the server too;
+        they were left running). SIGINT: the tuner kills the running trial, keeps what it did and the worker writes
+        'interrupted' (POST /tune resumes it); one still running after `timeout_s` is killed."""
         with self.lock:
-            jobs = list(self.jobs.values())
+            names = set(self.jobs) | {p.parent.name for p in self.workdir.glob(f"*/{WORKER}")}
+            jobs = [job for name in sorted(names) if (job := self._job(name)) is not None and job.alive()]
         for job in jobs:
-            if job.alive():
-                record_stop(job.folder, "SIGINT", "the server stopping")
-                try:
-                    os.killpg(job.proc.pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
+            record_stop(job.folder, "SIGINT", "the server stopping")
+            _signal_group(job, signal.SIGINT)
+        deadline = time.monotonic() + timeout_s
         for job in jobs:
-            try:
-                job.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                record_stop(job.folder, "SIGKILL", f"the server stopping (its worker had not stopped {timeout_s:g} s "
-                                                   "after its SIGINT)")
-                os.killpg(job.proc.pid, signal.SIGKILL)
+            if _wait_ended(job, max(0.0, deadline - time.monotonic())):
+                continue
+            record_stop(job.folder, "SIGKILL", f"the server stopping (its worker had not stopped {timeout_s:g} s "
+                                               "after its SIGINT)")
+            _signal_group(job, signal.SIGKILL)
+            _wait_ended(job, 10.0)
+
+
+def _signal_group(job: Job, sig: signal.Signals) -> None:
+    """`sig` to the worker's process group (it leads its own session, tune_jobs.start); a worker an earlier server
+    started only while its pid is still that worker (Job.alive: command line and start time)."""
+    if not job.alive():
+        return
+    try:
+        os.killpg(job.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_ended(job: Job, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for the worker to end (this server's: reaped; an adopted one: polled); True if it did."""
+    if job.proc is not None:
+        try:
+            job.proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = time.monotonic() + timeout_s
+    while job.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def record_stop(folder: Path, sig: str, by: str) -> None:
     """What this server is about to send the study's worker, who asked and when (Job.ended says it once)."""
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     (folder / STOP).write_text(json.dumps({"signal": sig, "by": by, "at": at}))
+
+
+def write_phase(folder: Path, phase: str, doing: str) -> None:
+    """What the worker is doing now, for GET /tune/STUDY (Job.phase); replaced whole (a reader never sees half of
+    it); never fails the worker."""
+    tmp = folder / f".{PHASE}.{os.getpid()}"
+    with contextlib.suppress(OSError):
+        tmp.write_text(json.dumps({"phase": phase, "doing": doing, "since": time.time()}))
+        os.replace(tmp, folder / PHASE)
 
 
 def log_tail(path: Path, n_bytes: int = 2000) -> str:

@@ -27,6 +27,8 @@ def _on_sigterm(signum, frame):
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)  # as a Ctrl-C from the start: an outcome is always written
     cfg_path = Path(argv[0])
+    on_phase = _phase_to(cfg_path.parent)
+    on_phase("starting", "loading the tuner (Python imports)")
     try:
         if "--worker-id" in argv:  # the id its server recorded: this run's trials carry it (tuner/worker_id.py)
             from tuner.worker_id import adopt
@@ -45,12 +47,23 @@ def main(argv: list[str]) -> int:
         extra = {}
         traceback.print_exc()
         code, status, why = 1, "failed", f"crashed: {type(e).__name__}: {e}".splitlines()[0][:300]
-    from plan_service.tune_jobs import OUTCOME  # loaded already: `-m` imports the package first
+    from plan_service.tune_jobs import OUTCOME
 
     # `signal` and `kept` apart: the server says once who sent the signal (it knows when it did) and how to resume
     (cfg_path.parent / OUTCOME).write_text(json.dumps({"status": status, "exit_code": code, "why": why, **extra}))
     print(why, file=sys.stderr if code else sys.stdout)
     return code
+
+
+def _phase_to(folder: Path):
+    """The tuner's phase hook (tuner/activity.py): phase.json for GET /tune/STUDY, and a line in the log (its history)."""
+    from plan_service.tune_jobs import write_phase  # loaded already: `-m` imports the package first
+
+    def on_phase(phase: str, doing: str) -> None:
+        write_phase(folder, phase, doing)
+        print(f"[plan serve worker] {phase}: {doing}", flush=True)
+
+    return on_phase
 
 
 def _run(cfg_path: Path) -> tuple[int, str, str, dict]:
@@ -64,7 +77,7 @@ def _run(cfg_path: Path) -> tuple[int, str, str, dict]:
     if os.environ.get(STORAGE_ENV):
         config = config.model_copy(update={"storage": os.environ[STORAGE_ENV]})
     try:
-        report = start_study(config)
+        report = start_study(config, on_phase=_phase_to(cfg_path.parent))
     except PlanError as e:
         return 2, "failed", f"error: {e}", {}
     mine = (report.this_run or {}).get("launched", report.launched)

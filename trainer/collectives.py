@@ -113,7 +113,9 @@ def bench_rank(ops: list[str], sizes: list[int], progress: bool) -> dict | None:
 
     from planner.errors import PlanError
     from trainer import dist as tdist
+    from trainer.worker import _die_with_launcher
 
+    _die_with_launcher()  # a launcher killed with -9 (a tuner worker killed mid-bench) leaves no rank benching on
     device = tdist.init(600)
     try:
         report = _bench(ops, sizes, progress, device)

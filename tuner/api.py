@@ -9,6 +9,7 @@ from pathlib import Path
 
 from optuna.trial import TrialState
 
+from tuner.activity import STARTING, PhaseHook, no_phase
 from tuner.budget import Budget
 from tuner.config import TuneConfig
 from tuner.loop import Runner, Tuner
@@ -24,20 +25,24 @@ def create_study(config: TuneConfig) -> StudyContext:
         return open_study(config, create=True)
 
 
-def start_study(config: TuneConfig, *, runner: Runner | None = None, console=None) -> TuneReport:
+def start_study(config: TuneConfig, *, runner: Runner | None = None, console=None,
+                on_phase: PhaseHook = no_phase) -> TuneReport:
     """Run (or resume) a study until its budget, trial cap or space is used up, or Ctrl-C.
 
     Everything is in the storage after every trial; a Ctrl-C or a SIGTERM (`kill`, `timeout`, a
     batch system's time limit, `docker stop`) kills the running trial's process group, marks it
-    interrupted, queues it again and returns the report of what was done.
+    interrupted, queues it again and returns the report of what was done. `on_phase(phase, doing)` is told what
+    it is doing (tuner/activity.py: `plan serve`'s worker shows it while the study starts).
     """
     with _sigterm_as_interrupt():
-        return _run_study(config, runner, console)
+        return _run_study(config, runner, console, on_phase)
 
 
-def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport:
+def _run_study(config: TuneConfig, runner: Runner | None, console, on_phase: PhaseHook = no_phase) -> TuneReport:
     budget = Budget(config.budget_s)
-    ctx = open_study(config, create=True)  # a SIGTERM in its network bench: the bench's ranks are killed
+    on_phase(STARTING, "opening the study")
+    # a SIGTERM in its network bench: the bench's ranks are killed
+    ctx = open_study(config, create=True, on_phase=on_phase)
     if ctx.device_note and console is not None:
         console.print(f"note: {ctx.device_note}", highlight=False, soft_wrap=True)
     progress = TuneProgress(budget, console=console, enabled=config.progress)
@@ -51,7 +56,7 @@ def _run_study(config: TuneConfig, runner: Runner | None, console) -> TuneReport
         progress.update(sum(1 for t in trials if ran(t)), len(trials), best, _line(last) if line is None else line,
                         mine=tuner.launched)
 
-    tuner = Tuner(ctx, budget, runner=runner, on_trial=after_trial)
+    tuner = Tuner(ctx, budget, runner=runner, on_trial=after_trial, on_phase=on_phase)
     signal_name = None
     with progress:
         try:

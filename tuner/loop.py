@@ -29,6 +29,7 @@ from tuner.setup import StudyContext, export_calibration
 from tuner.study_store import current_calibration, save_calibration
 from tuner.space import complete, config_key
 from tuner import final
+from tuner.activity import ENDING, STARTING, TRIALS, PhaseHook, deepspeed_ops_built, no_phase, trial_line
 from tuner.trial import DEFAULT_STARTUP_S, SubprocessRunner, deepspeed_json, fsdp_json, run_backend, started_steps
 
 GIB = 2**30
@@ -58,7 +59,7 @@ class Tuner(Proposals):
     """The loop, one trial, timing and calibration; what to run next: tuner/proposing.py."""
 
     def __init__(self, ctx: StudyContext, budget: Budget, runner: Runner | None = None,
-                 on_trial: Callable[..., None] | None = None):
+                 on_trial: Callable[..., None] | None = None, on_phase: PhaseHook = no_phase):
         self.ctx = ctx
         self.study = ctx.study
         self.store = ctx.store
@@ -66,6 +67,8 @@ class Tuner(Proposals):
         self.budget = budget
         self.runner = runner or SubprocessRunner(ctx)
         self.on_trial = on_trial
+        self.on_phase = on_phase
+        self.outcomes = 0  # this run's launched trials that have ended: 'starting' until its first did
         self.calibration = current_calibration(self.study)
         self._startup_memo: dict[str, float] = {}
         self.launched = 0
@@ -88,6 +91,7 @@ class Tuner(Proposals):
                     self._record_the_ruled_out()
                 self.stop_reason = reason
                 final.remeasure(self, self.cfg.remeasure_rounds)
+                self.on_phase(ENDING, f"{reason}: writing its report")
                 return reason
             self._enqueue_next_proposal()
             self.study.optimize(self._objective, n_trials=1, catch=(TrialFailed,),
@@ -210,8 +214,14 @@ class Tuner(Proposals):
             trial.set_user_attr("workdir", workdir)
 
         kw = {k: v for k, v in (("deepspeed_json", ds_json), ("fsdp_json", fs_json)) if v is not None}
+        first = self.outcomes == 0
+        backend = self.ctx.meta.run_backend(knobs)
+        built = first and backend == "deepspeed" and deepspeed_ops_built(self.ctx.on_gpu)
+        self.on_phase(STARTING if first else TRIALS, trial_line(trial.number, backend, knobs, first, built))
         try:
             outcome = self.runner(knobs, trial_number=trial.number, timeout_s=timeout, on_start=on_start, **kw)
+            self.outcomes += 1
+            self.on_phase(TRIALS, f"trial #{trial.number} ended ({outcome.status}): recording it, choosing the next")
         except KeyboardInterrupt:
             trial.set_user_attr("status", "interrupted")
             self._retry(params, key, trial.number)

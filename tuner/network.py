@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from planner.network import readings
-from tuner.runner import kill_group, rank_env
+from tuner.runner import kill_group, rank_env, with_limits
 
 
 def failure_line(text: str) -> str:
@@ -67,8 +67,10 @@ def run_group(cmd: list[str], timeout_s: float, env: dict | None = None) -> tupl
     """(exit code, stdout, stderr) of `cmd` in its own process group; None past `timeout_s`. On a timeout,
     Ctrl-C or SIGTERM the whole group is killed: subprocess.run killed the launcher alone, and the
     bench's ranks ran on (64 of them, minutes after the tuner had gone)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    # behind the trials' exec wrapper: the launcher dies with this process (a worker killed with -9 mid-bench left
+    # the bench running on, its group out of reach), and its ranks with the launcher (trainer/collectives.py)
+    proc = subprocess.Popen(with_limits(cmd, None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -20,7 +20,8 @@ from tuner import final
 from tuner.calibrate import relative_errors, summarize_errors
 from tuner.predict import Predictor
 from tuner.space import TUNED_KNOBS
-from tuner.storage import masked_url
+from tuner.activity import running_trials
+from tuner.storage import HOST, masked_url
 from tuner.study_store import StudyMeta, calibration_check, current_calibration, load
 from tuner.worker_id import worker_alive
 
@@ -59,6 +60,7 @@ class TuneReport(BaseModel):
     no_result: list[str] = []  # backends of the space with no completed trial
     winner: str | None = None  # which backend won and why
     final_ranking: dict | None = None  # the re-measured top candidates, noise and tie window
+    running: list[dict] = []  # trials running now: trial, for_s, doing (tuner/activity.py; their log on this host)
 
 
 def status_of(t: FrozenTrial) -> str:
@@ -204,14 +206,19 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
         calibration_check=calibration_check(study), this_run=this_run,
         stop_reason=stop_reason, network=meta.network_note, network_effect=meta.network_effect,
         winner=final.why_it_won(study) or None, final_ranking=final.final_ranking(study),
+        running=running_trials(trials, HOST, worker_alive),
     )
     report.by_backend, report.no_result = backend_counts(study, meta)
     if best is not None:
         plan = meta.plan(best.user_attrs["knobs"])
         ds, settings, cmd = _safe_exports(plan, meta.system, meta.model, best.user_attrs.get("deepspeed_config_json"))
         row = next((r for r in (report.final_ranking or {}).get("rows", []) if r["trial"] == best.number), {})
-        report.best = {"trial": best.number, **best.user_attrs["knobs"], "tokens_per_s": best.value,
-                       "median_tokens_per_s": row.get("median_tokens_per_s"), "runs": row.get("runs", 1),
+        runs = len(row.get("samples_tokens_per_s") or [best.value])
+        report.best = {"trial": best.number, **best.user_attrs["knobs"], "tokens_per_s": best.value,  # its first run
+                       "median_tokens_per_s": row.get("median_tokens_per_s"), "runs": runs,
+                       # what the winner (and so the export) was chosen by: its re-measured median where it has one
+                       "chosen_tokens_per_s": row["median_tokens_per_s"] if runs > 1 else best.value,
+                       "chosen_by": f"the median of {runs} runs" if runs > 1 else "one run",
                        "spread_pct": row.get("spread_pct"),  # None: measured once, its spread is unknown
                        "step_spread_pct": best.user_attrs.get("step_spread_pct"),
                        "step_time_s": best.user_attrs.get("step_time_s"),

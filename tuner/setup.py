@@ -23,6 +23,7 @@ from planner.scenario import Scenario
 from planner.settings import Calibration, Settings
 from planner.system import System
 from tuner import device, proposals
+from tuner.activity import STARTING, PhaseHook, measuring_line, no_phase
 from tuner.config import TuneConfig
 from tuner.network import measure_busbw
 from tuner.predict import Predictor
@@ -97,7 +98,7 @@ def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str,
     return system, note, assumed
 
 
-def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
+def open_study(cfg: TuneConfig, *, create: bool = True, on_phase: PhaseHook = no_phase) -> StudyContext:
     """Load the study named by `cfg` (or create it, measuring this machine once)."""
     storage = open_storage(cfg.storage, heartbeat_interval_s=cfg.heartbeat_interval_s,
                            grace_period_s=cfg.grace_period_s)
@@ -118,6 +119,7 @@ def open_study(cfg: TuneConfig, *, create: bool = True) -> StudyContext:
     elif not create:
         raise PlanError("study", f"no study {name!r} in {masked_url(cfg.storage)}")
     else:
+        on_phase(STARTING, measuring_line(nproc, on_gpu, cfg.measure_network))
         meta = _new_meta(cfg, nproc, on_gpu)
         store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=True)
         study = store.study

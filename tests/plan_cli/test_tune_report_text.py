@@ -22,6 +22,20 @@ def test_the_best_line_gives_the_median_the_winner_was_judged_by():
             {"trial": 0, "median_tokens_per_s": 22899.0, "spread_pct": 0.0, "samples_tokens_per_s": [22899.0]}]
     rep = SimpleNamespace(best={"trial": 2, "tokens_per_s": 37308.0}, final_ranking={"rows": rows})
     assert best_speed(rep) == "26,775 tokens/s, the median of 3 runs (its first 37,308)"
+    rows[0]["samples_tokens_per_s"], rows[0]["median_tokens_per_s"] = [26775.0, 37308.0, 16500.0], 26775.0
+    same = SimpleNamespace(best={"trial": 2, "tokens_per_s": 26775.0}, final_ranking={"rows": rows})
+    assert best_speed(same) == "26,775 tokens/s, the median of 3 runs (its first run's)"  # not 26,775 twice
     once = SimpleNamespace(best={"trial": 0, "tokens_per_s": 22899.0}, final_ranking={"rows": rows})
     assert best_speed(once) == "22,899 tokens/s measured"
     assert best_speed(SimpleNamespace(best={"trial": 0, "tokens_per_s": 22899.0}, final_ranking=None)) == "22,899 tokens/s measured"
+
+
+def test_a_running_trial_reads_with_what_its_log_says():
+    """`plan tune report` while a study's first trial starts: its table said 'running' and nothing more for minutes
+    (a first DeepSpeed run builds its ops)."""
+    from plan_cli.tune import running_line
+
+    r = {"trial": 0, "for_s": 41.4, "doing": "starting: DeepSpeed building its op cpu_adam (first run on this machine)"}
+    assert running_line(r) == ("running now: trial #0 for 41 s: starting: DeepSpeed building its op cpu_adam (first run "
+                               "on this machine)")
+    assert running_line({"trial": 3, "for_s": None, "doing": "step 2 of 4 done"}) == "running now: trial #3: step 2 of 4 done"

@@ -105,6 +105,27 @@ function calibrationText(rep) {
   return `${head}: kept the ${c.baseline}: ${c.why}`;
 }
 
+// What a running study's worker is doing: its phase while it starts or re-measures (GET /tune/STUDY phase, doing,
+// phase_s: between POST /tune and its first trial's end the line said only "running" for minutes), and each trial
+// running now with what its log says (the report's `running`).
+function activityText(st) {
+  let text = "";
+  if (st.phase && st.phase !== "trials") text += ` | ${st.phase} (${Math.round(st.phase_s || 0)} s): ${st.doing}`;
+  for (const r of (st.report && st.report.running) || [])
+    text += ` | trial #${r.trial} running${r.for_s == null ? "" : ` ${Math.round(r.for_s)} s`}: ${r.doing}`;
+  return text;
+}
+
+// The winner by the value it (and so its export) was chosen by: the median of its re-measurements where it has
+// them (it showed the first run's tokens/s, 37,308 for a trial ranked by its median 26,775).
+function bestText(best) {
+  const knobs = `trial ${best.trial}, ${best.sharding}, mb ${best.micro_batch} x ga ${best.grad_accum}`;
+  if (!best.runs || best.runs < 2) return `best: ${knobs}, ${fmt(best.tokens_per_s, 0)} tokens/s measured once`;
+  const first = Math.round(best.tokens_per_s) === Math.round(best.chosen_tokens_per_s) ? "its first run's" :
+    `its first ${fmt(best.tokens_per_s, 0)}`;  // a median that was its first run: not the same number twice
+  return `best: ${knobs}, ${fmt(best.chosen_tokens_per_s, 0)} tokens/s, ${best.chosen_by} (${first})`;
+}
+
 // One poll of `round` (follow()): true once there is nothing more to follow. An answer that comes after a newer
 // round began is dropped (true: its round is over).
 async function refreshTune(study, round) {
@@ -128,9 +149,10 @@ async function refreshTune(study, round) {
   const interrupted = st.status === "interrupted";
   let text = `study ${study}: ${stopping ? `stopping | ${stopping.line}` : st.status}`;
   if (interrupted && st.stopped_by) text += ` | stopped by ${st.stopped_by}`;
+  if (st.status === "running") text += activityText(st);
   if (rep) {
     text += ` | ${trialsText(rep, st.status === "running")}`;
-    if (rep.best) text += ` | best: trial ${rep.best.trial}, ${rep.best.sharding}, mb ${rep.best.micro_batch} x ga ${rep.best.grad_accum}, ${fmt(rep.best.tokens_per_s, 0)} tokens/s measured`;
+    if (rep.best) text += ` | ${bestText(rep.best)}`;
   }
   // how the worker ended: a finished study's rule (the API's why repeats the trial counts, as "this run"), failed's why
   if (st.status === "finished" && st.stop_reason) text += ` | ended: ${st.stop_reason}`;
