@@ -125,11 +125,27 @@ def tune(
     from tuner.api import start_study
 
     with _stopped_early():
-        report = start_study(cfg, console=err_console)
+        report = start_study(cfg, console=err_console, on_phase=_starting_lines(cfg.progress))
     report.stack_profile = _write_profile(report.study, cfg.storage, stack_out, json_out)
     _show(report, cfg.storage, json_out)
     if report.interrupted_by:  # the Unix convention for a command stopped by a signal: 128 + its number
         raise typer.Exit(INTERRUPTED_EXIT[report.interrupted_by])
+
+
+def _starting_lines(progress: bool):
+    """What the tuner does before its first trial ends (opening the study, measuring this machine, launching trial
+    #0), one line each on stderr, where `plan serve`'s page shows it as the phase; none with --json / --no-progress."""
+    from tuner.activity import STARTING, no_phase
+
+    if not progress:
+        return no_phase
+    said: set[str] = set()
+
+    def on_phase(phase: str, doing: str) -> None:
+        if phase == STARTING and doing not in said:
+            said.add(doing)
+            err_console.print(f"starting: {doing}", highlight=False, soft_wrap=True)
+    return on_phase
 
 
 @tune_app.command("report")
