@@ -308,11 +308,16 @@ _MISS_KEY = ("stack", "tp", "pp", "vpp", "cp", "cp_impl", "dp", "sequence_parall
              "activation_checkpointing", "checkpoint_fraction", "precision", "micro_batch")
 
 
+def params_columns(report: EstimateReport) -> dict:
+    """The model's total and active parameter counts, as --json's report names them (= for a dense model)."""
+    return {"n_params": report.n_params, "active_params": report.active_params}
+
+
 def estimate_row(est: Estimate, report: EstimateReport | None = None) -> dict:
     """A flat row (the scenario interface's output columns) for CSV/JSONL."""
     row: dict = {}
     if report is not None:
-        row.update(model=report.model.name, gpu=report.system.gpu.id, gpus=report.system.gpus,
+        row.update(model=report.model.name, **params_columns(report), gpu=report.system.gpu.id, gpus=report.system.gpus,
                    gpus_per_node=report.system.gpus_per_node, cluster=report.system.cluster_id,
                    internode_gbps=report.system.internode_gbps, seq_len=report.seq_len)
     plan = est.plan.model_dump()
