@@ -154,6 +154,17 @@ def check_launcher_ranks(asked_nproc: int | None, local_ranks: int, default: int
                         f"(--ntasks-per-node={asked_nproc}), or run torchrun --nproc-per-node {asked_nproc} in the srun")
 
 
+def check_launcher_nodes(asked_nnodes: int, nodes: int, default: int = 1) -> None:
+    """Under torchrun / srun the launcher decides the nodes too (WORLD_SIZE / LOCAL_WORLD_SIZE): an --nnodes that
+    differs was dropped without a word (`srun -N 2 plan allreduce-bench --nnodes 4` measured 2 nodes and said so only
+    in its table's title). Refused, not honoured: the ranks already run on `nodes` nodes and a collective over fewer
+    or more is not the measurement asked for. `default` (1) means "not given", as check_launcher_ranks' --nproc."""
+    if asked_nnodes != default and asked_nnodes != nodes:
+        raise PlanError("nnodes", f"--nnodes {asked_nnodes}, but the launcher (srun / torchrun) started ranks on {nodes} "
+                        f"node(s): leave --nnodes out, or start the step on {asked_nnodes} nodes (srun -N {asked_nnodes}, "
+                        f"torchrun --nnodes {asked_nnodes})")
+
+
 def check_launch(nnodes: int, node_rank: int, rdzv_endpoint: str | None) -> None:
     """node_rank below nnodes; a rendezvous the ranks can meet at (trainer/ranks.check_endpoint: several nodes
     need an agreed host:port, unless torchrun / srun launched this process; a port 0-65535, a host that resolves)."""
