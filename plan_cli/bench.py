@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def allreduce_bench(
     nproc: Annotated[Optional[int], typer.Option(
-        min=1, max=1024, help="Ranks on this node [default: 2; under srun / torchrun: the tasks the launcher started]")] = None,
+        min=1, max=1024, help="Ranks on this node (default: 2; under srun / torchrun: the tasks the launcher started)")] = None,
     nnodes: opts.Nnodes = 1,
     node_rank: opts.NodeRank = 0,
     rdzv_endpoint: opts.RdzvEndpoint = None,
