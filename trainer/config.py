@@ -182,7 +182,9 @@ def validate_config(cfg: TrainConfig) -> None:
     """Reject what the bundled trainer cannot run, with a one-line reason."""
     p, r = cfg.plan, cfg.run
     if r.warmup_steps >= r.steps:
-        raise PlanError("warmup_steps", f"must be < steps ({r.steps}) so that some steps are timed")
+        raise PlanError("warmup_steps", f"--warmup-steps {r.warmup_steps} (default 2: the steps left out of the timings) "
+                        f"must be below --steps {r.steps} so that some steps are timed: give --steps "
+                        f"{r.warmup_steps + 1} or more, or --warmup-steps {r.steps - 1}")
     check_launch(cfg.launch.nnodes, cfg.launch.node_rank, cfg.launch.rdzv_endpoint)
     if r.data != "synthetic" and not Path(r.data).is_file():
         raise PlanError("data", f"{r.data!r}: no such file (allowed: synthetic, or a local text file)")
