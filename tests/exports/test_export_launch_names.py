@@ -17,7 +17,8 @@ from planner.rendezvous import TORCH_DEFAULT_PORT, slurm_port
 runner = CliRunner()
 
 
-def test_accelerate_comment_names_the_file_written(tmp_path):
+def test_accelerate_comment_names_the_file_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # without --out the companion ds_config.json goes to the current folder
     out = tmp_path / "run configs" / "my-run.yaml"
     res = runner.invoke(app, ["export", "accelerate", "--model", "7b", "--gpus", "16", "--out", str(out)])
     assert res.exit_code == 0, res.output
@@ -60,7 +61,8 @@ def test_torchrun_script_derives_master_port_like_sbatch(tmp_path):
     assert missing.returncode != 0 and "export MASTER_ADDR" in missing.stderr
 
 
-def test_one_node_torchrun_script_needs_no_rendezvous(tmp_path):
+def test_one_node_torchrun_script_needs_no_rendezvous(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the companion ds_config.json goes to the current folder
     res = runner.invoke(app, ["export", "torchrun", "--model", "7b", "--gpus", "8", "--sharding", "zero3"])
     assert res.exit_code == 0, res.output
     assert "--standalone" in res.output and "MASTER_PORT" not in res.output
