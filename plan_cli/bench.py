@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def allreduce_bench(
     nproc: Annotated[Optional[int], typer.Option(
-        min=1, max=1024, help="Ranks on this node [default: 2; under srun / torchrun: the tasks the launcher started]")] = None,
+        min=1, max=1024, help="Ranks on this node (default: 2; under srun / torchrun: the tasks the launcher started)")] = None,
     nnodes: opts.Nnodes = 1,
     node_rank: opts.NodeRank = 0,
     rdzv_endpoint: opts.RdzvEndpoint = None,
@@ -66,9 +66,10 @@ def allreduce_bench(
 
 
 def _ranks(nproc: int | None, nnodes: int) -> tuple[int, int]:
-    """(ranks per node, nodes): under srun / torchrun the step's tasks, an --nproc given there checked against them
-    (it was ignored, and --nproc 1 refused as one rank while 16 tasks ran); else --nproc (default 2) x --nnodes."""
-    from trainer.config import check_launcher_ranks
+    """(ranks per node, nodes): under srun / torchrun the step's tasks, an --nproc / --nnodes given there checked
+    against them (they were ignored, and --nproc 1 refused as one rank while 16 tasks ran); else --nproc (default 2)
+    x --nnodes."""
+    from trainer.config import check_launcher_nodes, check_launcher_ranks
     from trainer.dist import step_ranks
 
     step = step_ranks()
@@ -76,6 +77,7 @@ def _ranks(nproc: int | None, nnodes: int) -> tuple[int, int]:
         return (2 if nproc is None else nproc), nnodes
     world, local = step
     check_launcher_ranks(nproc, local, default=None)
+    check_launcher_nodes(nnodes, world // local)  # an --nnodes 4 in a 2-node step was dropped without a word
     return local, world // local
 
 

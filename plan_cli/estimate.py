@@ -71,6 +71,8 @@ def estimate(
     if explain and csv_out:  # the breakdown was printed as a table, --csv ignored without a word
         raise PlanError("csv", "--explain prints one plan's breakdown (a table, or --json); --csv prints the ranked "
                         "plans: give one")
+    _check_scenarios_flags(scenarios, out, knobs, gpus=gpus, within_days=within_days, network_from=network_from,
+                           explain=explain, rank=rank, wide=wide, json=json_out, csv=csv_out, plot=plot, save=save)
     cat = load_catalog(catalog)
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
@@ -185,6 +187,22 @@ def _first_error(e: ValueError) -> str:
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     loc = ".".join(str(p) for p in errors[0].get("loc", ())) or "file"
     return f"{loc}: {errors[0]['msg']}"
+
+
+def _check_scenarios_flags(scenarios: Path | None, out: Path | None, knobs: dict, **flags) -> None:
+    """--out belongs to --scenarios, and --scenarios reads each row's knobs from the file: a flag the other way round
+    was dropped without a word (`--out r.csv` wrote nothing; `--scenarios s.csv --model 13b` planned the file's models)."""
+    if scenarios is None:
+        if out is not None:
+            raise PlanError("out", "--out is where --scenarios writes its rows; for one scenario print --csv or --json "
+                            "and redirect it (> results.csv)")
+        return
+    given = [f"--{k.replace('_', '-')}" for k, v in knobs.items() if v is not None]
+    defaults = {"rank": 1}
+    given += [f"--{k.replace('_', '-')}" for k, v in flags.items() if v not in (None, False, defaults.get(k))]
+    if given:
+        raise PlanError("scenarios", f"{', '.join(given)}: not used with --scenarios, which reads every knob from the "
+                        "file's columns (an empty cell: the planner chooses) and writes --out (.csv or .jsonl)")
 
 
 def _settings(calibration, fragmentation_margin, runtime_overhead_gib, moe: MoeOptions | None = None):

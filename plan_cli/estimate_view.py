@@ -137,7 +137,7 @@ def show_table(report: EstimateReport, top: int, wide: bool = False) -> None:
         else:
             console.print(table)
         for line in (_memory_notes(fitting) + [_error_note(fitting, wide)] + _tier_note(report, fitting)
-                     + [network_line(report, fitting[0])]):
+                     + [network_line(report, fitting[0]), _cost_note(report)]):
             if line:
                 console.print(line, highlight=False)
     else:
@@ -231,7 +231,9 @@ def _error_note(fitting, wide: bool) -> str:
 
 def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
     has_days = any(e.performance and e.performance.days for e in fitting)
-    columns = ["#", "layout", "shard/offload/ckpt", "mb x ga", "GiB/GPU", "tokens/s", "MFU"] + (["days"] if has_days else [])
+    has_cost = any(e.performance and e.performance.cost is not None for e in fitting)  # --price-per-gpu-hour, --tokens
+    columns = (["#", "layout", "shard/offload/ckpt", "mb x ga", "GiB/GPU", "tokens/s", "MFU"] + (["days"] if has_days else [])
+               + (["cost"] if has_cost else []))
     rows = []
     for i, e in enumerate(fitting, 1):
         p, m, perf = e.plan, e.memory, e.performance
@@ -241,8 +243,17 @@ def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:
                _speed(perf), f"{perf.mfu:.0%}" if perf else ""]
         if has_days:
             row.append(f"{perf.days:.1f}" if perf and perf.days else "")
+        if has_cost:
+            row.append(f"{perf.cost:,.0f}" if perf and perf.cost is not None else "")
         rows.append(row)
     return columns, rows
+
+
+def _cost_note(report: EstimateReport) -> str:
+    """A price without what to train gives no cost (the table showed none and said nothing)."""
+    if report.scenario.price_per_gpu_hour is None or report.scenario.tokens is not None:
+        return ""
+    return "cost: --price-per-gpu-hour prices a run once --tokens says what to train (e.g. --tokens 100B)."
 
 
 def _share(x: float | None) -> str:

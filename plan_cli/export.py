@@ -76,7 +76,8 @@ def export(
         steps=steps, time=time, job_name=job_name, partition=partition, account=account,
         cpus_per_task=cpus_per_task,
         deepspeed_file=str(out) if format == "deepspeed" and out else str(companion_dir / "ds_config.json"),
-        fsdp_file=str(out) if format == "fsdp" and out else str(companion_dir / "fsdp_config.json"))
+        fsdp_file=str(out) if format == "fsdp" and out else str(companion_dir / "fsdp_config.json"),
+        accelerate_file=str(out) if format == "accelerate" and out else "accelerate.yaml")
     moe = MoeOptions(moe_capacity_factor=moe_capacity_factor, moe_fp8_dispatch=moe_fp8_dispatch,
                      moe_node_limit=moe_node_limit, moe_a2a_overlap=moe_a2a_overlap,
                      moe_shared_expert_overlap=moe_shared_expert_overlap).checked()

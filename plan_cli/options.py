@@ -24,7 +24,7 @@ Objective = Annotated[str, typer.Option(help="tokens_per_s|days|cost|memory-head
 CatalogDirs = Annotated[Optional[list[Path]], typer.Option(help="Extra catalog folder(s) (also $PLAN_CATALOG)")]
 
 Nproc = Annotated[int, typer.Option(min=1, max=1024, help="Ranks on this node.")]  # trainer/config.py's bounds
-Nnodes = Annotated[int, typer.Option(min=1, max=1_000_000, help="Nodes (the same command on each, with --node-rank).")]
+Nnodes = Annotated[int, typer.Option(min=1, max=1_000_000, help="Nodes (the same command on each, with --node-rank; under srun / torchrun: the launcher's nodes, another value is refused).")]
 NodeRank = Annotated[int, typer.Option(min=0, help="This node's rank, 0 to nnodes-1 (0: the node of the rendezvous).")]
 RdzvEndpoint = Annotated[Optional[str], typer.Option(help="host:port of the rendezvous.")]
 

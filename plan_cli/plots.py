@@ -26,12 +26,19 @@ def _figure_path(path: str | Path) -> Path:
 def check_plot(path: str | Path, *, sweep: bool, tokens) -> None:
     """What `plot_sweep` / `plot_breakdown` would refuse only after the search: the name, the place, and a sweep
     plot's days (it needs --tokens)."""
+    import importlib.util
+
     from planner.out_path import check_out_file
 
     _figure_path(path)
     check_out_file(path, "plot")
     if sweep and tokens is None:
         raise PlanError("plot", "a sweep plot shows days to train: add --tokens (e.g. 100B)")
+    if importlib.util.find_spec("matplotlib") is None:  # the planner-only set-up: said after the whole table
+        raise PlanError("plot", NO_MATPLOTLIB)
+
+
+NO_MATPLOTLIB = "needs matplotlib (pip install 'plan[plot]')"
 
 
 def _pyplot():
@@ -41,7 +48,7 @@ def _pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlanError("plot", "needs matplotlib (pip install 'plan[plot]')") from None
+        raise PlanError("plot", NO_MATPLOTLIB) from None
     return plt
 
 

@@ -93,7 +93,7 @@ def evaluate_rows(rows: list[dict], *, catalog, settings, objective: str, top: i
             out.append({"scenario": n, **keep, "error": _error_text(e)})
             continue
         if not report.results:
-            out.append({"scenario": n, **keep, "fits": False,
+            out.append({"scenario": n, **keep, **api.params_columns(report), "fits": False,
                         "error": "no valid plan: " + "; ".join(report.rejected)})
             continue
         for rank, est in enumerate(report.results[:top], 1):

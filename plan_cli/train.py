@@ -23,6 +23,7 @@ def train(knobs: dict) -> None:
     from trainer.launch import launch, summary_line
     from trainer.result import EXIT_CODES
 
+    _check_file_knobs(knobs)
     cfg = _config(TrainConfig, {k: v for k, v in knobs.items() if v is not None})
     if cfg.run.json_out:  # a folder ended in an IsADirectoryError traceback
         writable_file(Path(cfg.run.json_out), "json", "result.json")
@@ -46,6 +47,33 @@ def train(knobs: dict) -> None:
         console.print(line, highlight=False, soft_wrap=True)
     if result.status != "ok":
         raise typer.Exit(EXIT_CODES[result.status])
+
+
+FILE_KNOBS = ("sharding", "offload", "precision", "activation_checkpointing", "attention", "optimizer", "zeropp_qwz",
+              "zeropp_hpz_partition_size", "zeropp_qgz")
+
+
+def _check_file_knobs(knobs: dict) -> None:
+    """--deepspeed-config runs the file as is, its knobs read back from it (trainer/backends/deepspeed_backend.py):
+    a --sharding zero3 beside a stage-0 file ran stage 0 without a word. A flag the file contradicts is refused."""
+    path = knobs.get("deepspeed_config")
+    given = {k: knobs[k] for k in FILE_KNOBS if knobs.get(k) is not None}
+    if not path or not given:
+        return
+    import json
+
+    from planner.errors import PlanError
+    from trainer.backends.deepspeed_backend import knobs_from_ds_config
+
+    try:
+        from_file = knobs_from_ds_config(json.loads(Path(path).read_text()), {})
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not found / not JSON / an odd stage: the config check names it (trainer/config.py)
+    clash = [k for k, v in given.items() if k in from_file and from_file[k] != v]
+    if clash:
+        said = ", ".join(f"--{k.replace('_', '-')} {given[k]} (the file: {from_file[k]})" for k in clash)
+        raise PlanError(clash[0], f"{said}: --deepspeed-config {path} runs as written; leave the flag out, or export "
+                        "the config again with it (plan export deepspeed ...)")
 
 
 def _config(config_cls, knobs: dict):

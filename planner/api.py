@@ -174,7 +174,7 @@ def ranked(searched: Searched, *, calibration: Calibration | None = None, object
         _estimate_at(found, int(i), perf, int(j), errors)
         for i, j in zip(chosen, chosen_perf_pos)
     ]
-    head = np.asarray(chosen_perf_pos[:NETWORK_ASSESSED if top is None else min(top, NETWORK_SHOWN)], dtype=int)
+    head = np.asarray(chosen_perf_pos[:NETWORK_ASSESSED if top is None else top], dtype=int)
     if network_need:
         results = _with_network_need(results, spec, lay.take(head), system, settings)
     if not results and include_rejected:
@@ -262,11 +262,12 @@ def _estimate_at(found, i: int, perf: dict | None, j: int, errors: dict | None =
                     fits=reason_i < 0, reason=reason)
 
 
-# The best plans assessed for their network (planner/network_need.py: ~70 evaluations each); the rest of a
-# long list (top=None: the tuner's proposals) keep None. A list the caller sized (`top`: what a table shows) is
-# assessed whole, up to NETWORK_SHOWN plans.
+# The best plans assessed for their network (planner/network_need.py: ~66 evaluations each); the rest of a
+# long list (top=None: the tuner's proposals) keep None. A list the caller sized (`top`: what a table, --json or
+# --csv prints) is assessed whole, NETWORK_CHUNK plans at a time (~0.5 s per 1,000 plans; a cap of 1,000 left
+# the rest of a long --top blank).
 NETWORK_ASSESSED = 100
-NETWORK_SHOWN = 1000
+NETWORK_CHUNK = 1000  # plans per vectorised assessment (~66 step evaluations each)
 
 
 def _with_network_need(results: list[Estimate], spec: ModelSpec, lay: Layout, system: System,
@@ -281,8 +282,10 @@ def _with_network_need(results: list[Estimate], spec: ModelSpec, lay: Layout, sy
 
     # in the unit of the bandwidth the plans were given: a measured busbw (--network-from, the tuner), else the
     # cluster's line rate per node
-    needed, share = network_need.assess(step_of, len(lay),
-                                        system.measured_internode_busbw_gbps or system.internode_gbps)
+    available = system.measured_internode_busbw_gbps or system.internode_gbps
+    parts = [network_need.assess(lambda index, scale, lo=lo: step_of(index + lo, scale), min(NETWORK_CHUNK, len(lay) - lo),
+                                 available) for lo in range(0, len(lay), NETWORK_CHUNK)]  # bounded memory per call
+    needed, share = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     return [e.model_copy(update={"performance": e.performance.model_copy(update={
         "network_gbps_needed": float(needed[r]), "network_share": float(share[r])})})
         if e.performance and r < len(lay) else e for r, e in enumerate(results)]
@@ -308,11 +311,16 @@ _MISS_KEY = ("stack", "tp", "pp", "vpp", "cp", "cp_impl", "dp", "sequence_parall
              "activation_checkpointing", "checkpoint_fraction", "precision", "micro_batch")
 
 
+def params_columns(report: EstimateReport) -> dict:
+    """The model's total and active parameter counts, as --json's report names them (= for a dense model)."""
+    return {"n_params": report.n_params, "active_params": report.active_params}
+
+
 def estimate_row(est: Estimate, report: EstimateReport | None = None) -> dict:
     """A flat row (the scenario interface's output columns) for CSV/JSONL."""
     row: dict = {}
     if report is not None:
-        row.update(model=report.model.name, gpu=report.system.gpu.id, gpus=report.system.gpus,
+        row.update(model=report.model.name, **params_columns(report), gpu=report.system.gpu.id, gpus=report.system.gpus,
                    gpus_per_node=report.system.gpus_per_node, cluster=report.system.cluster_id,
                    internode_gbps=report.system.internode_gbps, seq_len=report.seq_len)
     plan = est.plan.model_dump()

@@ -23,3 +23,22 @@ def shell_port_line(var: str = "MASTER_PORT") -> str:
     """bash: `var` as the user exported it, else slurm_port($SLURM_JOB_ID, 0): the port of the job's first srun step,
     the one an sbatch script's `srun` starts (a `plan train` under that step derives the same)."""
     return (f'{var}="${{{var}:-$(( {SLURM_PORT_BASE} + SLURM_JOB_ID % {SLURM_PORT_JOBS} * {SLURM_PORT_STEPS} ))}}"')
+
+
+def shell_rendezvous_lines() -> list[str]:
+    """bash for a script run on every node (the torchrun export): MASTER_ADDR required; MASTER_PORT / RDZV_ID as
+    exported, else under SLURM from the job (shell_port_line, the sbatch export's formula), else torchrun's
+    defaults (--master-port 29500, --rdzv-id none: torch/distributed/run.py)."""
+    return [
+        "# The rendezvous on the first node: export MASTER_ADDR (its address) on every node; a MASTER_PORT / RDZV_ID",
+        "# you export is kept, else under SLURM both come from the job (the port as the sbatch export and",
+        f"# `plan train` under srun derive it, 15000-28999), else torchrun's defaults ({TORCH_DEFAULT_PORT}, none).",
+        ': "${MASTER_ADDR:?export MASTER_ADDR=the address of the first node, on every node}"',
+        'if [ -n "${SLURM_JOB_ID:-}" ]; then',
+        f"  {shell_port_line()}",
+        '  RDZV_ID="${RDZV_ID:-$SLURM_JOB_ID}"',
+        "else",
+        f'  MASTER_PORT="${{MASTER_PORT:-{TORCH_DEFAULT_PORT}}}"',
+        '  RDZV_ID="${RDZV_ID:-none}"',
+        "fi",
+    ]

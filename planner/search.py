@@ -227,21 +227,35 @@ GPT3_BATCH_TOKENS = ((125e6, 0.5e6), (760e6, 0.5e6), (1.3e9, 1e6), (2.7e9, 1e6),
                      (13e9, 2e6), (175e9, 3.2e6), (1e12, 4e6))
 
 
+def batch_size_params(spec: ModelSpec) -> tuple[float, str]:
+    """The parameter count the batch rule reads, and its word: a dense model's total; a mixture of
+    experts' ACTIVE parameters, since the optimal batch follows compute per token, not storage
+    (DeepSeek LLM, Bi et al. 2024, arXiv 2401.02954, sec. 3.1: B_opt = 0.292 C^0.327 with C = M D,
+    M the FLOPs per token; an MoE token runs through its active parameters only)."""
+    from planner import moe
+
+    if moe.is_moe(spec):
+        return float(moe.active_params(spec)), "active "
+    return float(spec.n_params), ""
+
+
 def default_global_batch(spec: ModelSpec, gpus: int, seq_len: int) -> tuple[int, str]:
     """One global batch (sequences) for every plan of a scenario that does not pin one, and the
-    rule that chose it: the GPT-3 batch for the model's size, rounded (in log) to the GPU
-    count's odd part times a power of two, so that every data-parallel degree divides it."""
+    rule that chose it: the GPT-3 batch for the model's size (an MoE's active parameters),
+    rounded (in log) to the GPU count's odd part times a power of two, so that every
+    data-parallel degree divides it."""
     xs = np.log([p for p, _ in GPT3_BATCH_TOKENS])
     ys = np.log([t for _, t in GPT3_BATCH_TOKENS])
-    target_tokens = float(np.exp(np.interp(np.log(spec.n_params), xs, ys)))
+    n_params, word = batch_size_params(spec)
+    target_tokens = float(np.exp(np.interp(np.log(n_params), xs, ys)))
     target = max(target_tokens / seq_len, 1.0)
     odd = gpus
     while odd % 2 == 0:
         odd //= 2
     k = max(round(np.log2(target / odd)), 0)
     batch = odd * 2**k
-    size = f"{spec.n_params / 1e9:.3g}B" if spec.n_params >= 1e9 else f"{spec.n_params / 1e6:.3g}M"  # not 0.000479B
+    size = f"{n_params / 1e9:.3g}B" if n_params >= 1e9 else f"{n_params / 1e6:.3g}M"  # not 0.000479B
     rule = (f"global batch {batch} sequences ({batch * seq_len / 1e6:.2g}M tokens): GPT-3's "
-            f"{target_tokens / 1e6:.2g}M tokens for {size} parameters, rounded to "
+            f"{target_tokens / 1e6:.2g}M tokens for {size} {word}parameters, rounded to "
             f"{odd} x 2^k sequences; pin --global-batch to plan another")
     return batch, rule

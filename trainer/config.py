@@ -157,6 +157,17 @@ def check_launcher_ranks(asked_nproc: int | None, local_ranks: int, default: int
                         f"(--ntasks-per-node={asked_nproc}), or run torchrun --nproc-per-node {asked_nproc} in the srun")
 
 
+def check_launcher_nodes(asked_nnodes: int, nodes: int, default: int = 1) -> None:
+    """Under torchrun / srun the launcher decides the nodes too (WORLD_SIZE / LOCAL_WORLD_SIZE): an --nnodes that
+    differs was dropped without a word (`srun -N 2 plan allreduce-bench --nnodes 4` measured 2 nodes and said so only
+    in its table's title). Refused, not honoured: the ranks already run on `nodes` nodes and a collective over fewer
+    or more is not the measurement asked for. `default` (1) means "not given", as check_launcher_ranks' --nproc."""
+    if asked_nnodes != default and asked_nnodes != nodes:
+        raise PlanError("nnodes", f"--nnodes {asked_nnodes}, but the launcher (srun / torchrun) started ranks on {nodes} "
+                        f"node(s): leave --nnodes out, or start the step on {asked_nnodes} nodes (srun -N {asked_nnodes}, "
+                        f"torchrun --nnodes {asked_nnodes})")
+
+
 def check_launch(nnodes: int, node_rank: int, rdzv_endpoint: str | None) -> None:
     """node_rank below nnodes; a rendezvous the ranks can meet at (trainer/ranks.check_endpoint: several nodes
     need an agreed host:port, unless torchrun / srun launched this process; a port 0-65535, a host that resolves)."""
@@ -174,7 +185,9 @@ def validate_config(cfg: TrainConfig) -> None:
     """Reject what the bundled trainer cannot run, with a one-line reason."""
     p, r = cfg.plan, cfg.run
     if r.warmup_steps >= r.steps:
-        raise PlanError("warmup_steps", f"must be < steps ({r.steps}) so that some steps are timed")
+        raise PlanError("warmup_steps", f"--warmup-steps {r.warmup_steps} (default 2: the steps left out of the timings) "
+                        f"must be below --steps {r.steps} so that some steps are timed: give --steps "
+                        f"{r.warmup_steps + 1} or more, or --warmup-steps {r.steps - 1}")
     check_launch(cfg.launch.nnodes, cfg.launch.node_rank, cfg.launch.rdzv_endpoint)
     if r.data != "synthetic" and not Path(r.data).is_file():
         raise PlanError("data", f"{r.data!r}: no such file (allowed: synthetic, or a local text file)")

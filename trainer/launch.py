@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from planner.errors import PlanError
-from trainer.config import TrainConfig, check_launcher_ranks, validate_config, validate_layout
+from trainer.config import TrainConfig, check_launcher_nodes, check_launcher_ranks, validate_config, validate_layout
 from trainer.result import TrainResult
 from trainer.spec import resolve_spec
 from trainer.status import classify_text, clear_rank_errors, read_rank_errors
@@ -50,8 +50,10 @@ def launch(cfg: TrainConfig) -> TrainResult:
         if external:  # torchrun / srun decide the ranks: validate against them
             port_from = env_from_slurm(cfg.launch.rdzv_endpoint, block_ranks=True)
             world, local = launcher_ranks()
-            asked, cfg = cfg.launch.nproc, cfg.on_ranks(nproc=local, nnodes=world // local)
+            asked, asked_nodes = cfg.launch.nproc, cfg.launch.nnodes
+            cfg = cfg.on_ranks(nproc=local, nnodes=world // local)
             check_launcher_ranks(asked, local)
+            check_launcher_nodes(asked_nodes, world // local)
         validate_config(cfg)
         if cfg.spec is None:
             cfg = cfg.model_copy(update={"spec": resolve_spec(cfg.model)})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any
 
 from planner.errors import PlanError
@@ -109,7 +110,7 @@ def port_comment(file_name: str = "accelerate.yaml") -> list[str]:
         "# take it. Under SLURM derive the port from the job (as `plan train` under srun does; a MASTER_PORT you",
         "# exported is kept) and pass it, which overrides this file's key:",
         f"#   {shell_port_line()}",
-        f'#   accelerate launch --config_file {file_name} --main_process_port "$MASTER_PORT" ...',
+        f'#   accelerate launch --config_file {shlex.quote(file_name)} --main_process_port "$MASTER_PORT" ...',
     ]
 
 

@@ -18,7 +18,7 @@ from planner.exports.megatron_args import args_script, refusal as megatron_refus
 from planner.exports.megatron_args import megatron_args as megatron_all_args
 from planner.exports.fsdp_settings import FSDP_FILE, fsdp_settings
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
-from planner.exports.torchrun import render, torchrun_command, trainer_args
+from planner.exports.torchrun import render, torchrun_command, torchrun_script, trainer_args
 from planner.memory_recipe import MemoryRecipe
 from planner.model import ModelSpec
 from planner.moe_options import MoeOptions
@@ -64,6 +64,7 @@ class ExportOptions(Frozen):
     deepspeed_file: str = "ds_config.json"
     fsdp_file: str = FSDP_FILE
     megatron_file: str = "megatron_args.sh"
+    accelerate_file: str = "accelerate.yaml"  # the YAML's own name, as its launch comment says it (--out)
 
 
 class ExportFile(Frozen):
@@ -198,8 +199,9 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "accelerate":
         fsdp = json.loads(fsdp_text()) if is_fsdp(plan) else None
-        files = [ExportFile(name="accelerate.yaml", content=accelerate_yaml(accelerate_config(
-            plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp)))]
+        files = [ExportFile(name=options.accelerate_file, content=accelerate_yaml(accelerate_config(
+            plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp),
+            file_name=options.accelerate_file))]
         if is_deepspeed(plan):
             files.append(ExportFile(name=options.deepspeed_file, content=ds_text()))
         if chosen.fsdp_json is not None:  # the settings the trial ran, beside their accelerate form
@@ -214,7 +216,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         ds_file = options.deepspeed_file if ran_deepspeed else None
         argv = torchrun_command(plan, chosen.system, model=chosen.model_ref, steps=steps, recipe=recipe,
                                 deepspeed_config_file=ds_file)
-        files = [ExportFile(name="torchrun.sh", content="#!/bin/bash\nset -euo pipefail\n" + render(argv) + "\n")]
+        files = [ExportFile(name="torchrun.sh", content=torchrun_script(argv))]
         if ds_file:
             files.append(ExportFile(name=ds_file, content=ds_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)

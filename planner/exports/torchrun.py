@@ -80,6 +80,15 @@ def torchrun_command(
         plan, model=model, steps=steps, recipe=recipe, deepspeed_config_file=deepspeed_config_file)
 
 
+def torchrun_script(argv: list[str]) -> str:
+    """torchrun.sh: the command, after the rendezvous lines when it spans nodes (MASTER_PORT from the shared
+    formula of planner/rendezvous.py, as the sbatch export; `--standalone` needs none)."""
+    from planner.rendezvous import shell_rendezvous_lines
+
+    lines = [] if "--standalone" in argv else shell_rendezvous_lines()
+    return "\n".join(["#!/bin/bash", "set -euo pipefail", *lines, render(argv)]) + "\n"
+
+
 def render(argv: list[str]) -> str:
     """Shell-quote `argv`, leaving `$VAR` / `${VAR}` words (and `$VAR:$VAR`) to the shell."""
     return " ".join(_word(a) for a in argv)

@@ -31,6 +31,11 @@ V2_LITE_CONFIG = {**_COMMON, "model_type": "deepseek_v2", "hidden_size": 2048, "
                   "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": None,
                   "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2, "moe_intermediate_size": 1408,
                   "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "topk_method": "greedy", "vocab_size": 102400}
+# rope_scaling as published (V2 / V2-Lite mscale 0.707, V3 1.0): YaRN x40 from the 4096-token pretraining context,
+# which the planner reads as the default seq_len (planner/hf_context.py), as the presets say (train_seq_len)
+_YARN = dict(type="yarn", factor=40, beta_fast=32, beta_slow=1, original_max_position_embeddings=4096)
+for _cfg, _mscale in ((V2_LITE_CONFIG, 0.707), (V2_CONFIG, 0.707), (V3_CONFIG, 1.0)):
+    _cfg["rope_scaling"] = {**_YARN, "mscale": _mscale, "mscale_all_dim": _mscale}
 CASES = [(V2_LITE_CONFIG, DEEPSEEK_V2_LITE), (V2_CONFIG, DEEPSEEK_V2), (V3_CONFIG, DEEPSEEK_V3)]
 SHAPE = [k for k in type(DEEPSEEK_V3).model_fields if k not in ("name", "source", "published_params", "n_kv_heads")]
 
@@ -51,6 +56,17 @@ def test_config_file_reads_into_the_typed_shape(tmp_path, cfg, typed):
 @pytest.mark.parametrize("typed", [DEEPSEEK_V2_LITE, DEEPSEEK_V2, DEEPSEEK_V3], ids=lambda x: x.name)
 def test_presets_are_the_typed_shapes(typed):
     assert _same_shape(resolve_model(typed.name), typed)
+
+
+@pytest.mark.parametrize("typed", [DEEPSEEK_V2_LITE, DEEPSEEK_V2, DEEPSEEK_V3], ids=lambda x: x.name)
+def test_presets_plan_at_the_pretraining_context_by_default(typed):
+    """`plan estimate --model deepseek-v3` planned 163,840-token sequences (the YaRN-extended maximum) while the same
+    model's config.json gives 4,096 (rope_scaling's original_max_position_embeddings), as the README's rule says."""
+    from planner.resolve import seq_len_of
+    from planner.scenario import Scenario
+
+    assert seq_len_of(Scenario(model=typed.name), resolve_model(typed.name)) == 4096
+    assert seq_len_of(Scenario(model=typed.name, seq_len=32768), resolve_model(typed.name)) == 32768
 
 
 def deepseek_activated(spec) -> int:

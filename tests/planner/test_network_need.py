@@ -60,11 +60,30 @@ def test_the_head_of_a_long_list_is_assessed_the_rest_left_none():
 
 
 def test_a_list_the_caller_sized_is_assessed_whole():
-    """`--top 150` shows 150 plans: each has its network figures (the first 100 only, before), up to NETWORK_SHOWN."""
+    """`--top 150` shows 150 plans: each has its network figures (the first 100 only, before)."""
     r = api.estimate(Scenario(model="1.3b", gpus=16), top=150)
     fitting = [e for e in r.results if e.fits]
     assert len(fitting) == 150 > api.NETWORK_ASSESSED
     assert all(e.performance.network_gbps_needed is not None for e in fitting)
+
+
+def test_every_plan_printed_past_the_first_thousand_has_its_network():
+    """`--top 1500 --json/--csv`: plans 1,001-1,500 had network None (a cap of 1,000), blanks to a user sorting by
+    network_share; now every listed plan is assessed, 1,000 at a time."""
+    r = api.estimate(Scenario(model="70b", gpus=1024), top=1500)
+    assert len(r.results) == 1500
+    assert all(e.performance.network_share is not None and e.performance.network_gbps_needed is not None
+               for e in r.results)
+
+
+def test_chunked_assessment_equals_one_pass(monkeypatch):
+    """The chunks line up with their plans: 7 plans at a time gives each of 30 plans the figures one pass gives."""
+    one = api.estimate(Scenario(model="13b", gpus=64), top=30)
+    monkeypatch.setattr(api, "NETWORK_CHUNK", 7)
+    chunked = api.estimate(Scenario(model="13b", gpus=64), top=30)
+    got = [(e.performance.network_share, e.performance.network_gbps_needed) for e in chunked.results]
+    assert got == [(e.performance.network_share, e.performance.network_gbps_needed) for e in one.results]
+    assert len({g for g in got}) > 3  # distinct plans, distinct figures: a shifted chunk would show
 
 
 def test_assess_finds_a_threshold_between_grid_points():

@@ -174,3 +174,35 @@ def test_gpu_bind_without_a_mapping_is_one_line_naming_the_variable(local_rank, 
         _closest(local_rank, env)
     assert e.value.field == "nproc" and "\n" not in str(e.value) and "--gpus-per-task=1" in str(e.value)
     assert "VISIBLE_DEVICES" in str(e.value) and f"local rank {local_rank} of 8" in str(e.value)
+
+
+def test_bench_nnodes_other_than_the_steps_is_refused_naming_both(slurm):
+    """`srun -N 2 plan allreduce-bench --nnodes 4` measured the step's 2 nodes without a word (the bench counts its
+    nodes); an --nnodes that disagrees is refused naming both numbers, one that agrees (or is left out) runs."""
+    from plan_cli.bench import _ranks
+
+    slurm(procid="3")
+    assert _ranks(None, 2) == (8, 2) and _ranks(None, 1) == (8, 2)
+    with pytest.raises(PlanError) as e:
+        _ranks(None, 4)
+    assert e.value.field == "nnodes" and "--nnodes 4" in str(e.value) and "on 2 node(s)" in str(e.value)
+
+
+@pytest.mark.timeout(60)
+def test_bench_nnodes_refusal_is_one_line(slurm):
+    slurm(procid="0")
+    res = runner.invoke(app, ["allreduce-bench", "--nnodes", "4", "--sizes", "1M"], env={"COLUMNS": "400"})
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.stderr
+    assert "--nnodes 4, but the launcher (srun / torchrun) started ranks on 2 node(s)" in lines[0]
+
+
+@pytest.mark.timeout(120)
+def test_train_nnodes_other_than_the_steps_is_a_bad_config(slurm, tmp_path):
+    """`plan train` under the same step: the same refusal (it too took the launcher's nodes silently)."""
+    slurm(procid="0")
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["train", "--model", "tiny", "--nnodes", "3", "--steps", "1", "--json", str(out)],
+                        env={"COLUMNS": "400"})
+    assert res.exit_code != 0
+    assert "--nnodes 3, but the launcher (srun / torchrun) started ranks on 2 node(s)" in res.output + res.stderr
