@@ -54,26 +54,36 @@ FILE_KNOBS = ("sharding", "offload", "precision", "activation_checkpointing", "a
 
 
 def _check_file_knobs(knobs: dict) -> None:
-    """--deepspeed-config runs the file as is, its knobs read back from it (trainer/backends/deepspeed_backend.py):
-    a --sharding zero3 beside a stage-0 file ran stage 0 without a word. A flag the file contradicts is refused."""
-    path = knobs.get("deepspeed_config")
+    """--deepspeed-config / --fsdp-config run the file as is, its knobs read back from it
+    (trainer/backends/deepspeed_backend.py knobs_from_ds_config, planner/exports/fsdp_settings.py knobs_of): a
+    --sharding zero3 beside a stage-0 file ran stage 0 without a word. A flag the file contradicts is refused."""
+    option = "deepspeed_config" if knobs.get("deepspeed_config") else "fsdp_config"
+    path = knobs.get(option)
     given = {k: knobs[k] for k in FILE_KNOBS if knobs.get(k) is not None}
     if not path or not given:
         return
     import json
 
     from planner.errors import PlanError
-    from trainer.backends.deepspeed_backend import knobs_from_ds_config
 
     try:
-        from_file = knobs_from_ds_config(json.loads(Path(path).read_text()), {})
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # not found / not JSON / an odd stage: the config check names it (trainer/config.py)
+        text = json.loads(Path(path).read_text())
+        if option == "deepspeed_config":
+            from trainer.backends.deepspeed_backend import knobs_from_ds_config
+
+            from_file = knobs_from_ds_config(text, {})
+        else:
+            from planner.exports.fsdp_settings import knobs_of
+
+            from_file = knobs_of(text)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, PlanError):
+        return  # not found / not JSON / an odd stage or strategy: the config check names it (trainer/config.py)
     clash = [k for k, v in given.items() if k in from_file and from_file[k] != v]
     if clash:
+        flag, export = option.replace("_", "-"), option.split("_")[0]
         said = ", ".join(f"--{k.replace('_', '-')} {given[k]} (the file: {from_file[k]})" for k in clash)
-        raise PlanError(clash[0], f"{said}: --deepspeed-config {path} runs as written; leave the flag out, or export "
-                        "the config again with it (plan export deepspeed ...)")
+        raise PlanError(clash[0], f"{said}: --{flag} {path} runs as written; leave the flag out, or export "
+                        f"the config again with it (plan export {export} ...)")
 
 
 def _config(config_cls, knobs: dict):

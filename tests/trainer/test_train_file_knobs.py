@@ -34,3 +34,24 @@ def test_agreeing_or_absent_flags_pass(tmp_path):
     _check_file_knobs({"deepspeed_config": path, "sharding": "zero1", "offload": "none"})
     _check_file_knobs({"deepspeed_config": path})
     _check_file_knobs({"deepspeed_config": None, "sharding": "zero3"})
+
+
+def _exported_fsdp(tmp_path):
+    path = tmp_path / "fsdp.json"
+    r = runner.invoke(app, ["export", "fsdp", "--model", "tiny", "--gpus", "2", "--gpus-per-node", "2", "--target",
+                            "cpu", "--global-batch", "64", "--sharding", "fsdp_full_shard", "--precision", "bf16",
+                            "--out", str(path)])
+    assert r.exit_code == 0, r.output
+    return path
+
+
+def test_a_knob_the_fsdp_file_contradicts_is_one_line(tmp_path):
+    path = _exported_fsdp(tmp_path)
+    r = runner.invoke(app, ["train", "--model", "tiny", "--nproc", "2", "--steps", "3", "--fsdp-config", str(path),
+                            "--sharding", "fsdp_shard_grad_op"], env={"COLUMNS": "400"})
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert lines[0].startswith("error: sharding: --sharding fsdp_shard_grad_op (the file: fsdp_full_shard): "
+                               "--fsdp-config"), lines[0]
+    assert "plan export fsdp" in lines[0]
+    _check_file_knobs({"fsdp_config": str(path), "sharding": "fsdp_full_shard", "precision": "bf16"})
