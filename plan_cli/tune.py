@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
 @handle_errors
 def tune(
     ctx: typer.Context,
-    model: Annotated[Optional[str], Opt(help="Preset id, size (7b) or config.json", rich_help_panel=RUN)] = None,
+    model: Annotated[Optional[str], Opt(help="Preset id, size (7b, 52b), path to a HF config.json, or hub id (org/name)", rich_help_panel=RUN)] = None,
     gpus: Annotated[Optional[int], Opt(min=1, help="Ranks (GPUs; CPU ranks without a GPU). Default: this machine's devices", rich_help_panel=RUN)] = None,
     budget: Annotated[Optional[str], Opt(help="Wall-clock budget: 2h, 90m, 3m, 45s (at most 7d: run the same command again to go on)", rich_help_panel=RUN)] = None,
     steps: Annotated[int, Opt(min=2, help="Trainer steps per trial (warm-up included)", rich_help_panel=RUN)] = 4,
