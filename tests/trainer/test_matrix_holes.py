@@ -1,0 +1,73 @@
+"""Holes the trainer matrix found (validation/trainer_matrix.py: every knob combination the tuner may propose,
+2 ranks): fp16 RMSNorm under FSDP2, and DeepSpeed fp16 on a CPU without oneDNN fp16 kernels."""
+
+import pytest
+import torch
+
+from planner.errors import PlanError
+from trainer.config import TrainConfig
+from trainer.dist import check_cpu_fp16
+from trainer.launch import launch
+from trainer.model import RMSNorm
+
+LLAMA = dict(name="tiny-llama", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, vocab=256, max_positions=64,
+             mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False, bias=False, ffn_hidden=128)
+
+
+def test_fp16_rmsnorm_backward_is_finite_and_matches_fp32():
+    """rms(x) = 0.02 (a fresh residual stream): in fp16 rsqrt's backward -r^3/2 = -62500 * ... overflowed to inf."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 64) * 0.02
+    norm = RMSNorm(64)
+    ref_in = x.clone().requires_grad_()
+    norm(ref_in).sum().backward()
+    half = x.half().requires_grad_()
+    norm.half()(half).float().sum().backward()
+    assert torch.isfinite(half.grad).all()
+    assert half.grad.float() == pytest.approx(ref_in.grad, rel=2e-2, abs=2e-2)
+
+
+def test_fp32_rmsnorm_unchanged():
+    x = torch.randn(3, 64)
+    assert torch.equal(RMSNorm(64)(x), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+
+
+@pytest.mark.slow
+def test_fp16_fsdp_llama_trains_as_ddp(tmp_path):
+    """FSDP2 casts the parameters to fp16 (no autocast): every gradient was inf, GradScaler skipped every step and
+    the loss never fell. Now its losses are DDP's (autocast) on one rank, same seed."""
+    losses = {}
+    for sharding in ("fsdp_full_shard", "none"):
+        r = launch(TrainConfig(model="tiny-llama", spec=LLAMA, nproc=1, steps=6, warmup_steps=1, seq_len=32, micro_batch=2,
+                               precision="fp16", sharding=sharding, timeout_s=240,
+                               json_out=str(tmp_path / f"{sharding}.json")))
+        assert r.status == "ok", r.error
+        losses[sharding] = r.losses
+    assert losses["fsdp_full_shard"] == pytest.approx(losses["none"], abs=1e-2)
+    assert losses["fsdp_full_shard"][-1] < losses["fsdp_full_shard"][0] - 0.1
+
+
+@pytest.mark.parametrize("backend, precision, cpu_fp16, refused", [
+    ("deepspeed", "fp16", False, True),
+    ("deepspeed", "fp16", True, False),  # oneDNN fp16 kernels (AVX512-FP16 / AMX-FP16): DeepSpeed runs it
+    ("deepspeed", "bf16", False, False),
+    ("fsdp2", "fp16", False, False),  # torch autocast + GradScaler run fp16 on a CPU
+    ("ddp", "fp16", False, False),
+])
+def test_cpu_fp16_rule(backend, precision, cpu_fp16, refused):
+    if refused:
+        with pytest.raises(PlanError, match="DeepSpeed runs fp16 on a CPU only") as e:
+            check_cpu_fp16(backend, precision, cpu_fp16)
+        assert e.value.field == "precision"
+    else:
+        check_cpu_fp16(backend, precision, cpu_fp16)
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or torch.ops.mkldnn._is_mkldnn_fp16_supported(),
+                    reason="this host runs DeepSpeed fp16")
+def test_deepspeed_fp16_on_this_cpu_is_refused_before_launch(tmp_path):
+    """It crashed in every rank ("Type fp16 is not supported on your device", deepspeed/runtime/engine.py)."""
+    r = launch(TrainConfig(model="tiny", nproc=2, steps=2, warmup_steps=1, seq_len=32, precision="fp16",
+                           sharding="zero1", timeout_s=120, json_out=str(tmp_path / "r.json")))
+    assert r.status == "bad_config" and r.error.startswith("precision:"), r.error
+    assert not r.exit_codes  # no rank started
