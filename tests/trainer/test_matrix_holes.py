@@ -71,3 +71,29 @@ def test_deepspeed_fp16_on_this_cpu_is_refused_before_launch(tmp_path):
                            sharding="zero1", timeout_s=120, json_out=str(tmp_path / "r.json")))
     assert r.status == "bad_config" and r.error.startswith("precision:"), r.error
     assert not r.exit_codes  # no rank started
+
+
+GEMMA = LLAMA | dict(name="tiny-gemma", tied_embeddings=True, norms_per_layer=4, attn_head_dim=32, qk_norm="per_head",
+                     attn_window=8, attn_local_layers=1)
+
+
+@pytest.mark.slow
+def test_tp_gemma_post_norms_and_qk_norms_match_one_rank(tmp_path):
+    """The post-norms and per-head q/k norms were left plain under tp: each rank stepped its copy on its own sequence
+    shard's / heads' gradient, and the losses drifted from one rank's (1.3e-4 by step 3, fp32) without an error."""
+    kw = dict(model="tiny-gemma", spec=GEMMA, steps=6, warmup_steps=1, seq_len=32, micro_batch=2, timeout_s=240)
+    tp = launch(TrainConfig(nproc=2, tp=2, json_out=str(tmp_path / "tp.json"), **kw))
+    one = launch(TrainConfig(nproc=1, json_out=str(tmp_path / "one.json"), **kw))
+    assert tp.status == "ok" and one.status == "ok", (tp.error, one.error)
+    assert tp.losses == pytest.approx(one.losses, abs=1e-5)
+
+
+def test_full_width_qk_norm_with_tp_is_refused():
+    from planner.model import ModelSpec
+    from trainer.config import validate_layout
+
+    spec = ModelSpec(**(LLAMA | dict(name="tiny-olmo2", qk_norm="full")))
+    with pytest.raises(PlanError, match="qk_norm full") as e:
+        validate_layout(TrainConfig(model="tiny-olmo2", spec=spec, nproc=2, tp=2, seq_len=32), spec)
+    assert e.value.field == "tp"
+    validate_layout(TrainConfig(model="tiny-olmo2", spec=spec, nproc=2, seq_len=32), spec)  # dp: runs
