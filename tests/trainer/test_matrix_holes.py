@@ -97,3 +97,30 @@ def test_full_width_qk_norm_with_tp_is_refused():
         validate_layout(TrainConfig(model="tiny-olmo2", spec=spec, nproc=2, tp=2, seq_len=32), spec)
     assert e.value.field == "tp"
     validate_layout(TrainConfig(model="tiny-olmo2", spec=spec, nproc=2, seq_len=32), spec)  # dp: runs
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_deepspeed_and_torch_backends_share_one_optimizer_recipe(optimizer):
+    """DeepSpeed's config had betas (0.9, 0.95) (the export recipe), the torch backends torch's (0.9, 0.999)."""
+    from trainer.backends.base import make_optimizer
+    from trainer.backends.deepspeed_backend import ds_config_from_knobs
+
+    cfg = TrainConfig(model="tiny", nproc=2, sharding="zero1", optimizer=optimizer, lr=3e-4, seq_len=32)
+    from trainer.spec import resolve_spec
+
+    ds = ds_config_from_knobs(cfg, 2, False, resolve_spec("tiny"))["optimizer"]["params"]
+    torch_opt = make_optimizer(cfg, [torch.nn.Parameter(torch.zeros(2))]).defaults
+    for key in ("lr", "eps", "momentum", "weight_decay"):
+        if key in ds:
+            assert torch_opt[key] == ds[key], key
+    if "betas" in ds:
+        assert tuple(torch_opt["betas"]) == tuple(ds["betas"])
+
+
+@pytest.mark.slow
+def test_zero1_losses_are_ddps(tmp_path):
+    kw = dict(model="tiny", nproc=2, steps=5, warmup_steps=1, seq_len=32, timeout_s=240)
+    z = launch(TrainConfig(sharding="zero1", json_out=str(tmp_path / "z.json"), **kw))
+    d = launch(TrainConfig(sharding="none", json_out=str(tmp_path / "d.json"), **kw))
+    assert z.status == "ok" and d.status == "ok", (z.error, d.error)
+    assert z.losses == pytest.approx(d.losses, abs=1e-5)
