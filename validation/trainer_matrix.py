@@ -37,6 +37,8 @@ SHAPES: dict[str, dict] = {
                                         attn_head_dim=32, qk_norm="per_head", attn_window=8, attn_local_layers=1),
     "qwen": _BASE | LLAMA_BLOCK | dict(n_kv_heads=2, ffn_hidden=128, qkv_bias=True),  # q/k/v biases only
     # Mixtral-like: 4 routed experts, top 2, with a window (Mistral's sliding_window)
+    # GPT-NeoX: attention and MLP in parallel on two norms (trainer/backends/tp_parallel_block.py under tp)
+    "neox": _BASE | dict(position="rope", parallel_block=True, tied_embeddings=False),
     "mixtral": _BASE | LLAMA_BLOCK | dict(n_kv_heads=2, ffn_hidden=128, moe_experts=4, moe_top_k=2,
                                           moe_ffn_hidden=32, attn_window=8),
 }
@@ -82,11 +84,13 @@ def refusal(combo: dict) -> str | None:
 
 def all_pairs(combos: list[dict], seed: int = 0) -> list[dict]:
     """A greedy covering array: combinations until every pair of (knob, value)s that some accepted combination
-    holds (and every shape x parallelism x sharding) is in one chosen run (Cohen et al. 1997, AETG: pick the candidate covering the most uncovered pairs)."""
+    holds (and every shape x sharding under tp / pp) is in one chosen run (Cohen et al. 1997, AETG: pick the candidate covering the most uncovered pairs)."""
     def pairs(c):
         items = sorted(c.items())
-        # and every shape x parallelism x sharding triple: the tp-with-RoPE crash (eb1db4d) was one of those
-        return {(a, b) for a, b in itertools.combinations(items, 2)} | {(c["shape"], c["par"], c["sharding"])}
+        # and every shape x sharding triple under tp / pp, where the model's layers meet the DTensor plans: the
+        # tp-with-RoPE crash (eb1db4d) and the tp post-norm drift were such triples
+        triple = {(c["shape"], c["par"], c["sharding"])} if c["par"] in ("tp2", "pp2") else set()
+        return {(a, b) for a, b in itertools.combinations(items, 2)} | triple
 
     rng = random.Random(seed)
     pool = list(combos)
@@ -124,8 +128,9 @@ def run_reference(key: tuple, tmp: Path):
     return launch(train_config(combo, str(tmp / f"ref-{'-'.join(map(str, key))}.json"), **over))
 
 
-# losses of a run and of its reference: equal to float rounding (fp32), to bf16/fp16 rounding otherwise
-TOLERANCE = {"fp32": 2e-4, "bf16": 3e-2, "fp16": 1e-2}
+# losses of a run and of its reference over STEPS steps: float rounding in fp32 (a tp replica drifting on an unsynced
+# gradient showed 1.3e-4 by step 3), 16-bit rounding otherwise (DeepSpeed's bf16 weights vs DDP's autocast: 1.4e-3)
+TOLERANCE = {"fp32": 2e-5, "bf16": 5e-3, "fp16": 5e-3}
 
 
 def main(argv=None) -> int:
