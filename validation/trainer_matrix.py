@@ -72,11 +72,13 @@ def train_config(combo: dict, json_out: str | None = None, **override):
 def refusal(combo: dict) -> str | None:
     """The trainer's own refusal of this combination (the checks launch() makes before any rank starts)."""
     from trainer.config import validate_config, validate_layout
+    from trainer.dist import check_host_precision
 
     try:
         cfg = train_config(combo)
         validate_config(cfg)
         validate_layout(cfg, cfg.spec)
+        check_host_precision(cfg)  # this host's devices (DeepSpeed fp16 on a CPU without oneDNN fp16)
     except (PlanError, ValueError) as e:
         return str(e).splitlines()[0]
     return None
@@ -150,12 +152,16 @@ def main(argv=None) -> int:
     print(f"all-pairs sample: {len(chosen)} runs ({' x '.join(FACTORS)})", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="trainer-matrix-"))
     refs: dict[tuple, list[float] | str] = {}
-    counts = {"ok": 0, "CRASH": 0, "WRONG": 0}
+    counts = {"ok": 0, "refused": 0, "CRASH": 0, "WRONG": 0}
     t0 = time.perf_counter()
     for i, combo in enumerate(chosen):
         t = time.perf_counter()
         r = launch(train_config(combo, str(tmp / f"run{i}.json")))
         line = f"{i + 1:3d} {label(combo):52s} "
+        if r.status == "bad_config" and not r.exit_codes:  # launch() refused it before any rank started
+            counts["refused"] += 1
+            print(line + f"refused: {r.error}", flush=True)
+            continue
         if r.status != "ok":
             counts["CRASH"] += 1
             print(line + f"CRASH {r.status}: {(r.error or '').splitlines()[0][:240] if r.error else ''}", flush=True)
@@ -177,7 +183,7 @@ def main(argv=None) -> int:
                     verdict = f"ok (losses = {key[0]} within {diff:.1e})"
         counts["ok"] += verdict.startswith("ok")
         print(line + f"{verdict} [{time.perf_counter() - t:.0f} s]", flush=True)
-    print(f"summary: {len(chosen)} runs: {counts['ok']} ok, {counts['CRASH']} crashed, {counts['WRONG']} wrong "
+    print(f"summary: {len(chosen)} runs: {counts['ok']} ok, {counts['refused']} refused, {counts['CRASH']} crashed, {counts['WRONG']} wrong "
           f"losses; {len(product) - len(accepted)} of {len(product)} combinations refused before launch; "
           f"{len(refs)} reference runs; {time.perf_counter() - t0:.0f} s", flush=True)
     return 1 if counts["CRASH"] or counts["WRONG"] else 0
