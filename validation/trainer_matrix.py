@@ -86,7 +86,8 @@ def refusal(combo: dict) -> str | None:
 
 def all_pairs(combos: list[dict], seed: int = 0) -> list[dict]:
     """A greedy covering array: combinations until every pair of (knob, value)s that some accepted combination
-    holds (and every shape x sharding under tp / pp) is in one chosen run (Cohen et al. 1997, AETG: pick the candidate covering the most uncovered pairs)."""
+    holds (and every shape x sharding under tp / pp) is in one chosen run (Cohen et al. 1997, AETG: pick the
+    candidate covering the most uncovered pairs)."""
     def pairs(c):
         items = sorted(c.items())
         # and every shape x sharding triple under tp / pp, where the model's layers meet the DTensor plans: the
@@ -183,7 +184,8 @@ def main(argv=None) -> int:
                     verdict = f"ok (losses = {key[0]} within {diff:.1e})"
         counts["ok"] += verdict.startswith("ok")
         print(line + f"{verdict} [{time.perf_counter() - t:.0f} s]", flush=True)
-    print(f"summary: {len(chosen)} runs: {counts['ok']} ok, {counts['refused']} refused, {counts['CRASH']} crashed, {counts['WRONG']} wrong "
+    print(f"summary: {len(chosen)} runs: {counts['ok']} ok, {counts['refused']} refused, {counts['CRASH']} crashed, "
+          f"{counts['WRONG']} wrong "
           f"losses; {len(product) - len(accepted)} of {len(product)} combinations refused before launch; "
           f"{len(refs)} reference runs; {time.perf_counter() - t0:.0f} s", flush=True)
     return 1 if counts["CRASH"] or counts["WRONG"] else 0

@@ -38,8 +38,8 @@ def test_fp16_fsdp_llama_trains_as_ddp(tmp_path):
     the loss never fell. Now its losses are DDP's (autocast) on one rank, same seed."""
     losses = {}
     for sharding in ("fsdp_full_shard", "none"):
-        r = launch(TrainConfig(model="tiny-llama", spec=LLAMA, nproc=1, steps=6, warmup_steps=1, seq_len=32, micro_batch=2,
-                               precision="fp16", sharding=sharding, timeout_s=240,
+        r = launch(TrainConfig(model="tiny-llama", spec=LLAMA, nproc=1, steps=6, warmup_steps=1, seq_len=32,
+                               micro_batch=2, precision="fp16", sharding=sharding, timeout_s=240,
                                json_out=str(tmp_path / f"{sharding}.json")))
         assert r.status == "ok", r.error
         losses[sharding] = r.losses
@@ -124,3 +124,20 @@ def test_zero1_losses_are_ddps(tmp_path):
     d = launch(TrainConfig(sharding="none", json_out=str(tmp_path / "d.json"), **kw))
     assert z.status == "ok" and d.status == "ok", (z.error, d.error)
     assert z.losses == pytest.approx(d.losses, abs=1e-5)
+
+
+def test_matrix_sample_covers_every_accepted_pair():
+    """validation/trainer_matrix.py: the all-pairs sample holds only combinations the trainer accepts, and every pair
+    of knob values that some accepted combination holds."""
+    import itertools
+
+    from validation.trainer_matrix import FACTORS, all_pairs, refusal
+
+    product = [dict(zip(FACTORS, v)) for v in itertools.product(*FACTORS.values())]
+    accepted = [c for c in product if refusal(c) is None]
+    chosen = all_pairs(accepted)
+    assert len(chosen) < len(accepted) // 10 and all(c in accepted for c in chosen)
+    pairs = lambda cs: {p for c in cs for p in itertools.combinations(sorted(c.items()), 2)}  # noqa: E731
+    assert pairs(chosen) == pairs(accepted)
+    assert any(c["par"] == "tp2" and c["shape"] == "llama" for c in chosen)  # RoPE under tp (eb1db4d)
+    assert refusal(dict(shape="mixtral", par="tp2", sharding="none", ckpt="none", precision="bf16", ga=1))
