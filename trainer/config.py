@@ -310,6 +310,12 @@ def validate_layout(cfg: TrainConfig, spec: ModelSpec) -> None:
     # the planner's rules: tp divides the heads, pp at most the layers, pp x vpp divides them
     rules.check({"tp": p.tp, "pp": p.pp, "vpp": p.vpp}, spec=spec)
     t = p.tp
+    if t > 1 and spec.qk_norm == "full":  # OLMo 2: one RMSNorm over all heads' width, which tp splits
+        raise PlanError("tp", f"tp={t}: {spec.name} normalizes q and k over the full width (qk_norm full), which the "
+                        "bundled trainer does not split over tensor-parallel ranks (allowed: tp 1)")
+    if t > 1 and spec.parallel_block and spec.norms_per_layer == 4:
+        raise PlanError("tp", f"tp={t}: a parallel block with post-norms is not implemented by the bundled trainer "
+                        "(allowed: tp 1)")
     if t > 1:
         sizes = {"kv_heads": spec.kv_heads, "hidden": spec.hidden, "ffn": spec.ffn,
                  "vocab_padded": spec.vocab_padded, "seq_len": p.seq_len}

@@ -260,6 +260,36 @@ def check_precision(precision: str, device_name: str, bf16_native: bool) -> None
                         "use fp16 (loss-scaled) or fp32 on it")
 
 
+def check_cpu_fp16(backend: str, precision: str, cpu_fp16: bool) -> None:
+    """DeepSpeed on a CPU runs fp16 only where oneDNN has fp16 kernels: its engine raises "Type fp16 is not supported
+    on your device" after the ranks started (deepspeed/runtime/engine.py _do_sanity_check; accelerator/
+    cpu_accelerator.py is_fp16_supported = torch.ops.mkldnn._is_mkldnn_fp16_supported(), AVX512-FP16 / AMX-FP16).
+    Refused before any rank starts; DDP and FSDP2 run fp16 on a CPU (torch autocast, GradScaler)."""
+    from planner.errors import PlanError
+
+    if backend == "deepspeed" and precision == "fp16" and not cpu_fp16:
+        raise PlanError("precision", "DeepSpeed runs fp16 on a CPU only with oneDNN fp16 kernels (AVX512-FP16 / "
+                        "AMX-FP16), which this CPU has not: use bf16 or fp32, or sharding none / fsdp_* for fp16")
+
+
+def check_host_precision(cfg) -> None:
+    """The precision against this host's devices, before any rank starts (a CPU-only host: check_cpu_fp16)."""
+    if torch.cuda.is_available():
+        return  # the GPU's rules run in each rank, on its device (check_device_precision)
+    precision = cfg.plan.precision
+    if cfg.run.deepspeed_config:  # the file's own precision (trainer/backends/deepspeed_backend.py)
+        import json
+        from pathlib import Path
+
+        conf = json.loads(Path(cfg.run.deepspeed_config).read_text())
+        precision = "fp16" if (conf.get("fp16") or {}).get("enabled") else "other"
+    try:
+        cpu_fp16 = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):  # DeepSpeed's own fallback: no fp16
+        cpu_fp16 = False
+    check_cpu_fp16(cfg.backend_name, precision, cpu_fp16)
+
+
 def check_device_precision(precision: str, device: torch.device) -> None:
     if device.type == "cuda":
         check_precision(precision, torch.cuda.get_device_name(device),

@@ -43,7 +43,7 @@ def launch(cfg: TrainConfig) -> TrainResult:
         Path(result_path).unlink(missing_ok=True)
         clear_rank_errors(result_path)
     t0 = time.perf_counter()
-    from trainer.dist import env_from_slurm, launched_externally, launcher_ranks, rendezvous_line
+    from trainer.dist import check_host_precision, env_from_slurm, launched_externally, launcher_ranks, rendezvous_line
 
     try:
         external = launched_externally()  # an srun step with uneven tasks per node: refused here (bad_config)
@@ -58,6 +58,7 @@ def launch(cfg: TrainConfig) -> TrainResult:
         if cfg.spec is None:
             cfg = cfg.model_copy(update={"spec": resolve_spec(cfg.model)})
         validate_layout(cfg, cfg.spec)
+        check_host_precision(cfg)
     except PlanError as e:
         return _finish(cfg, result_path, TrainResult(status="bad_config", error=str(e), config=cfg.knobs()), owner)
 

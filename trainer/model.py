@@ -27,7 +27,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Zhang & Sennrich 2019: x / rms(x) * g
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        if x.dtype == torch.float32:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        # 16-bit x (FSDP2 / DeepSpeed cast the parameters; no autocast): the mean square in fp32, as HF's
+        # LlamaRMSNorm upcasts. In fp16 the backward of rsqrt, -r^3 / 2, passes 65504 once rms(x) < ~0.025: every
+        # gradient was inf and GradScaler skipped every step (an fp16 FSDP run of a Llama never trained).
+        ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32).pow(2) / x.shape[-1]
+        return x * torch.rsqrt(ms + self.eps).to(x.dtype) * self.weight
 
 
 class LayerNorm(nn.LayerNorm):

@@ -16,18 +16,17 @@ from pathlib import Path
 import torch
 
 from trainer import ext_locks
-from trainer.backends.base import Engine, make_optimizer
+from trainer.backends.base import Engine, make_optimizer, trainer_recipe
 from trainer.checkpointing import apply_checkpointing
 from trainer.memory import StorageCounter, iter_tensors
 
 def ds_config_from_knobs(cfg, world_size: int, on_gpu: bool, spec) -> dict:
     """The run's DeepSpeed config from the shared builder (planner/exports/deepspeed_json.py,
     the one `plan tune` and `plan export` use), with the trainer's own recipe: its learning
-    rate, no weight decay, no warm-up and no clipping (as its DDP/FSDP2 optimizers)."""
-    from planner.exports.common import Recipe
+    rate, no weight decay, no warm-up and no clipping (base.trainer_recipe, as its DDP/FSDP2 optimizers)."""
     from planner.exports.deepspeed_json import config_for_knobs
 
-    recipe = Recipe(lr=cfg.run.lr, weight_decay=0.0, warmup_steps=0, grad_clip=0.0)
+    recipe = trainer_recipe(cfg)
     return config_for_knobs(cfg.knobs(), dp=world_size, seq_len=cfg.plan.seq_len, model=spec,
                             target="gpu" if on_gpu else "cpu", recipe=recipe)
 

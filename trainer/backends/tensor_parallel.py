@@ -61,7 +61,21 @@ def _block_plan(block: nn.Module, sequence_parallel: bool) -> dict:
         plan |= {"attn": gathered, "mlp": gathered}
     if block.mlp.swiglu:
         plan["mlp.gate"] = ColwiseParallel()
-    return plan
+    if getattr(block, "post_attn_norm", None) is not None:  # Gemma 2/3: on attention's / the MLP's reduced output
+        post = (lambda: SequenceParallel(use_local_output=True)) if sequence_parallel else \
+            (lambda: _Replicated(use_local_output=True))
+        plan |= {"post_attn_norm": post(), "post_mlp_norm": post()}
+    return plan | qk_norm_plan(block.attn)
+
+
+def qk_norm_plan(attn: nn.Module) -> dict:
+    """Per-head q/k norms (Gemma 3, Qwen3): one weight shared by every head, and this rank holds some of the heads
+    (dim 1 of (B, heads, S, head_dim)). Left plain, each rank stepped its copy on its own heads' gradient: the
+    replicas drifted apart without a word. As a replicated DTensor on a head-sharded input, its gradient is the
+    sum over every rank's heads (torch SequenceParallel: Replicate() weights, Shard(dim) input; the dim may be any)."""
+    if getattr(attn, "qk_norm", "none") != "per_head":
+        return {}
+    return {f"attn.{n}": SequenceParallel(sequence_dim=1, use_local_output=True) for n in ("q_norm", "k_norm")}
 
 
 def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool = True) -> None:

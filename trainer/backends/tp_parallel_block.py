@@ -52,10 +52,13 @@ def parallelize_parallel_block(block: nn.Module, tp_mesh, sequence_parallel: boo
         raise ValueError("parallelize_parallel_block needs a block with spec.parallel_block")
     if getattr(block, "post_attn_norm", None) is not None:
         raise ValueError("a parallel block with post-norms is not implemented by the bundled trainer")
-    if getattr(block.attn, "qk_norm", "none") != "none":
-        raise ValueError("q/k norms with tensor parallelism are not implemented by the bundled trainer")
+    if getattr(block.attn, "qk_norm", "none") == "full":
+        raise ValueError("full-width q/k norms with tensor parallelism are not implemented by the bundled trainer")
+    from trainer.backends.tensor_parallel import qk_norm_plan
+
     plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.o": _partial_rowwise(), "mlp.up": ColwiseParallel(), "mlp.down": _partial_rowwise()}
+    plan |= qk_norm_plan(block.attn)
     if block.mlp.swiglu:
         plan["mlp.gate"] = ColwiseParallel()
     parallelize_module(block, tp_mesh, plan)
