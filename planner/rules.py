@@ -27,6 +27,9 @@ from planner.errors import PlanError
 from planner.layout import _BOOLEAN, _CATEGORICAL, ATTN, CKPT, OFFLOAD, PREC, SHARD, Layout
 from planner import moe_parallel, ssm_time, zeropp_rules
 from planner.stacks import unsupported
+from planner.layout import STACK
+
+STACKS_BUNDLED = STACK["bundled"]
 
 GIB = 2**30
 FITS = -1
@@ -92,6 +95,10 @@ def _zero12(s):
     return (s == SHARD["zero1"]) | (s == SHARD["zero2"])
 
 
+def _tp_norms_unsplit(spec) -> bool:
+    return spec.qk_norm == "full" or (spec.parallel_block and spec.norms_per_layer == 4)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("gpus_divisible", "gpus not divisible by tp x pp x cp", "gpus", ("tp", "pp", "cp", "system"),
          lambda k: k.system.gpus % (k.tp * k.pp * k.cp) != 0,
@@ -121,6 +128,14 @@ RULES: tuple[Rule, ...] = (
          lambda k: f"{k.tp} does not divide the {k.spec.kv_heads} key/value heads (n_kv_heads) of {k.spec.name}: "
                    "Megatron-Core needs num_query_groups to be a multiple of tp and torchtitan splits wk/wv by "
                    f"whole heads (allowed: tp dividing {k.spec.kv_heads})"),
+    # trainer/config.py validate_layout refuses these under tp, so the tuner must not propose them: OLMo 2's q/k
+    # RMSNorm over the full width (tp would split one norm), a parallel block with post-norms (not implemented)
+    Rule("bundled_tp_norms", "the bundled trainer cannot split this model's norms over tp", "tp", ("stack", "tp", "spec"),
+         lambda k: (k.stack == STACKS_BUNDLED) & (k.tp > 1) & _tp_norms_unsplit(k.spec),
+         lambda k: f"tp={k.tp}: the bundled trainer cannot split {k.spec.name}'s "
+                   + ("q/k norms over the full width (qk_norm full)" if k.spec.qk_norm == "full" else
+                      "parallel block with post-norms") + " over tensor-parallel ranks (allowed: tp 1)",
+         relaxed={"tp": 1}),
     # the embedding/loss accounting places the embedding or the loss as a layer of a pipeline stage
     # (Megatron-Core --account-for-embedding/loss-in-pipeline-split): without stages there is none
     Rule("embedding_split_needs_pp", "embedding_in_split needs pp > 1", "embedding_in_split",
