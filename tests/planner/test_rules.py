@@ -22,7 +22,8 @@ CONTEXTS = [("7b", "a100-80gb", 48, 8), ("gpt2", "v100-32gb", 24, 4), ("70b", "h
             ("llama3-8b", "h100-80gb", 32, 16),  # 8 kv heads, 16 GPUs per node: tp 16 splits no kv head
             ("7b", "h100-80gb", 48, 8, {"moe_experts": 8, "moe_top_k": 2}),  # a mixture of experts (ep, etp)
             ("mamba2-2.7b", "a100-80gb", 48, 8), ("mamba-2.8b", "h100-80gb", 32, 8),  # Mamba-2 / Mamba-1 (ssm rules)
-            ("7b", "mi300a", 16, 4, {"cluster": "el-capitan"})]  # unified memory: offload frees nothing
+            ("7b", "mi300a", 16, 4, {"cluster": "el-capitan"}),  # unified memory: offload frees nothing
+            ("olmoe-1b-7b", "h100-80gb", 32, 8)]  # q/k norms over the full width: the bundled trainer's tp refusal
 
 
 WIDE = dict(stack=range(len(STACKS)), tp=[1, 2, 3, 4, 8, 16], pp=[1, 2, 4, 5, 8, 64, 128], vpp=[1, 2, 3],
