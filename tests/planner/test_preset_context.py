@@ -24,3 +24,12 @@ def test_llama3_405b_preset_defaults_to_its_config_context(tmp_path):
     from_file = load_hf_config(path)
     assert from_file.train_seq_len == spec.train_seq_len == 8192
     assert (from_file.n_params, from_file.max_positions) == (spec.n_params, spec.max_positions)
+
+
+def test_qwen3_moe_preset_plans_its_pretraining_context_not_its_maximum():
+    # Qwen3 Technical Report (arXiv 2505.09388, sec. 3.2): stages S1/S2 at 4,096 tokens, S3 (long context) at 32,768;
+    # config.json's 40,960 positions are the long-context maximum, not what most of its tokens trained at.
+    spec = resolve_model("qwen3-30b-a3b")
+    assert (spec.max_positions, spec.train_seq_len) == (40960, 4096)
+    assert seq_len_of(Scenario(model="qwen3-30b-a3b"), spec) == 4096
+    assert seq_len_of(Scenario(model="mixtral-8x7b"), resolve_model("mixtral-8x7b")) == 32768
