@@ -32,6 +32,14 @@ def grouped_ok(device: torch.device, dtype: torch.dtype, widths: tuple[int, ...]
     return torch.cuda.get_device_capability(device) >= (9, 0) and all(w % 8 == 0 for w in widths)
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype x's GEMMs run in: autocast's (DDP's bf16 runs fp32 weights and an fp32 residual stream under it)
+    or x's own."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
 class Experts(nn.Module):
     """E experts of the model's MLP form (SwiGLU: down(silu(gate x) * up x), else down(gelu(up x)))."""
 
@@ -49,7 +57,7 @@ class Experts(nn.Module):
     def use_grouped(self, x: torch.Tensor) -> bool:
         if self.force_grouped is not None:
             return self.force_grouped
-        return grouped_ok(x.device, x.dtype, (self.up.shape[1], self.up.shape[2]))
+        return grouped_ok(x.device, compute_dtype(x), (self.up.shape[1], self.up.shape[2]))
 
     def one(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert `e` on x (..., hidden)."""
@@ -65,6 +73,7 @@ class Experts(nn.Module):
         if not self.use_grouped(x):
             pieces = x.split(counts.tolist())
             return torch.cat([self.one(e, piece) for e, piece in enumerate(pieces)])
+        x = x.to(compute_dtype(x))  # under autocast F.linear would cast; _grouped_mm takes what it is given
         offs = counts.cumsum(0).to(torch.int32)
         row_expert = torch.repeat_interleave(torch.arange(self.n, device=x.device), counts, output_size=x.shape[0])
 
