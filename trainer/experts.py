@@ -59,20 +59,28 @@ class Experts(nn.Module):
             return self.force_grouped
         return grouped_ok(x.device, compute_dtype(x), (self.up.shape[1], self.up.shape[2]))
 
-    def one(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        """Expert `e` on x (..., hidden)."""
+    def one(self, e: int, x: torch.Tensor, split: dict | None = None) -> torch.Tensor:
+        """Expert `e` on x (..., hidden); `split`: the parameters unbound per expert (`_per_expert`)."""
+        split = split or self._per_expert()
+
         def lin(name, t):
-            b = getattr(self, f"{name}_bias")
-            return F.linear(t, getattr(self, name)[e], None if b is None else b[e])
+            b = split[f"{name}_bias"]
+            return F.linear(t, split[name][e], None if b is None else b[e])
 
         h = F.silu(lin("gate", x)) * lin("up", x) if self.swiglu else F.gelu(lin("up", x))
         return lin("down", h)
 
+    def _per_expert(self) -> dict:
+        """Each stacked parameter as its E slices, by one unbind (its backward stacks the E gradients into one tensor;
+        indexing w[e] per expert would build a zero-filled full-size gradient per expert)."""
+        return {name: None if p is None else p.unbind(0) for name, p in self._parameters.items()}
+
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """x (T, hidden): rows sorted by expert, `counts` (E,) rows per expert -> (T, hidden)."""
         if not self.use_grouped(x):
+            split = self._per_expert()
             pieces = x.split(counts.tolist())
-            return torch.cat([self.one(e, piece) for e, piece in enumerate(pieces)])
+            return torch.cat([self.one(e, piece, split) for e, piece in enumerate(pieces)])
         x = x.to(compute_dtype(x))  # under autocast F.linear would cast; _grouped_mm takes what it is given
         offs = counts.cumsum(0).to(torch.int32)
         row_expert = torch.repeat_interleave(torch.arange(self.n, device=x.device), counts, output_size=x.shape[0])
