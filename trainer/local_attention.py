@@ -61,6 +61,7 @@ def flash_window_ok(q: torch.Tensor, chunked: bool) -> bool:
     return local_path(q.device.type, q.dtype, q.shape[-1], chunked) == "flash_attn"
 
 
+@torch.compiler.disable  # inside a compiled block: built here once, not traced (and its S x S rule evaluated) each step
 @functools.lru_cache(maxsize=64)
 def block_mask(seq_len: int, window: int, chunked: bool, device: str):
     """FlexAttention's BlockMask of the local rule (as `local_mask`), one per shape: built once, reused each step."""

@@ -53,6 +53,22 @@ def test_flex_forward_matches_the_dense_mask_on_cpu(heads, kv_heads, s, w, chunk
     torch.testing.assert_close(flex, dense, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
+def test_compiled_flex_and_a_compiled_block_match_the_dense_mask_on_cpu(monkeypatch):
+    """The trainer's own call (flex_local compiled, as on CUDA) and a compiled AttentionCore on the flex path (the
+    block mask built outside the graph: trainer/local_attention.py block_mask) through the CPU inductor backend,
+    forward only: the dense mask's output to 1e-5 (~1 min of compiling here)."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 200, 16, generator=g)
+    k, v = (torch.randn(2, 2, 200, 16, generator=g) for _ in range(2))
+    core = AttentionCore("flash", 48, True)
+    with torch.no_grad():
+        dense = core(q, k, v)
+        torch.testing.assert_close(flex_local(q, k, v, 48, True), dense, atol=1e-5, rtol=1e-5)
+        monkeypatch.setattr(local_attention, "local_path", lambda *a, **kw: "flex")
+        torch.testing.assert_close(torch.compile(core)(q, k, v), dense, atol=1e-5, rtol=1e-5)
+
+
 def test_the_block_mask_skips_the_tiles_outside_the_window():
     """What makes it a windowed kernel: at 1024 tokens, window 128, a query tile reads at most 2 key tiles of 8."""
     def tiles_read(mask):  # partial tiles (the mask applied) + full tiles (no mask needed), per query tile
