@@ -25,8 +25,8 @@ HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")
 
 
 def grouped_ok(device: torch.device, dtype: torch.dtype, widths: tuple[int, ...]) -> bool:
-    """The grouped GEMM serves these experts: NVIDIA CUDA sm90+, bf16 (the CUDA kernel's only unscaled dtype), every width a
-    multiple of 8 (16-byte rows)."""
+    """The grouped GEMM serves these experts: NVIDIA CUDA sm90+, bf16 (the CUDA kernel's only unscaled dtype), every
+    width a multiple of 8 (16-byte rows)."""
     if not (HAS_GROUPED_MM and device.type == "cuda" and dtype == torch.bfloat16) or torch.version.hip:
         return False  # (ROCm reports its gfx9 GPUs as capability 9.x: not the sm90 this names)
     return torch.cuda.get_device_capability(device) >= (9, 0) and all(w % 8 == 0 for w in widths)
