@@ -9,6 +9,8 @@ Read (key names from transformers' configuration_*.py and modeling_*.py):
   decoder_sparse_step and mlp_only_layers: layer i is MoE when `i not in mlp_only_layers and
   (i + 1) % decoder_sparse_step == 0` (Qwen2MoeDecoderLayer); q/k/v biases (qkv_bias, default true).
 - qwen3_moe (Qwen3MoeConfig): as qwen2_moe without the shared expert, per-head q/k RMSNorm.
+- norm_topk_prob (qwen2_moe, qwen3_moe, olmoe; default false): the top-k router weights renormalised
+  (moe_norm_topk_prob); mixtral, granitemoe, phimoe and gpt_oss have no such key and renormalise.
 - olmoe (OlmoeConfig): num_experts, num_experts_per_tok, intermediate_size = one expert's width,
   q/k RMSNorm over the full q and kv widths (OlmoeAttention q_norm/k_norm).
 - granitemoe (GraniteMoeConfig): num_local_experts, num_experts_per_tok, intermediate_size = one
@@ -39,6 +41,10 @@ _KEYS = {"mixtral": ("num_local_experts", "intermediate_size"), "granitemoe": ("
          "phimoe": ("num_local_experts", "intermediate_size"), "olmoe": ("num_experts", "intermediate_size"),
          "gpt_oss": ("num_local_experts", "intermediate_size"),
          "qwen2_moe": ("num_experts", "moe_intermediate_size"), "qwen3_moe": ("num_experts", "moe_intermediate_size")}
+# families whose router reads norm_topk_prob (default False in Qwen2MoeConfig, Qwen3MoeConfig, OlmoeConfig): the top-k
+# softmax weights renormalised to sum to 1 or not; Mixtral, GraniteMoE (softmax over the top-k logits) and gpt-oss
+# (the same) always renormalise, PhiMoE's sparsemixer is taken as they are
+_NORM_KEY = ("qwen2_moe", "qwen3_moe", "olmoe")
 
 
 def moe_fields(r, model_type: str, fields: Config) -> Config:
@@ -54,6 +60,8 @@ def moe_fields(r, model_type: str, fields: Config) -> Config:
     if top_k > experts:
         raise r.fail("num_experts_per_tok", f"{top_k} exceeds {experts_key} {experts}")
     out: Config = {"moe_experts": experts, "moe_top_k": top_k, "moe_ffn_hidden": r.get_int(width_key)}
+    if model_type in _NORM_KEY:  # the others always renormalise (their modeling code has no switch)
+        out["moe_norm_topk_prob"] = r.get_bool("norm_topk_prob", False)
     if model_type == "qwen2_moe":
         out["qkv_bias"] = r.get_bool("qkv_bias", True)  # Qwen2MoeAttention: q/k/v biases, o without
         shared = r.cfg.get("shared_expert_intermediate_size")

@@ -89,6 +89,9 @@ class ModelSpec(BaseModel):
     # counts from 0, the same for its only value 1).
     moe_layer_freq: Annotated[int, B.model_size(10_000)] = Field(default=1, ge=1)
     moe_first_dense_layers: Annotated[int, B.model_size(10_000)] = Field(default=0, ge=0)
+    # Router weights of a token's top-k experts renormalised to sum to 1 (HF norm_topk_prob; Mixtral always,
+    # Qwen3-30B-A3B true) or left as the softmax over all experts gave them (Qwen2-MoE, OLMoE): no shape nor FLOP.
+    moe_norm_topk_prob: bool = True
     # Multi-head latent attention (planner/mla.py; kv_lora_rank None: standard attention): K/V compressed
     # to a latent of kv_lora_rank (and queries to q_lora_rank; None: one q projection, DeepSeek-V2-Lite),
     # query/key heads of qk_nope_head_dim + qk_rope_head_dim, value heads of v_head_dim.

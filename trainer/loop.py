@@ -13,6 +13,7 @@ from trainer import dist as tdist
 from trainer.backends import build_engine
 from trainer.config import TrainConfig, validate_config, validate_layout
 from trainer.data import Batches
+from trainer.kernels import kernel_line
 from trainer.metrics import (catalog_peak_tflops, cuda_identity, gpu_label, host_peak_rss_bytes, measured_matmul_tflops,
                              step_stats, unknown_gpu_note)
 from trainer.model import GPT
@@ -57,6 +58,9 @@ def train(cfg: TrainConfig) -> TrainResult | None:
     tdist.check_device_precision(cfg.plan.precision, device)
     spec, model, engine = build(cfg, device)
     tdist.check_device_precision(engine.knobs["precision"], device)  # a --deepspeed-config / --fsdp-config's
+    if rank == 0:
+        print(kernel_line(spec, cfg.plan.attention, device, engine.knobs["precision"], cfg.plan.seq_len),
+              file=sys.stderr, flush=True)
     # ranks of one tensor/pipeline-parallel group read the same batches: seed by data-parallel rank
     batches = Batches(cfg.run.data, spec.vocab, engine.micro_batch, cfg.plan.seq_len, seed=cfg.run.seed * 1000 + engine.dp_rank)
     if device.type == "cuda":

@@ -130,8 +130,11 @@ class AttentionCore(nn.Module):
         return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
     def _local(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool) -> torch.Tensor:
-        if self.kind == "flash" and local_attention.flash_window_ok(q, self.chunked):
+        path = local_attention.local_path(q.device.type, q.dtype, q.shape[-1], self.chunked, self.kind)
+        if path == "flash_attn":
             return local_attention.flash_window(q, k, v, self.window)
+        if path == "flex":
+            return local_attention.flex_local(q, k, v, self.window, self.chunked)
         mask = local_attention.local_mask(q.shape[-2], self.window, self.chunked, q.device)
         if self.kind == "flash" and gqa and native_gqa(q, k, v, mask):
             return local_attention.sdpa_masked(q, k, v, mask, gqa=True)

@@ -4,12 +4,14 @@ and `moe_shared_experts` experts every token runs; each expert an MLP of the mod
 planner/moe.py does not count them: Qwen2-MoE's shared-expert gate, gpt-oss's router bias.
 
 Routing (Hugging Face MixtralSparseMoeBlock.forward): softmax over all the router logits in fp32, the top-k, their
-weights renormalised to sum to 1 (= a softmax over the top-k logits; Qwen3-MoE's norm_topk_prob checkpoints do the
-same; Qwen2-MoE and OLMoE skip the renormalisation, which changes no shape nor FLOP).
+weights renormalised to sum to 1 (= a softmax over the top-k logits) when spec.moe_norm_topk_prob (Mixtral; Qwen3-MoE's
+norm_topk_prob checkpoints); Qwen2-MoE and OLMoE (Qwen2MoeSparseMoeBlock / OlmoeSparseMoeBlock: `if
+self.norm_topk_prob:` false) keep the top-k softmax probabilities as they are, which changes no shape nor FLOP.
 
-Dispatch (no dense all-experts compute): the (token, slot) pairs sorted by expert, each expert runs on its slice of
-the gathered tokens, the weighted outputs go back with index_add. Every expert runs every step, on 0 tokens when none
-chose it: a GEMM over no rows gives its weights a zero gradient, so every parameter takes part in every backward
+Dispatch (no dense all-experts compute): the (token, slot) pairs sorted by expert, the routed experts
+(trainer/experts.py: stacked weights, one grouped GEMM per projection on CUDA sm90+ in bf16, else a loop of GEMMs) run
+on the gathered tokens, the weighted outputs go back with index_add. Every expert runs every step, on 0 tokens when
+none chose it: a GEMM over no rows gives its weights a zero gradient, so every parameter takes part in every backward
 (DDP needs no find_unused_parameters, DeepSpeed ZeRO's gradient hooks fire for all of them).
 
 Load-balancing loss (Switch Transformer, Fedus et al. 2022 eq. 4, in Hugging Face's top-k form
@@ -25,6 +27,7 @@ from torch import nn
 
 from planner import moe
 from planner.model import ModelSpec
+from trainer.experts import Experts
 
 
 class MoeMlp(nn.Module):
@@ -33,8 +36,9 @@ class MoeMlp(nn.Module):
         from trainer.model import Mlp
 
         self.n_experts, self.top_k, self.aux_loss_coef = spec.moe_experts, spec.moe_top_k, aux_loss_coef
+        self.norm_topk = spec.moe_norm_topk_prob
         self.router = nn.Linear(spec.hidden, spec.moe_experts, bias=False)
-        self.experts = nn.ModuleList(Mlp(spec, moe.expert_ffn(spec)) for _ in range(spec.moe_experts))
+        self.experts = Experts(spec.moe_experts, spec.hidden, moe.expert_ffn(spec), spec.mlp == "swiglu", spec.bias)
         self.shared = nn.ModuleList(Mlp(spec, moe.shared_ffn(spec)) for _ in range(spec.moe_shared_experts))
         self.aux: torch.Tensor | None = None  # the last forward's weighted load-balancing loss
 
@@ -42,7 +46,9 @@ class MoeMlp(nn.Module):
         """x (T, hidden) -> (router probabilities (T, E) fp32, top-k weights (T, k), top-k experts (T, k))."""
         probs = torch.softmax(self.router(x).float(), dim=-1)
         weights, experts = probs.topk(self.top_k, dim=-1)
-        return probs, weights / weights.sum(dim=-1, keepdim=True), experts
+        if self.norm_topk:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return probs, weights, experts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -52,8 +58,7 @@ class MoeMlp(nn.Module):
         order = flat.argsort(stable=True)  # (token, slot) pairs grouped by expert
         counts = torch.bincount(flat, minlength=self.n_experts)
         token = order // self.top_k
-        pieces = x[token].split(counts.tolist())
-        ys = torch.cat([expert(piece) for expert, piece in zip(self.experts, pieces)])
+        ys = self.experts(x[token], counts)
         ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
         out = ys.new_zeros(x.shape[0], ys.shape[-1]).index_add(0, token, ys)
         for shared in self.shared:

@@ -21,7 +21,8 @@ MIXTRAL_8X7B = ModelSpec(
 
 OLMOE_1B_7B = ModelSpec(
     name="olmoe-1b-7b", family="olmoe", n_layers=16, hidden=2048, n_heads=16, ffn_hidden=1024, vocab=50304,
-    max_positions=4096, **LLAMA_BLOCK, qk_norm="full", moe_experts=64, moe_top_k=8, moe_ffn_hidden=1024)
+    max_positions=4096, **LLAMA_BLOCK, qk_norm="full", moe_experts=64, moe_top_k=8, moe_ffn_hidden=1024,
+    moe_norm_topk_prob=False)
 
 QWEN3_30B_A3B = ModelSpec(
     name="qwen3-30b-a3b", family="qwen3_moe", n_layers=48, hidden=2048, n_heads=32, n_kv_heads=4,

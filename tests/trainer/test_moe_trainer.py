@@ -36,24 +36,26 @@ def test_parameters_are_the_planners(kw):
 
 
 def per_token(layer: MoeMlp, x: torch.Tensor) -> torch.Tensor:
-    """Each token alone: softmax over all logits, its top-k, weights renormalised (Mixtral), a weighted sum."""
+    """Each token alone: softmax over all logits, its top-k, weights renormalised (Mixtral) or not (OLMoE), a
+    weighted sum."""
     out = []
     for t in x.reshape(-1, x.shape[-1]):
         p = torch.softmax(layer.router(t).float(), dim=-1)
         w, e = p.topk(layer.top_k)
-        w = w / w.sum()
-        y = sum(wi * layer.experts[int(ei)](t) for wi, ei in zip(w, e))
+        w = w / w.sum() if layer.norm_topk else w
+        y = sum(wi * layer.experts.one(int(ei), t) for wi, ei in zip(w, e))
         out.append(y + sum((s(t) for s in layer.shared), torch.zeros_like(t)))
     return torch.stack(out).view(x.shape)
 
 
-@pytest.mark.parametrize("kw", [{}, dict(moe_shared_experts=1), dict(bias=True, mlp="gelu"), dict(moe_top_k=3)])
+@pytest.mark.parametrize("kw", [{}, dict(moe_shared_experts=1), dict(bias=True, mlp="gelu"), dict(moe_top_k=3),
+                                dict(moe_norm_topk_prob=False)])
 def test_dispatch_matches_a_per_token_loop(kw):
     torch.manual_seed(0)
     layer = MoeMlp(spec(**kw)).double()
-    for m in layer.modules():
-        if isinstance(m, torch.nn.Linear) and m.bias is not None:
-            torch.nn.init.normal_(m.bias)
+    for name, p in layer.named_parameters():
+        if name.endswith("bias"):
+            torch.nn.init.normal_(p)
     x = torch.randn(3, 7, 64, dtype=torch.float64)
     torch.testing.assert_close(layer(x), per_token(layer, x))
 
@@ -67,7 +69,7 @@ def test_unchosen_experts_get_a_zero_gradient():
         layer.router.weight[:2] = 1.0  # every token picks experts 0 and 1 (positive inputs)
     x = torch.rand(2, 5, 64)
     layer(x).sum().backward()
-    grads = [[p.grad for p in e.parameters()] for e in layer.experts]
+    grads = [[p.grad[e] for p in layer.experts.parameters()] for e in range(layer.n_experts)]
     assert all(g is not None for gs in grads for g in gs)
     assert all(float(g.abs().sum()) > 0 for gs in grads[:2] for g in gs)
     assert all(float(g.abs().sum()) == 0 for gs in grads[2:] for g in gs)
