@@ -102,3 +102,18 @@ def test_the_bundled_ddp_backend_refuses_a_dtype_it_does_not_run():
         validate_config(cfg("bf16", "bf16"))
     assert e.value.field == "grad_reduce_dtype" and "allowed: default, fp32" in str(e.value)
     validate_config(cfg("bf16", "fp32"))  # torch DDP under AMP: fp32 gradients, what it runs
+
+
+def test_the_scenarios_file_and_the_text_output_carry_the_knob(tmp_path):
+    runner = CliRunner()
+    src, out = tmp_path / "s.csv", tmp_path / "out.csv"
+    src.write_text("model,gpus,gpu,tp,pp,sharding,stack,micro_batch,grad_reduce_dtype\n"
+                   "7b,16,h100-80gb,1,1,zero1,megatron,1,fp32\n7b,16,h100-80gb,1,1,zero1,megatron,1,\n")
+    r = runner.invoke(app, ["estimate", "--scenarios", str(src), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    import csv
+    fp32, default = csv.DictReader(out.open())
+    assert (fp32["grad_reduce_dtype"], default["grad_reduce_dtype"]) == ("fp32", "default")
+    assert float(fp32["mem_grads_gib"]) == pytest.approx(4.0 / (2 + 4 / 16) * float(default["mem_grads_gib"]), rel=1e-3)
+    text = runner.invoke(app, ["estimate", "--model", "7b", "--gpus", "16", "--gpu", "h100-80gb", "--grad-reduce-dtype", "bf16"])
+    assert "gradients reduced in bf16" in text.output
