@@ -77,7 +77,8 @@ def _training(report: EstimateReport) -> str:
     p = report.results[0].plan if report.results else None
     if p is None:
         return seq
-    return seq + f", {p.precision}" + (f" ({p.fp8_recipe} recipe)" if p.precision == "fp8" else "")
+    grads = f", gradients reduced in {p.grad_reduce_dtype}" if p.grad_reduce_dtype != "default" else ""
+    return seq + f", {p.precision}" + (f" ({p.fp8_recipe} recipe)" if p.precision == "fp8" else "") + grads
 
 
 def _tier_note(report: EstimateReport, fitting) -> list[str]:

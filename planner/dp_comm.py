@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner import comm, fsdp_overlap, grad_buckets, param_gather, zero3, zeropp
-from planner.layout import PREC, SHARD, Layout
+from planner.layout import GRAD_REDUCE, PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
 
@@ -18,11 +18,17 @@ def params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
 def grad_bytes(layout: Layout, stated=None) -> np.ndarray:
     """Bytes per gradient element on the wire: AMP keeps fp32 grads under DDP; DeepSpeed and
     FSDP mixed precision reduce in 16 bit (Micikevicius et al. 2018; FSDP MixedPrecision); `stated`: what
-    the run's framework reduces in where it fixes it (Megatron-LM fp16: 2, planner/megatron_ddp.py)."""
+    the run's framework reduces in where it fixes it (Megatron-LM fp16: 2, planner/megatron_ddp.py). The
+    plan's grad_reduce_dtype, where it names one, wins: fp32 reduces 4 bytes (Megatron-Core
+    param_and_grad_buffer.py reduce-scatters its grad_data, fp32 with grad_reduce_in_fp32; DeepSpeed
+    engine.py communication_data_type; FSDP2 MixedPrecisionPolicy.reduce_dtype), bf16 2 (fp32 plans: 4)."""
     p = layout.precision
     fp32_grads = (p == PREC["fp32"]) | ((layout.sharding == SHARD["none"]) & (p != PREC["bf16_pure"]))
     default = 2.0 + 2.0 * fp32_grads
-    return default if stated is None else np.where(np.asarray(stated) > 0, stated, default)
+    default = default if stated is None else np.where(np.asarray(stated) > 0, stated, default)
+    knob = np.asarray(getattr(layout, "grad_reduce_dtype", GRAD_REDUCE["default"]))
+    return np.select([knob == GRAD_REDUCE["fp32"], knob == GRAD_REDUCE["bf16"]],
+                     [4.0, np.where(p == PREC["fp32"], 4.0, 2.0)], default=default)
 
 
 def gather_bytes(spec: ModelSpec, layout: Layout, prof) -> np.ndarray:

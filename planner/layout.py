@@ -19,6 +19,7 @@ from planner.scenario import (
     ATTENTIONS,
     CHECKPOINTINGS,
     FP8_RECIPES,
+    GRAD_REDUCE_DTYPES,
     OFFLOADS,
     OPTIMIZERS,
     PRECISIONS,
@@ -35,6 +36,7 @@ FP8 = {name: i for i, name in enumerate(FP8_RECIPES)}
 OPTIM = {name: i for i, name in enumerate(OPTIMIZERS)}
 ATTN = {name: i for i, name in enumerate(ATTENTIONS)}
 STACK = {name: i for i, name in enumerate(STACKS)}
+GRAD_REDUCE = {name: i for i, name in enumerate(GRAD_REDUCE_DTYPES)}
 
 # The ExecutionPlan fields by kind, read off their types: a Literal is an int code, a bool 0/1.
 _PLAN_FIELDS = ExecutionPlan.model_fields

@@ -15,15 +15,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.layout import OFFLOAD, PREC, SHARD, Layout
+from planner.layout import GRAD_REDUCE, OFFLOAD, PREC, SHARD, Layout
+
+
+def fp32_asked(layout: Layout, main_fp32) -> np.ndarray:
+    """The plans that keep and reduce fp32 gradients: the plan's grad_reduce_dtype where it names one (fp32 /
+    bf16), else the stack profile's main_grads_fp32 (`main_fp32`, per candidate). Megatron-LM
+    validate_args: under --bf16, accumulate_allreduce_grads_in_fp32 = True unless --grad-reduce-in-bf16
+    (NVIDIA/Megatron-LM@000c4ac megatron/training/arguments.py)."""
+    knob = np.asarray(getattr(layout, "grad_reduce_dtype", GRAD_REDUCE["default"]))
+    return np.where(knob == GRAD_REDUCE["default"], np.asarray(main_fp32) > 0, knob == GRAD_REDUCE["fp32"])
 
 
 def buffer_on(layout: Layout, main_fp32) -> np.ndarray:
-    """The plans whose gradients are the stack's fp32 main-gradient buffer: bf16/fp8 under DDP or
-    ZeRO-1 (the distributed optimizer), no offload, where `main_fp32` (per candidate) is set."""
+    """The plans whose gradients are an fp32 main-gradient buffer: bf16/fp8 under DDP or ZeRO-1 (the
+    distributed optimizer), no offload, where the plan asks for fp32 gradients (`fp32_asked`)."""
     bf16 = (layout.precision == PREC["bf16"]) | (layout.precision == PREC["fp8"])
     ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
-    return (np.asarray(main_fp32) > 0) & bf16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
+    return fp32_asked(layout, main_fp32) & bf16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
 
 
 def core_bucket_views(layout: Layout, core_buckets) -> np.ndarray:

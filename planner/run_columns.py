@@ -12,7 +12,7 @@ import re
 
 from planner import run_attention, run_recompute
 from planner.errors import PlanError
-from planner.scenario import FP8_RECIPES
+from planner.scenario import FP8_RECIPES, GRAD_REDUCE_DTYPES
 
 # framework text (regex) -> stack, first match wins (both "megatron" and "deepspeed" -> megatron_deepspeed
 # first; a Hugging Face marker before FSDP: HF accelerate + FSDP runs transformers code -> hf)
@@ -337,3 +337,16 @@ def capable_stack(plan, profiles, notes):
                          f"{plan.sharding}): profile {other}")
             return moved
     return plan
+
+
+def grad_reduce_dtype_of(row, notes) -> str:
+    """The row's optional `grad_reduce_dtype` column (fp32, bf16 or default; blank: default, the stack
+    profile's main_grads_fp32): the dtype its gradient buffer and data-parallel reduction ran in."""
+    given = _cell(row, "grad_reduce_dtype").lower()
+    if not given:
+        return "default"
+    if given not in GRAD_REDUCE_DTYPES:
+        raise PlanError("grad_reduce_dtype", f"row {row.get('id')}: {given!r} (allowed: {', '.join(GRAD_REDUCE_DTYPES)})")
+    if given != "default":
+        notes.append(f"gradients accumulated and reduced in {given} (grad_reduce_dtype column)")
+    return given

@@ -249,6 +249,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
         activation_checkpointing=ckpt, checkpoint_fraction=fraction,
         activation_offload="cpu checkpointing" in (row.get("activation_checkpointing") or "").lower(),
         precision=precision, fp8_recipe=run_columns.fp8_recipe_of(row, precision, notes, stack),
+        grad_reduce_dtype=run_columns.grad_reduce_dtype_of(row, notes),
         optimizer="adafactor" if "adafactor" in lowered else "adamw",
         compile="compile" in lowered and "no compile" not in lowered,
         # Megatron-LM: `--tp-comm-overlap` is store_true (off unless given; megatron/training/arguments.py,

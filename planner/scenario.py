@@ -37,6 +37,11 @@ Precision = Literal["fp32", "fp16", "bf16", "bf16_pure", "fp8"]
 # (Transformer Engine DelayedScaling from the amax history: Megatron-Core/NeMo).
 FP8RecipeName = Literal["tensorwise", "rowwise", "delayed"]
 Optimizer = Literal["adamw", "adafactor", "sgd"]
+# The dtype of the data-parallel gradient reduction and of the gradient buffer it reduces (planner/main_grads.py):
+# default = the stack profile's (main_grads_fp32); fp32 = Megatron-LM's bf16 default
+# (accumulate_allreduce_grads_in_fp32), DeepSpeed communication_data_type fp32, FSDP2 reduce_dtype float32;
+# bf16 = the 16-bit compute dtype (Megatron-LM --grad-reduce-in-bf16; fp16 under --precision fp16).
+GradReduceDtype = Literal["default", "fp32", "bf16"]
 # Attention core: flash = the stack's fused kernel (FlashAttention-2, or cuDNN's where the stack profile says
 # cudnn_attention); flash2 / cudnn name the kernel; triton = FlashAttention in Triton (Dao's pre-FA2
 # flash_attn_triton.py, llm-foundry's attn_impl='triton'); eager = scores materialised (planner/attention_kernel.py).
@@ -57,6 +62,7 @@ PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 FP8_RECIPES: tuple[str, ...] = FP8RecipeName.__args__  # type: ignore[attr-defined]
 OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
 ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
+GRAD_REDUCE_DTYPES: tuple[str, ...] = GradReduceDtype.__args__  # type: ignore[attr-defined]
 STACKS: tuple[str, ...] = Stack.__args__  # type: ignore[attr-defined]
 CP_IMPLS: tuple[str, ...] = ContextParallelImpl.__args__  # type: ignore[attr-defined]
 
@@ -65,7 +71,7 @@ PLAN_KNOBS: tuple[str, ...] = (
     "stack", "tp", "pp", "vpp", "first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split",
     "cp", "cp_impl", "ep", "etp", "dp", "sequence_parallel", "sharding", "offload",
     "activation_checkpointing", "checkpoint_fraction", "activation_offload", "precision", "fp8_recipe",
-    "optimizer", "attention",
+    "grad_reduce_dtype", "optimizer", "attention",
     "compile", "async_tp", "zeropp_qwz", "zeropp_hpz_partition_size", "zeropp_qgz",
     "micro_batch", "grad_accum", "global_batch",
 )
@@ -130,6 +136,10 @@ class ExecutionPlan(Frozen):
     fp8_recipe: FP8RecipeName = Field(default="tensorwise", description="fp8 scaling recipe with --precision fp8: "
                                   "tensorwise (dynamic per tensor), rowwise (per row, torchao), delayed (amax "
                                   "history, Transformer Engine)")
+    grad_reduce_dtype: GradReduceDtype = Field(
+        default="default", description="Gradient buffer and data-parallel reduction dtype: fp32 (Megatron-LM's bf16 "
+        "default, --accumulate-allreduce-grads-in-fp32), bf16 (the 16-bit compute dtype: --grad-reduce-in-bf16) or "
+        "default (the stack profile's main_grads_fp32)")
     optimizer: Optimizer = Field(default="adamw", description="Optimizer (its states per parameter)")
     attention: Attention = Field(default="flash", description="flash (the stack's fused kernel), flash2 (FlashAttention-2), "
                                  "cudnn (cuDNN fused attention), triton (pre-FA2 FlashAttention in Triton) or eager "

@@ -16,7 +16,7 @@ import numpy as np
 
 from planner import context_parallel, memory, moe_parallel, rules, stage_split, zeropp
 from planner.errors import PlanError
-from planner.layout import ATTN, CKPT, FP8, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
+from planner.layout import ATTN, CKPT, FP8, GRAD_REDUCE, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
 from planner.pinned import check_pinned
 from planner.context_parallel import IMPL as CP_IMPL
@@ -143,6 +143,7 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
         checkpoint_fraction=np.where(ckpt == CKPT["blocks"], fraction, 1.0),
         precision=np.full(n, PREC[precision]),
         fp8_recipe=np.full(n, FP8[scenario.fp8_recipe or "tensorwise"]),
+        grad_reduce_dtype=np.full(n, GRAD_REDUCE[scenario.grad_reduce_dtype or "default"]),
         optimizer=np.full(n, OPTIM[scenario.optimizer or "adamw"]),
         attention=np.full(n, ATTN[scenario.attention or "flash"]),
         compile=np.full(n, int(bool(scenario.compile))),

@@ -215,6 +215,13 @@ def validate_config(cfg: TrainConfig) -> None:
         raise PlanError("precision", "bf16_pure is not supported with DeepSpeed here (use bf16, fp16 or fp32)")
     if b == "deepspeed" and p.offload != "none" and p.optimizer != "adamw":
         raise PlanError("optimizer", "DeepSpeed offload runs DeepSpeedCPUAdam: use adamw")
+    if p.grad_reduce_dtype != "default" and b in ("ddp", "pipeline", "tensor_parallel"):
+        # torch DDP and the model-parallel backends reduce the gradients in the parameters' own dtype: fp32
+        # under AMP (fp16/bf16 autocast over fp32 parameters), bf16 for bf16_pure
+        runs = "bf16" if p.precision == "bf16_pure" else "fp32"
+        if p.grad_reduce_dtype != runs:
+            raise PlanError("grad_reduce_dtype", f"{p.grad_reduce_dtype}: the bundled trainer's {b} backend reduces "
+                            f"the parameters' own dtype, {runs} here (allowed: default, {runs})")
     if b == "fsdp2" and p.optimizer == "adafactor":
         raise PlanError("optimizer", "torch's Adafactor cannot step FSDP2's DTensor shards: use adamw or sgd")
     if p.sharding == "fsdp_hybrid" and (p.dp < 2 or p.dp % 2):

@@ -44,6 +44,7 @@ def deepspeed_config(
         "zero_optimization": zero_section(plan, target, model),
         "optimizer": optimizer_section(plan, target, recipe),
         **precision_sections(plan),
+        **grad_reduce_keys(plan),
         **cp_keys,
     }
     scheduler = scheduler_section(recipe)
@@ -171,6 +172,23 @@ def precision_sections(plan: ExecutionPlan) -> dict[str, Any]:
         return {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True,
                          "bf16_optimizer_states": True}}
     return {}
+
+
+def grad_reduce_keys(plan: ExecutionPlan) -> dict[str, Any]:
+    """The plan's grad_reduce_dtype in DeepSpeed's keys (none for default: DeepSpeed's own, the 16-bit compute
+    dtype). `communication_data_type` (fp32/fp16/bf16) is the dtype of the gradient reduction (deepspeed
+    runtime/config.py get_communication_data_type; engine.py communication_data_type falls back to fp16/bf16);
+    fp32 under bf16 ZeRO-1 also accumulates the gradients in fp32 (`data_types.grad_accum_dtype`: engine.py
+    _do_optimizer_sanity_check picks the BF16_Optimizer, which keeps fp32 gradients, only for bf16 + fp32 on
+    stage 1 without offload; stage 0 refuses the mix). An fp32 plan's gradients are fp32 whatever it says."""
+    if plan.grad_reduce_dtype == "default" or plan.precision == "fp32":
+        return {}
+    if plan.grad_reduce_dtype == "bf16":
+        return {"communication_data_type": "fp16" if plan.precision == "fp16" else "bf16"}
+    keys: dict[str, Any] = {"communication_data_type": "fp32"}
+    if plan.precision == "bf16" and plan.sharding == "zero1" and plan.offload == "none":
+        keys["data_types"] = {"grad_accum_dtype": "fp32"}
+    return keys
 
 
 def optimizer_section(plan: ExecutionPlan, target: Target, recipe: Recipe) -> dict[str, Any]:

@@ -46,8 +46,7 @@ def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1
         # SHARD_GRAD_OP keeps them until backward (ZeRO-2-like)
         "reshard_after_forward": plan.sharding != "fsdp_shard_grad_op",
         "mesh": _mesh(plan, nodes),
-        "mixed_precision": {"param_dtype": PARAM_DTYPE[plan.precision],
-                            "reduce_dtype": "float32" if mixed else None},
+        "mixed_precision": {"param_dtype": PARAM_DTYPE[plan.precision], "reduce_dtype": _reduce_dtype(plan, mixed)},
         # bf16_pure: the parameters themselves are bf16 (no fp32 master copy)
         "model_dtype": "bfloat16" if plan.precision == "bf16_pure" else "float32",
         "grad_scaler": plan.precision == "fp16",
@@ -59,6 +58,15 @@ def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1
         # the plan travels with its settings: a reader (and the trainer) knows every knob
         "plan": plan.model_dump(mode="json"),
     }
+
+
+def _reduce_dtype(plan: ExecutionPlan, mixed: bool) -> str | None:
+    """MixedPrecisionPolicy.reduce_dtype: float32 under mixed precision or where the plan's grad_reduce_dtype is
+    fp32; None (torch: the reduction runs in param_dtype, "if reduce_dtype is None ... uses param_dtype",
+    torch/distributed/fsdp/_fully_shard/_fsdp_api.py) for bf16; an fp32 plan's gradients stay fp32."""
+    if plan.grad_reduce_dtype == "bf16":
+        return None
+    return "float32" if mixed or (plan.grad_reduce_dtype == "fp32" and plan.precision == "bf16_pure") else None
 
 
 def settings_for_knobs(knobs: dict[str, Any], *, dp: int, seq_len: int, target: Target,

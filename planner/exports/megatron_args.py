@@ -178,10 +178,22 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
             + moe_settings.megatron_args(plan, model, moe, gpus_per_node, notes))
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += (recompute or _RECOMPUTE[plan.activation_checkpointing]) + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
-    args += optimizer
+    args += optimizer + grad_reduce_args(plan)
     if plan.attention != "eager":  # a fused kernel (Megatron has no Triton FlashAttention: flash-attn's CUDA one)
         args.append("--use-flash-attn")
     return args
+
+
+def grad_reduce_args(plan: ExecutionPlan) -> list[str]:
+    """The plan's grad_reduce_dtype as Megatron-LM flags (none for default). validate_args of
+    NVIDIA/Megatron-LM@000c4ac24f61159c138b0975def722c65245983c megatron/training/arguments.py: under --bf16,
+    accumulate_allreduce_grads_in_fp32 is turned on unless --grad-reduce-in-bf16; under --fp16 it stays off
+    unless --accumulate-allreduce-grads-in-fp32 is given. An fp32 plan's gradients are fp32 (no flag)."""
+    if plan.grad_reduce_dtype == "default" or plan.precision == "fp32":
+        return []
+    if plan.grad_reduce_dtype == "fp32":
+        return ["--accumulate-allreduce-grads-in-fp32"]
+    return ["--grad-reduce-in-bf16"] if plan.precision in ("bf16", "fp8") else []
 
 
 def flag_lines(args: list[str]) -> list[str]:

@@ -121,6 +121,7 @@ def _many_plans(n: int) -> Layout:
                 sequence_parallel=rng.integers(0, 2, n), sharding=rng.integers(0, 7, n),
                 offload=rng.integers(0, 3, n), activation_checkpointing=rng.integers(0, 5, n),
                 precision=rng.choice([2, 4], n), fp8_recipe=rng.integers(0, 3, n), optimizer=rng.integers(0, 3, n),
+                grad_reduce_dtype=rng.integers(0, 3, n),
                 attention=rng.integers(0, 2, n), zeropp_qwz=rng.integers(0, 2, n),
                 zeropp_hpz_partition_size=rng.choice([1, 8], n), zeropp_qgz=rng.integers(0, 2, n),
                 micro_batch=rng.choice([1, 2, 4, 8], n), grad_accum=rng.choice([1, 4, 16], n),

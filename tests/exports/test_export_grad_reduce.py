@@ -1,0 +1,119 @@
+"""grad_reduce_dtype in the exports: Megatron-LM's flag (checked against its arguments.py), DeepSpeed's
+`communication_data_type` / `data_types.grad_accum_dtype` (parsed back by DeepSpeed's own config class, as
+installed), FSDP2's MixedPrecisionPolicy.reduce_dtype; the CLI flag and the bundled trainer's refusal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from plan_cli.main import app
+from planner.errors import PlanError
+from planner.exports import deepspeed_config
+from planner.exports.fsdp_settings import fsdp_settings
+from planner.exports.megatron_args import megatron_args
+from planner.presets import resolve_model
+from planner.scenario import ExecutionPlan
+
+# NVIDIA/Megatron-LM@000c4ac24f61159c138b0975def722c65245983c megatron/training/arguments.py validate_args:
+# "if args.grad_reduce_in_bf16: args.accumulate_allreduce_grads_in_fp32 = False" under --bf16;
+# --accumulate-allreduce-grads-in-fp32 is store_true there and in 307dcf37 (2024)
+MEGATRON_FLAGS = {"fp32": "--accumulate-allreduce-grads-in-fp32", "bf16": "--grad-reduce-in-bf16"}
+
+
+@pytest.mark.parametrize("dtype", ["default", "fp32", "bf16"])
+def test_megatron_writes_the_matching_flag(dtype):
+    args = megatron_args(ExecutionPlan(dp=8, sharding="zero1", grad_reduce_dtype=dtype), resolve_model("gpt2-xl"))
+    written = [f for f in MEGATRON_FLAGS.values() if f in args]
+    assert written == ([] if dtype == "default" else [MEGATRON_FLAGS[dtype]])
+
+
+def test_fsdp_reduce_dtype_follows_the_knob():
+    mp = lambda g: fsdp_settings(ExecutionPlan(dp=4, sharding="fsdp_full_shard", grad_reduce_dtype=g))["mixed_precision"]  # noqa: E731
+    assert mp("default")["reduce_dtype"] == "float32" == mp("fp32")["reduce_dtype"]
+    assert mp("bf16") == {"param_dtype": "bfloat16", "reduce_dtype": None}  # torch: None reduces in param_dtype
+
+
+PARSE = textwrap.dedent("""
+    import json, sys
+    import torch.distributed as dist
+    import deepspeed
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    out = []
+    for cfg in json.load(open(sys.argv[1])):
+        cfg["train_batch_size"] = cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"]
+        c = DeepSpeedConfig(cfg)
+        out.append({"comm": str(c.communication_data_type), "accum": str(c.grad_accum_dtype)})
+    json.dump(out, open(sys.argv[2], "w"))
+""")
+
+
+def test_deepspeed_parses_the_exported_dtypes(tmp_path):
+    import socket
+
+    plans = [ExecutionPlan(dp=8, sharding="zero1", grad_reduce_dtype="fp32"),
+             ExecutionPlan(dp=8, sharding="zero2", grad_reduce_dtype="bf16"),
+             ExecutionPlan(dp=8, sharding="zero3", precision="fp16", grad_reduce_dtype="bf16"),
+             ExecutionPlan(dp=8, sharding="zero1")]
+    configs = [deepspeed_config(p, target="cpu") for p in plans]
+    assert "communication_data_type" not in configs[3] and "data_types" not in configs[3]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    src, out = tmp_path / "configs.json", tmp_path / "parsed.json"
+    src.write_text(json.dumps(configs))
+    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", PARSE, str(src), str(out)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got[0] == {"comm": "torch.float32", "accum": "fp32"}
+    assert got[1]["comm"] == "torch.bfloat16" and got[2]["comm"] == "torch.float16"
+    assert got[3]["comm"] == "None"
+
+
+def test_the_cli_flag_and_a_bad_value():
+    runner = CliRunner()
+    ok = runner.invoke(app, ["estimate", "--model", "7b", "--gpus", "16", "--gpu", "h100-80gb", "--tp", "1", "--pp", "1",
+                             "--sharding", "zero1", "--stack", "megatron", "--grad-reduce-dtype", "fp32", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert {r["plan"]["grad_reduce_dtype"] for r in json.loads(ok.output)["results"]} == {"fp32"}
+    bad = runner.invoke(app, ["estimate", "--model", "7b", "--gpus", "16", "--grad-reduce-dtype", "fp64"])
+    assert bad.exit_code != 0
+    assert "grad_reduce_dtype" in bad.output and "allowed: default, fp32, bf16" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
+
+
+def test_the_bundled_ddp_backend_refuses_a_dtype_it_does_not_run():
+    from trainer.config import TrainConfig, validate_config
+
+    def cfg(precision, dtype):
+        return TrainConfig(model="tiny", nproc=2, precision=precision, grad_reduce_dtype=dtype)
+    with pytest.raises(PlanError) as e:
+        validate_config(cfg("bf16", "bf16"))
+    assert e.value.field == "grad_reduce_dtype" and "allowed: default, fp32" in str(e.value)
+    validate_config(cfg("bf16", "fp32"))  # torch DDP under AMP: fp32 gradients, what it runs
+
+
+def test_the_scenarios_file_and_the_text_output_carry_the_knob(tmp_path):
+    runner = CliRunner()
+    src, out = tmp_path / "s.csv", tmp_path / "out.csv"
+    src.write_text("model,gpus,gpu,tp,pp,sharding,stack,micro_batch,grad_reduce_dtype\n"
+                   "7b,16,h100-80gb,1,1,zero1,megatron,1,fp32\n7b,16,h100-80gb,1,1,zero1,megatron,1,\n")
+    r = runner.invoke(app, ["estimate", "--scenarios", str(src), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    import csv
+    fp32, default = csv.DictReader(out.open())
+    assert (fp32["grad_reduce_dtype"], default["grad_reduce_dtype"]) == ("fp32", "default")
+    assert float(fp32["mem_grads_gib"]) == pytest.approx(4.0 / (2 + 4 / 16) * float(default["mem_grads_gib"]), rel=1e-3)
+    text = runner.invoke(app, ["estimate", "--model", "7b", "--gpus", "16", "--gpu", "h100-80gb", "--grad-reduce-dtype", "bf16"])
+    assert "gradients reduced in bf16" in text.output
