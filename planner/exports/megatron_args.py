@@ -179,6 +179,8 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += (recompute or _RECOMPUTE[plan.activation_checkpointing]) + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
     args += optimizer + grad_reduce_args(plan)
+    if notes is not None and (note := grad_reduce_note(plan)) is not None:
+        notes.append(note)
     if plan.attention != "eager":  # a fused kernel (Megatron has no Triton FlashAttention: flash-attn's CUDA one)
         args.append("--use-flash-attn")
     return args
@@ -194,6 +196,17 @@ def grad_reduce_args(plan: ExecutionPlan) -> list[str]:
     if plan.grad_reduce_dtype == "fp32":
         return ["--accumulate-allreduce-grads-in-fp32"]
     return ["--grad-reduce-in-bf16"] if plan.precision in ("bf16", "fp8") else []
+
+
+def grad_reduce_note(plan: ExecutionPlan) -> str | None:
+    """What a default grad_reduce_dtype leaves to Megatron-LM under bf16/fp8: no flag, so validate_args turns fp32
+    gradient accumulation and reduction on, while every stack profile (catalog/stacks: main_grads_fp32 false, as
+    NeMo's recipes run) planned a bf16 buffer; the exported run then needs more memory than the plan said."""
+    if plan.grad_reduce_dtype != "default" or plan.precision not in ("bf16", "fp8"):
+        return None
+    return ("gradients: planned as a bf16 buffer reduced in bf16 (the stack profile, as NeMo's recipes run), but "
+            "Megatron-LM under --bf16 accumulates and reduces them in fp32 unless given --grad-reduce-in-bf16: "
+            "plan with --grad-reduce-dtype bf16 to write that flag, or fp32 to count the fp32 buffer and bytes")
 
 
 def flag_lines(args: list[str]) -> list[str]:

@@ -34,6 +34,20 @@ def test_megatron_writes_the_matching_flag(dtype):
     assert written == ([] if dtype == "default" else [MEGATRON_FLAGS[dtype]])
 
 
+@pytest.mark.parametrize(("dtype", "precision", "noted"), [("default", "bf16", True), ("default", "fp8", True),
+                                                       ("default", "fp16", False), ("fp32", "bf16", False),
+                                                       ("bf16", "bf16", False)])
+def test_megatron_export_says_what_a_default_leaves_to_megatron_lm(dtype, precision, noted):
+    # no flag under --bf16: Megatron-LM reduces in fp32 while the stack profiles planned bf16; the export says so
+    notes: list[str] = []
+    megatron_args(ExecutionPlan(dp=8, sharding="zero1", grad_reduce_dtype=dtype, precision=precision),
+                  resolve_model("gpt2-xl"), notes=notes)
+    said = [n for n in notes if n.startswith("gradients:")]
+    assert bool(said) == noted
+    if noted:
+        assert "--grad-reduce-dtype bf16" in said[0] and "fp32" in said[0]
+
+
 def test_fsdp_reduce_dtype_follows_the_knob():
     mp = lambda g: fsdp_settings(ExecutionPlan(dp=4, sharding="fsdp_full_shard", grad_reduce_dtype=g))["mixed_precision"]  # noqa: E731
     assert mp("default")["reduce_dtype"] == "float32" == mp("fp32")["reduce_dtype"]
