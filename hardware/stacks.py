@@ -198,6 +198,13 @@ class StackProfile(BaseModel):
         default=False,
         description="bf16/fp8 training keeps an fp32 main-gradient buffer for every parameter of the stage, unsharded "
                     "(DDP and the distributed optimizer, which reduce-scatters in place into it and steps on its shard)")
+    # torchtitan's JobConfig: mixed_precision_reduce: Literal["float32"] = "float32" ("torch dtype to use for
+    # reductions when applying mixed precision via FSDP"); the bundled trainer's FSDP2 takes
+    # MixedPrecisionPolicy(reduce_dtype=float32) from planner/exports/fsdp_settings.py under mixed precision
+    fsdp_reduce_fp32: bool = Field(
+        default=False,
+        description="FSDP reduce-scatters gradients in fp32 (4 bytes each on the wire) under bf16/fp8 compute, "
+                    "not in the compute dtype; a plan's grad_reduce_dtype overrides it")
     # --- how it was fitted ---------------------------------------------------------------
     fit_method: str = "prior (not fitted)"
     fit_sources: list[str] = Field(default_factory=list)

@@ -15,16 +15,22 @@ def params_per_gpu(spec: ModelSpec, layout: Layout) -> np.ndarray:
     return spec.n_params / (layout.tp * layout.pp).astype(np.float64)
 
 
-def grad_bytes(layout: Layout, stated=None) -> np.ndarray:
+def grad_bytes(layout: Layout, stated=None, fsdp_fp32=None) -> np.ndarray:
     """Bytes per gradient element on the wire: AMP keeps fp32 grads under DDP; DeepSpeed and
     FSDP mixed precision reduce in 16 bit (Micikevicius et al. 2018; FSDP MixedPrecision); `stated`: what
-    the run's framework reduces in where it fixes it (Megatron-LM fp16: 2, planner/megatron_ddp.py). The
+    the run's framework reduces in where it fixes it (Megatron-LM fp16: 2, planner/megatron_ddp.py);
+    `fsdp_fp32` (per candidate, the profile's fsdp_reduce_fp32): an FSDP stack whose reduce-scatters run in fp32
+    whatever the compute dtype (torchtitan's mixed_precision_reduce accepts only "float32"). The
     plan's grad_reduce_dtype, where it names one, wins: fp32 reduces 4 bytes (Megatron-Core
     param_and_grad_buffer.py reduce-scatters its grad_data, fp32 with grad_reduce_in_fp32; DeepSpeed
     engine.py communication_data_type; FSDP2 MixedPrecisionPolicy.reduce_dtype), bf16 2 (fp32 plans: 4)."""
     p = layout.precision
     fp32_grads = (p == PREC["fp32"]) | ((layout.sharding == SHARD["none"]) & (p != PREC["bf16_pure"]))
     default = 2.0 + 2.0 * fp32_grads
+    if fsdp_fp32 is not None:
+        mixed = (p == PREC["bf16"]) | (p == PREC["fp8"])  # (bf16_pure: the reduction in the parameters' bf16)
+        default = np.where((np.asarray(fsdp_fp32) > 0) & mixed & (layout.sharding >= SHARD["fsdp_full_shard"]), 4.0,
+                           default)
     default = default if stated is None else np.where(np.asarray(stated) > 0, stated, default)
     knob = np.asarray(getattr(layout, "grad_reduce_dtype", GRAD_REDUCE["default"]))
     return np.select([knob == GRAD_REDUCE["fp32"], knob == GRAD_REDUCE["bf16"]],
@@ -79,7 +85,7 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     m = comm.members_per_node(dp, layout.tp, links.gpus_per_node)
     g = comm.Group.of(links, dp, m)
     P = params_per_gpu(spec, layout)
-    gbytes = P * grad_bytes(layout, prof.get("grad_reduce_bytes"))
+    gbytes = P * grad_bytes(layout, prof.get("grad_reduce_bytes"), prof["fsdp_reduce_fp32"])
     pbytes = P * gather_bytes(spec, layout, prof)
     nb_ddp, nb_r, nb_g = buckets(layout, P, gbytes, prof, dp)
     L = np.maximum(np.ceil(spec.n_layers / layout.pp), 1.0)

@@ -56,6 +56,24 @@ def test_the_knob_sets_the_dp_bytes_by_hand():
     assert float(dp_comm.grad_bytes(lay, np.array([2.0]))[0]) == 4.0
 
 
+def test_torchtitan_reduces_fsdp_gradients_in_fp32_by_default():
+    """torchtitan's mixed_precision_reduce accepts only "float32" (the catalog's torchtitan profile:
+    fsdp_reduce_fp32): an FSDP bf16/fp8 plan reduce-scatters 4 B a gradient there, 2 B on the fsdp profile
+    (llm-foundry's PURE mixed precision); bf16_pure and a plan naming bf16 stay 2 B."""
+    stacks = catalog().stacks
+    assert stacks["torchtitan"].fsdp_reduce_fp32 and stacks["bundled"].fsdp_reduce_fp32
+    assert not stacks["fsdp"].fsdp_reduce_fp32
+
+    def bytes_of(stack, precision="bf16", dtype="default", sharding="fsdp_full_shard"):
+        lay = Layout.from_plan(ExecutionPlan(stack=stack, dp=8, sharding=sharding, precision=precision,
+                                             grad_reduce_dtype=dtype))
+        return float(dp_comm.grad_bytes(lay, None, np.array([float(stacks[stack].fsdp_reduce_fp32)]))[0])
+
+    assert bytes_of("torchtitan") == 4.0 == bytes_of("torchtitan", "fp8")
+    assert bytes_of("fsdp") == 2.0 == bytes_of("torchtitan", "bf16_pure") == bytes_of("torchtitan", dtype="bf16")
+    assert bytes_of("torchtitan", sharding="zero1") == 2.0  # only FSDP's reduce-scatter
+
+
 def test_the_estimate_carries_the_knob_and_its_slower_reduction():
     """Through the API: the plan shows the knob, and 4-byte gradients over 4 nodes cost more DP time than 2."""
     from planner.api import evaluate
