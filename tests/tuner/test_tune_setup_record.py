@@ -12,6 +12,9 @@ import time
 
 import optuna
 import pytest
+from fastapi.testclient import TestClient
+
+from plan_service import ServiceConfig, create_app
 
 from tune_helpers import FAST, PLAN, env, plan
 
@@ -58,6 +61,12 @@ def test_a_study_measuring_its_network_is_reported_and_a_kill_9_in_the_bench_res
     assert "its set-up stopped while measuring the network" in r.stdout and "run the same" in r.stdout, r.stdout
     r = plan(["export", "deepspeed", "--from-study", "fresh", "--storage", db], tmp_path, check=False)
     assert r.returncode == 2 and "was stopped while being set up" in r.stderr, r.stderr
+    with TestClient(create_app(ServiceConfig(storage=db, workdir=tmp_path / "work"))) as client:  # as plan serve reads it
+        got = client.get("/tune/fresh")
+        assert got.status_code == 200 and got.json()["status"] == "stored", got.text
+        assert got.json()["report"]["setup"]["worker"] == "dead", got.json()
+        got = client.get("/export/fresh/deepspeed")
+        assert got.status_code == 422 and "was stopped while being set up" in got.text, got.text
     plan(args, tmp_path)  # the same command: measures again, saves the study's record
     st = optuna.load_study(study_name="fresh", storage=db)
     assert st.user_attrs["plan_tune"]["network_note"].startswith("measured"), st.user_attrs["plan_tune"]
