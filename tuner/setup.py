@@ -148,22 +148,29 @@ def _set_up(cfg: TuneConfig, store: StudyStore, nproc: int, on_gpu: bool, on_pha
         time.sleep(2.0)
         study = store.study = optuna.load_study(study_name=study.study_name, storage=store.storage,
                                                 sampler=_sampler(cfg))
-    again = "measuring again: " if rec is not None else ""
     mine = start_record(study, model=cfg.model, nproc=nproc, on_gpu=on_gpu, backend=cfg.backend, previous=rec)
     first = measuring_line(nproc, on_gpu, cfg.measure_network)
-    update_record(study, mine, doing=again + first,
-                  phase=MEASURING if cfg.measure_network and nproc > 1 else "measuring this machine")
-    on_phase(STARTING, again + first)
+    phase = MEASURING if cfg.measure_network and nproc > 1 else "measuring this machine"
+    if rec is not None:  # its earlier set-up stopped (a kill -9 in the bench): measured again, said so
+        first, phase = "re-" + first, "re-" + phase
+    update_record(study, mine, doing=first, phase=phase)
+    on_phase(STARTING, first)
 
     def on_bench(step: dict | None) -> None:
-        doing = f"{again}{first}: {bench_step(step)}"
+        doing = f"{first}: {bench_step(step)}"
         update_record(study, mine, doing=doing, bench=step)
         on_phase(STARTING, doing)
 
     try:
         meta = _new_meta(cfg, nproc, on_gpu, on_bench)
     except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: the record says so (the worker is dead once it exits)
-        update_record(study, mine, interrupted=f"stopped by {'SIGTERM' if type(e).__name__ == 'Terminated' else 'Ctrl-C'}")
+        update_record(study, mine, interrupted=f"stopped by {'SIGTERM' if 'Terminated' in type(e).__name__ else 'Ctrl-C'}")
+        raise
+    except PlanError as e:  # a refused input (no such model, no GPU guess): a study made just now is not kept
+        if rec is None and not study.get_trials(deepcopy=False):
+            optuna.delete_study(study_name=study.study_name, storage=store.storage)
+        else:
+            update_record(study, mine, interrupted=f"refused: {e}"[:300])
         raise
     if META_KEY in study.user_attrs:  # another worker set it up in the meantime (both measured): keep the first
         return StudyMeta.load(study)
