@@ -78,7 +78,11 @@ def status_of(t: FrozenTrial) -> str:
 
 
 def ran(t: FrozenTrial) -> bool:
-    """Launched: it ran to an outcome, was interrupted, or is running now."""
+    """Launched: it ran to an outcome, was interrupted, or is running now (not: a trial whose worker died before it
+    launched it, with no workdir: it counted as launched, a row of its first knob alone)."""
+    if status_of(t) == "interrupted" and not t.user_attrs.get("workdir") and worker_alive(t.user_attrs.get("worker_id")) \
+            is not True:  # its worker died while deciding it (a kill -9 between trials): never launched
+        return False
     return t.state == TrialState.RUNNING or status_of(t) in (
         "ok", "oom", "timeout", "crash", "bad_config", "interrupted")
 
@@ -93,12 +97,13 @@ def trials_frame(study: optuna.Study):
         if a.get("status") == "duplicate" or "config_key" not in a:
             continue
         # a trial queued to run (a stopped run's, re-queued): its knobs are the fixed params it was queued with
-        knobs = a.get("knobs") or t.params or t.system_attrs.get("fixed_params") or {}
+        knobs = a.get("knobs") or t.system_attrs.get("fixed_params") or t.params or {}
         row = {"trial": t.number, "state": t.state.name, "status": status_of(t), "source": a.get("source")}
         row.update({k: knobs.get(k) for k in TUNED_KNOBS})
         for col in COLUMNS[len(row):]:
             row[col] = a.get(col)
-        row["reason"] = a.get("reason") or a.get("error") or ""
+        row["reason"] = a.get("reason") or a.get("error") or ("not launched: its worker died while deciding it"
+                                                              if row["status"] == "interrupted" and not ran(t) else "")
         rows.append(row)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     if not df.empty:

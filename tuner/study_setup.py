@@ -93,7 +93,7 @@ def line(study: str, info: dict) -> str:
     if info["worker"] == "alive":
         return (f"study {study}: no trial yet, {info['phase']} for {info['for_s']:.0f} s (worker pid {info['pid']} on "
                 f"{info['host']}){again}: {info['doing']}")
-    why = info.get("interrupted") or "its worker died (kill -9, a crash)"
+    why = info.get("interrupted") or "its worker died: a kill -9 or a crash"
     return (f"study {study}: no trial yet; its set-up stopped while {info['phase']} ({why}) at: {info['doing']}; "
             f"{info['resume']}")
 
