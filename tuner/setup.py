@@ -164,7 +164,8 @@ def _set_up(cfg: TuneConfig, store: StudyStore, nproc: int, on_gpu: bool, on_pha
     try:
         meta = _new_meta(cfg, nproc, on_gpu, on_bench)
     except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: the record says so (the worker is dead once it exits)
-        update_record(study, mine, interrupted=f"stopped by {'SIGTERM' if 'Terminated' in type(e).__name__ else 'Ctrl-C'}")
+        which = "SIGTERM" if "Terminated" in type(e).__name__ else "Ctrl-C"
+        update_record(study, mine, interrupted=f"stopped by {which}")
         raise
     except PlanError as e:  # a refused input (no such model, no GPU guess): a study made just now is not kept
         if rec is None and not study.get_trials(deepcopy=False):

@@ -79,7 +79,8 @@ def describe(rec: dict, now: float | None = None) -> dict:
     """The set-up as the report shows it: phase, doing, for_s, worker (alive | dead), resumed_from, bench."""
     now = time.time() if now is None else now
     alive = setup_alive(rec, now)
-    return {"phase": rec.get("phase") or MEASURING, "doing": rec.get("doing"), "for_s": max(0.0, now - float(rec.get("started") or now)),
+    return {"phase": rec.get("phase") or MEASURING, "doing": rec.get("doing"),
+            "for_s": max(0.0, now - float(rec.get("started") or now)),
             "worker": "alive" if alive else "dead", "host": rec.get("host"), "pid": rec.get("pid"),
             "attempt": rec.get("attempt", 1), "resumed_from": rec.get("resumed_from"), "bench": rec.get("bench"),
             "interrupted": rec.get("interrupted"),
