@@ -25,6 +25,8 @@ def allreduce_bench(
     sizes: Annotated[str, typer.Option(help="Comma-separated message sizes, e.g. 1M,16M,256M.")] = "1M,4M,16M,64M,256M,1G",
     ops: Annotated[str, typer.Option(help="Comma-separated: all_reduce, all_gather, reduce_scatter.")] = "all_reduce",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the summary JSON here.")] = None,
+    progress_file: Annotated[Optional[Path], typer.Option(hidden=True, help="Keep the step (sizes done, the one "
+                                                          "running) here as JSON, for `plan tune` watching")] = None,
 ) -> None:
     """Measure algbw and busbw (nccl-tests definitions) over a ladder of message sizes."""
     from planner.errors import PlanError, unknown
@@ -46,7 +48,8 @@ def allreduce_bench(
         raise PlanError("nproc", f"a collective needs at least 2 ranks; got --nproc {nproc} x --nnodes {nnodes}")
     if json_out is not None:  # before the measurement, not after it (a missing folder lost it)
         writable_file(json_out, "json", "net.json")
-    report = run_bench(op_list, size_list, nproc, nnodes, node_rank, rdzv_endpoint, progress=console.is_terminal)
+    report = run_bench(op_list, size_list, nproc, nnodes, node_rank, rdzv_endpoint, progress=console.is_terminal,
+                       progress_file=str(progress_file) if progress_file else None)
     if report is None:
         return  # not the node of rank 0
     from rich.table import Table

@@ -58,10 +58,20 @@ def export(
     recompute_norms_mla_up: Annotated[bool, Opt(help="Plan and write the recompute of the norms and MLA up-projections (megatron: --recompute-granularity selective --recompute-modules layernorm mla_up_proj); other formats: refused", rich_help_panel=FMT)] = False,
     fp8_activation_cache: Annotated[bool, Opt(help="Plan with FP8 activation caching (DeepSeek-V3 sec. 3.3.2); no format has a flag for it: refused", rich_help_panel=FMT)] = False,
     optimizer_moments_bf16: Annotated[bool, Opt(help="Plan and write AdamW moments in BF16 (megatron, zero1 plans: --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16); other formats: refused", rich_help_panel=FMT)] = False,
-    out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout); companions go beside it")] = None,
+    out: Annotated[Optional[Path], Opt(help="Main output file (default: stdout; an existing one is replaced, and the "
+                                       "line says so). Companion files (the ds_config.json / fsdp_config.json a "
+                                       "torchrun script or accelerate YAML points at) go beside it in --out's folder; "
+                                       "without --out into the current folder, where the printed script looks for "
+                                       "them")] = None,
+    force: Annotated[bool, Opt("--force", help="Replace an existing companion file that holds something else (without "
+                               "it: an error naming the file; one with the same content is kept)")] = False,
     json_out: Annotated[bool, Opt("--json", help="Print the export (plan, files, notes) as JSON")] = False,
 ) -> None:
-    """Write the chosen plan as a DeepSpeed config, FSDP2 settings, accelerate config, torchrun or sbatch script, or Megatron-LM arguments."""
+    """Write the chosen plan as a DeepSpeed config, FSDP2 settings, accelerate config, torchrun or sbatch script, or Megatron-LM arguments.
+
+    Files: the main one to --out (else stdout); its companions (a torchrun script's or a DeepSpeed accelerate YAML's
+    ds_config.json, a study's fsdp_config.json) beside --out, or in the current folder without --out. A companion
+    that exists with other content is never replaced without --force (one line names it); --out itself is."""
     from planner.errors import PlanError
     from planner.exports.bundle import FORMATS, ExportOptions, export as render_export
     from planner.exports.common import Recipe, check_target
@@ -92,19 +102,17 @@ def export(
             knobs["model"] = "7b"
         chosen = _from_scenario(knobs, objective, catalog, format, moe, memory)
     result = render_export(format, chosen, options)
-    written = _write(result, out)
+    written, replaced, kept = _write(result, out, force)
     if json_out:
-        print_json(result.model_dump(mode="json") | {"written": written})
+        print_json(result.model_dump(mode="json") | {"written": written, "replaced": replaced, "unchanged": kept})
     elif out is None:
         typer.echo(result.files[0].content, nl=False)
-        for path in written:  # companions (the DeepSpeed JSON a script points at)
-            err_console.print(f"wrote {path}", highlight=False)
+        _say_written(written, replaced, kept)  # companions (the DeepSpeed JSON a script points at)
         for note in result.notes:  # on stderr: stdout stays the file
             if note != f"plan from {result.source}":
                 err_console.print(f"  {note}", highlight=False)
     else:
-        for path in written:
-            err_console.print(f"wrote {path}", highlight=False)
+        _say_written(written, replaced, kept)
         for note in result.notes:
             err_console.print(f"  {note}", highlight=False)
 
@@ -131,19 +139,40 @@ DEFAULT_NAMES = {"deepspeed": "ds_config.json", "fsdp": "fsdp_config.json", "acc
                  "torchrun": "torchrun.sh", "slurm": "job.sbatch", "megatron": "megatron_args.sh"}
 
 
-def _write(result, out: Path | None) -> list[str]:
-    """Main file to --out (stdout when absent, unless it is the only file); companions by name."""
-    written = []
+def _say_written(written: list[str], replaced: list[str], kept: list[str]) -> None:
+    for path in written:
+        err_console.print(f"wrote {path}" + (" (replaced the file that was there)" if path in replaced else ""),
+                          highlight=False)
+    for path in kept:
+        err_console.print(f"kept {path} (it holds this content already)", highlight=False)
+
+
+def _write(result, out: Path | None, force: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """Main file to --out (stdout when absent); companions by name (beside --out, else in the current folder).
+    Returns (written, replaced: written over another content, kept: already this content). A companion with other
+    content is refused before anything is written, unless `force`."""
+    todo = []
     for i, f in enumerate(result.files):
-        if i == 0:
-            if out is None:
-                continue
-            path = out
-        else:
-            path = Path(f.name)
+        if i == 0 and out is None:
+            continue
+        path = out if i == 0 else Path(f.name)
+        try:
+            before = path.read_text() if path.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            before = ""  # unreadable: other content
+        if i > 0 and before is not None and before != f.content and not force:
+            main = f"--out {out}" if out is not None else "the export printed on stdout"
+            raise PlanError("companion", f"{path} exists with other content ({main} points at it); give --out in "
+                            "another folder for both files, or --force to replace it")
+        todo.append((i, path, f.content, before))
+    written, replaced, kept = [], [], []
+    for i, path, content, before in todo:
+        if i > 0 and before == content:
+            kept.append(str(path))
+            continue
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f.content)
+            path.write_text(content)
         except OSError as e:
             field = "out" if i == 0 else "companion"
             hint = f" (give a file name, e.g. {path / DEFAULT_NAMES[result.format]})" if path.is_dir() else ""
@@ -151,4 +180,6 @@ def _write(result, out: Path | None) -> list[str]:
         if result.format in ("torchrun", "slurm", "megatron") and i == 0:
             path.chmod(0o755)
         written.append(str(path))
-    return written
+        if before is not None and before != content:
+            replaced.append(str(path))
+    return written, replaced, kept

@@ -213,6 +213,11 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
     if json_out:
         print_json(rep)
         return
+    if rep.setup is not None:  # a new study measuring the network (or whose set-up was stopped): no trial table yet
+        from tuner.study_setup import line
+
+        console.print(line(rep.study, rep.setup), highlight=False, soft_wrap=True)
+        return
     from rich.table import Table
 
     from tuner.report import load, trials_frame

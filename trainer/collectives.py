@@ -106,9 +106,9 @@ def _one(op: str, size_bytes: int, device, world: int, group=None) -> float:
     return float(elapsed.item())
 
 
-def bench_rank(ops: list[str], sizes: list[int], progress: bool) -> dict | None:
+def bench_rank(ops: list[str], sizes: list[int], progress: bool, progress_file: str | None = None) -> dict | None:
     """Runs on every rank; rank 0 returns the report as a dict; every rank {"plan_error": [field, text]} for a layout
-    it refuses."""
+    it refuses. `progress_file`: rank 0 keeps there which step it is at (write_progress), for a tuner watching."""
     import torch.distributed as dist
 
     from planner.errors import PlanError
@@ -118,7 +118,7 @@ def bench_rank(ops: list[str], sizes: list[int], progress: bool) -> dict | None:
     _die_with_launcher()  # a launcher killed with -9 (a tuner worker killed mid-bench) leaves no rank benching on
     device = tdist.init(600)
     try:
-        report = _bench(ops, sizes, progress, device)
+        report = _bench(ops, sizes, progress, device, progress_file)
     except PlanError as e:  # every rank refuses the same layout at the same point: no collective is left waiting;
         dist.destroy_process_group()  # returned, not raised (torch's elastic agent logs a raising rank's traceback)
         return {"plan_error": [e.field, e.message]}
@@ -128,7 +128,7 @@ def bench_rank(ops: list[str], sizes: list[int], progress: bool) -> dict | None:
     return report
 
 
-def _bench(ops: list[str], sizes: list[int], progress: bool, device) -> dict | None:
+def _bench(ops: list[str], sizes: list[int], progress: bool, device, progress_file: str | None = None) -> dict | None:
     import torch.distributed as dist
 
     from trainer.nodes import gathered_node_groups
@@ -143,9 +143,12 @@ def _bench(ops: list[str], sizes: list[int], progress: bool, device) -> dict | N
         bar = Progress(transient=True)
         bar.start()
         task = bar.add_task("collectives", total=len(ops) * len(sizes))
+    steps: list[dict] = []
     for op in ops:
         for size in sizes:
             size = message_bytes(size, world)  # reported as moved (3 bytes was reported, 8 moved)
+            if rank == 0 and progress_file:
+                write_progress(progress_file, steps, len(ops) * len(sizes), size_label(size))
             try:
                 t = _one(op, size, device, world)
                 algbw = size * 8 / t / 1e9
@@ -154,6 +157,9 @@ def _bench(ops: list[str], sizes: list[int], progress: bool, device) -> dict | N
             except (RuntimeError, ValueError) as e:  # e.g. a collective the backend lacks
                 results.append(CollectiveResult(op=op, size_bytes=size, time_s=None, algbw_gbps=None,
                                                 busbw_gbps=None, error=str(e).splitlines()[0][:200]))
+            if rank == 0 and progress_file:
+                steps.append({"op": op, "size": size_label(size), "busbw_gbps": results[-1].busbw_gbps})
+                write_progress(progress_file, steps, len(ops) * len(sizes), None)
             if bar is not None:
                 bar.advance(task)
     if bar is not None:
@@ -174,6 +180,26 @@ def _bench(ops: list[str], sizes: list[int], progress: bool, device) -> dict | N
     return report.model_dump(mode="json")
 
 
+def size_label(n: int) -> str:
+    """4194304 -> '4 MiB' (the bench's sizes are binary: parse_size)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def write_progress(path: str, done: list[dict], of: int, now: str | None) -> None:
+    """The bench's step for whoever watches it (tuner/network.py): the sizes done with their busbw, the one running.
+    Written whole and renamed into place: a reader never sees half a file."""
+    import json
+    import os
+
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"of": of, "done": done, "now": now}, f)
+    os.replace(tmp, path)
+
+
 def _intranode_busbw(size_bytes: int, device, nodes: list[list[int]]) -> float | None:
     """With several nodes: all-reduce busbw inside each node at once, next to the all-ranks figure. `nodes`: the
     global ranks of each node as the ranks reported them (trainer/nodes.py; consecutive ranks were assumed, which
@@ -190,11 +216,12 @@ def _intranode_busbw(size_bytes: int, device, nodes: list[list[int]]) -> float |
 
 
 def run_bench(ops: list[str], sizes: list[int], nproc: int, nnodes: int = 1, node_rank: int = 0,
-              rdzv_endpoint: str | None = None, progress: bool = True) -> BenchReport | None:
+              rdzv_endpoint: str | None = None, progress: bool = True,
+              progress_file: str | None = None) -> BenchReport | None:
     from planner.errors import PlanError
     from trainer.ranks import run_on_ranks
 
-    out = run_on_ranks(bench_rank, (ops, sizes, progress), nproc, nnodes, node_rank, rdzv_endpoint)
+    out = run_on_ranks(bench_rank, (ops, sizes, progress, progress_file), nproc, nnodes, node_rank, rdzv_endpoint)
     found = [v for v in out.values() if v is not None]
     for value in found:
         if "plan_error" in value:  # a layout the ranks refused (trainer/nodes.py): the CLI's one line

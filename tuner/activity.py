@@ -7,6 +7,7 @@ showed nothing but 'running' for minutes (a first DeepSpeed run on CPU builds it
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -65,6 +66,35 @@ def log_progress(log_text: str) -> str:
     if builds and builds[-1][0] == "Building":
         return f"starting: DeepSpeed building its op {builds[-1][1]} (first run on this machine)"
     return "starting: no step done yet (launch, imports, process group)"
+
+
+class LogWatch:
+    """A run that is not a trial (a final re-measurement of a top candidate) has no row in `report.running`: while it
+    runs, its trainer log's progress (log_progress) is told through `on_phase(phase, 'LINE: step k of N done')` every
+    `every_s` (the re-measuring line said which candidate and nothing of its steps). `start(pid, workdir)` is the
+    runner's on_start; `stop()` once the run has returned."""
+
+    def __init__(self, on_phase: PhaseHook, phase: str, line: str, every_s: float = 2.0):
+        self.on_phase, self.phase, self.line, self.every_s = on_phase, phase, line, every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, pid: int, workdir: str) -> None:
+        self._thread = threading.Thread(target=self._loop, args=(Path(workdir) / "trainer.log",), daemon=True)
+        self._thread.start()
+
+    def _loop(self, log: Path) -> None:
+        said = None
+        while not self._stop.wait(self.every_s):
+            doing = f"{self.line}: {log_progress(_tail(log))}"
+            if doing != said:
+                said = doing
+                self.on_phase(self.phase, doing)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 def running_trials(trials: list[FrozenTrial], host: str, alive: Callable[[str | None], bool | None],

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from planner import api
 from planner.layout import Layout
 from planner.scenario import ExecutionPlan
-from tuner.activity import REMEASURING
+from tuner.activity import REMEASURING, LogWatch
 
 FINAL_KEY = "final_ranking"
 TOP_N = 3
@@ -115,12 +115,17 @@ def remeasure(tuner, rounds: int) -> dict | None:
             expected = tuner.expected_s(knobs)
             if not tuner.budget.allows(expected):
                 continue
-            tuner.on_phase(REMEASURING, f"the top candidates: trial #{t.number}, its run "
-                                           f"{len(samples[t.user_attrs['config_key']]) + 2}")
+            line = f"the top candidates: trial #{t.number}, its run {len(samples[t.user_attrs['config_key']]) + 2}"
+            tuner.on_phase(REMEASURING, line)
             kw = {k: t.user_attrs[a] for k, a in (("deepspeed_json", "deepspeed_config_json"),
                                                   ("fsdp_json", "fsdp_config_json")) if t.user_attrs.get(a)}
-            out = tuner.runner(knobs, trial_number=t.number, timeout_s=min(trial_timeout_s(expected), tuner.budget.left_s),
-                               on_start=lambda pid, wd: None, **kw)
+            watch = LogWatch(tuner.on_phase, REMEASURING, line)  # its steps, as a trial's show in report.running
+            try:
+                out = tuner.runner(knobs, trial_number=t.number, timeout_s=min(trial_timeout_s(expected),
+                                                                               tuner.budget.left_s),
+                                   on_start=watch.start, **kw)
+            finally:
+                watch.stop()
             tuner.remeasurements += 1
             if out.status == "ok" and out.tokens_per_s:
                 samples[t.user_attrs["config_key"]].append(out.tokens_per_s)

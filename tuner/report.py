@@ -22,7 +22,7 @@ from tuner.predict import Predictor
 from tuner.space import TUNED_KNOBS
 from tuner.activity import running_trials
 from tuner.storage import HOST, masked_url
-from tuner.study_store import StudyMeta, calibration_check, current_calibration, load
+from tuner.study_store import META_KEY, StudyMeta, calibration_check, current_calibration, load
 from tuner.worker_id import worker_alive
 
 COLUMNS = (
@@ -61,6 +61,8 @@ class TuneReport(BaseModel):
     winner: str | None = None  # which backend won and why
     final_ranking: dict | None = None  # the re-measured top candidates, noise and tie window
     running: list[dict] = []  # trials running now: trial, for_s, doing (tuner/activity.py; their log on this host)
+    # a study whose network is being measured (no StudyMeta yet): phase, doing, for_s, worker alive|dead, bench step
+    setup: dict | None = None
 
 
 def status_of(t: FrozenTrial) -> str:
@@ -76,7 +78,11 @@ def status_of(t: FrozenTrial) -> str:
 
 
 def ran(t: FrozenTrial) -> bool:
-    """Launched: it ran to an outcome, was interrupted, or is running now."""
+    """Launched: it ran to an outcome, was interrupted, or is running now (not: a trial whose worker died before it
+    launched it, with no workdir: it counted as launched, a row of its first knob alone)."""
+    if status_of(t) == "interrupted" and not t.user_attrs.get("workdir") and worker_alive(t.user_attrs.get("worker_id")) \
+            is not True:  # its worker died while deciding it (a kill -9 between trials): never launched
+        return False
     return t.state == TrialState.RUNNING or status_of(t) in (
         "ok", "oom", "timeout", "crash", "bad_config", "interrupted")
 
@@ -91,12 +97,13 @@ def trials_frame(study: optuna.Study):
         if a.get("status") == "duplicate" or "config_key" not in a:
             continue
         # a trial queued to run (a stopped run's, re-queued): its knobs are the fixed params it was queued with
-        knobs = a.get("knobs") or t.params or t.system_attrs.get("fixed_params") or {}
+        knobs = a.get("knobs") or t.system_attrs.get("fixed_params") or t.params or {}
         row = {"trial": t.number, "state": t.state.name, "status": status_of(t), "source": a.get("source")}
         row.update({k: knobs.get(k) for k in TUNED_KNOBS})
         for col in COLUMNS[len(row):]:
             row[col] = a.get(col)
-        row["reason"] = a.get("reason") or a.get("error") or ""
+        row["reason"] = a.get("reason") or a.get("error") or ("not launched: its worker died while deciding it"
+                                                              if row["status"] == "interrupted" and not ran(t) else "")
         rows.append(row)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     if not df.empty:
@@ -188,6 +195,8 @@ def worker_trials(study: optuna.Study, worker: str) -> list[int]:
 
 def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str | None = None,
                  this_run: dict | None = None) -> TuneReport:
+    if (early := setup_report(study, storage_url, this_run)) is not None:
+        return early
     meta = StudyMeta.load(study)
     trials = study.get_trials(deepcopy=False)
     by_status: dict[str, int] = {}
@@ -226,6 +235,21 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
                        "predicted_tokens_per_s_default": best.user_attrs.get("predicted_tokens_per_s_default")}
         report.deepspeed_config, report.launch_settings, report.launch_command = ds, settings, cmd
     return report
+
+
+def setup_report(study: optuna.Study, storage_url: str | None, this_run: dict | None = None) -> TuneReport | None:
+    """The report of a study still being set up (tuner/study_setup.py: its network measured, no StudyMeta yet), or
+    whose set-up was stopped; None for a study set up."""
+    from tuner.study_setup import describe, setup_record
+
+    rec = setup_record(study)
+    if rec is None or META_KEY in study.user_attrs:
+        return None
+    none = summarize_errors([])
+    return TuneReport(study=study.study_name, storage=masked_url(storage_url), model=str(rec.get("model")),
+                      ranks=int(rec.get("nproc") or 0), device="GPUs" if rec.get("on_gpu") else "CPU ranks", trials=0,
+                      launched=0, this_run=this_run, by_status={}, best=None, calibration={}, error_before=none,
+                      error_after=none, setup=describe(rec))
 
 
 def backend_counts(study: optuna.Study, meta: StudyMeta) -> tuple[dict[str, dict[str, int]], list[str]]:

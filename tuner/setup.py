@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,8 @@ from tuner.network import measure_busbw
 from tuner.predict import Predictor
 from tuner.space import Space, build_space, ranked_parallel_choices
 from tuner.storage import masked_url, open_storage
-from tuner.study_store import META_KEY, StudyMeta, StudyStore, study_exists
+from tuner.study_setup import MEASURING, bench_step, setup_alive, setup_record, start_record, update_record
+from tuner.study_store import META_KEY, StudyMeta, StudyStore, UnknownStudy, study_exists
 
 
 
@@ -61,12 +63,13 @@ def local_device_count(on_gpu: bool) -> int:
     return os.cpu_count() or 1
 
 
-def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str, System]:
+def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool, on_bench=None) -> tuple[System, str, System]:
     """The system the trials run on (on CPU a measured `cpu-rank` entry, on GPU the
     catalog's), its network note, and the same system with the catalog's assumed network
     instead of the measured bus bandwidth (to show what the measurement changed)."""
     catalog = load_catalog()
-    busbw, note = measure_busbw(nproc, on_gpu=on_gpu) if cfg.measure_network else (None, "not measured")
+    busbw, note = measure_busbw(nproc, on_gpu=on_gpu, on_progress=on_bench) if cfg.measure_network \
+        else (None, "not measured")
     if on_gpu:
         gpu_id = cfg.gpu
         if gpu_id is None and cfg.cluster is None:
@@ -99,7 +102,9 @@ def _system_for(cfg: TuneConfig, nproc: int, on_gpu: bool) -> tuple[System, str,
 
 
 def open_study(cfg: TuneConfig, *, create: bool = True, on_phase: PhaseHook = no_phase) -> StudyContext:
-    """Load the study named by `cfg` (or create it, measuring this machine once)."""
+    """Load the study named by `cfg` (or create it, measuring this machine once). A new study exists in the storage
+    from the start, with a set-up record (tuner/study_setup.py) that the report shows while the network is measured;
+    one whose set-up worker died (a kill -9 in the bench) is measured again here."""
     storage = open_storage(cfg.storage, heartbeat_interval_s=cfg.heartbeat_interval_s,
                            grace_period_s=cfg.grace_period_s)
     on_gpu, device_note = device.gpu_decision()  # GPUs the driver lists and torch here can use
@@ -111,31 +116,82 @@ def open_study(cfg: TuneConfig, *, create: bool = True, on_phase: PhaseHook = no
                         f"give --gpus {here} or fewer (a plan for more GPUs: plan estimate --gpus {nproc})")
     device_id = "gpu" if on_gpu else "cpu"
     name = cfg.study or default_study_name(cfg.model, nproc, device_id, cfg.backend)
-    if study_exists(storage, name):
-        store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=False)
-        study = store.study
-        meta = StudyMeta.load(study)
-        _check_same(cfg, meta, nproc)
-    elif not create:
+    exists = study_exists(storage, name)
+    if not exists and not create:
         raise PlanError("study", f"no study {name!r} in {masked_url(cfg.storage)}")
-    else:
-        on_phase(STARTING, measuring_line(nproc, on_gpu, cfg.measure_network))
-        meta = _new_meta(cfg, nproc, on_gpu)
-        store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=True)
-        study = store.study
-        if META_KEY in study.user_attrs:  # another worker created it in the meantime
-            meta = StudyMeta.load(study)
-        else:
-            meta.save(study)
+    store = StudyStore.open(storage, name, sampler=_sampler(cfg), create=not exists)
+    meta = _set_up(cfg, store, nproc, on_gpu, on_phase) if META_KEY not in store.study.user_attrs else None
+    meta = meta or StudyMeta.load(store.study)
+    _check_same(cfg, meta, nproc)
     ctx = _context(cfg, store, meta)
     ctx.device_note = device_note
     return ctx
 
 
-def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool) -> StudyMeta:
+def _set_up(cfg: TuneConfig, store: StudyStore, nproc: int, on_gpu: bool, on_phase: PhaseHook) -> StudyMeta | None:
+    """Measure this machine and save the StudyMeta of a study that has none yet: a new one, or one whose set-up
+    stopped (its worker dead: measured again). While another live worker sets it up, wait for it (None: its
+    StudyMeta is saved). A study with neither record was not made by `plan tune`."""
+    study = store.study
+    while True:
+        rec = setup_record(study)
+        if rec is not None:
+            _check_same_setup(cfg, rec, nproc)
+        if META_KEY in study.user_attrs:
+            return None
+        if rec is None and study.get_trials(deepcopy=False):
+            raise UnknownStudy(f"{study.study_name!r} was not created by plan tune")
+        if rec is None or not setup_alive(rec):
+            break
+        on_phase(STARTING, f"waiting for worker pid {rec.get('pid')} on {rec.get('host')}, which is setting the "
+                           f"study up: {rec.get('doing')}")
+        time.sleep(2.0)
+        study = store.study = optuna.load_study(study_name=study.study_name, storage=store.storage,
+                                                sampler=_sampler(cfg))
+    mine = start_record(study, model=cfg.model, nproc=nproc, on_gpu=on_gpu, backend=cfg.backend, previous=rec)
+    first = measuring_line(nproc, on_gpu, cfg.measure_network)
+    phase = MEASURING if cfg.measure_network and nproc > 1 else "measuring this machine"
+    if rec is not None:  # its earlier set-up stopped (a kill -9 in the bench): measured again, said so
+        first, phase = "re-" + first, "re-" + phase
+    update_record(study, mine, doing=first, phase=phase)
+    on_phase(STARTING, first)
+
+    def on_bench(step: dict | None) -> None:
+        doing = f"{first}: {bench_step(step)}"
+        update_record(study, mine, doing=doing, bench=step)
+        on_phase(STARTING, doing)
+
+    try:
+        meta = _new_meta(cfg, nproc, on_gpu, on_bench)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: the record says so (the worker is dead once it exits)
+        which = "SIGTERM" if "Terminated" in type(e).__name__ else "Ctrl-C"
+        update_record(study, mine, interrupted=f"stopped by {which}")
+        raise
+    except PlanError as e:  # a refused input (no such model, no GPU guess): a study made just now is not kept
+        if rec is None and not study.get_trials(deepcopy=False):
+            optuna.delete_study(study_name=study.study_name, storage=store.storage)
+        else:
+            update_record(study, mine, interrupted=f"refused: {e}"[:300])
+        raise
+    if META_KEY in study.user_attrs:  # another worker set it up in the meantime (both measured): keep the first
+        return StudyMeta.load(study)
+    meta.save(study)
+    update_record(study, mine, phase="set up", doing="measured; trials next")
+    return meta
+
+
+def _check_same_setup(cfg: TuneConfig, rec: dict, nproc: int) -> None:
+    """A resume of a study still being set up names its model and ranks (what _check_same checks once it is)."""
+    if rec.get("model") != cfg.model:
+        raise PlanError("study", f"was created for model {rec.get('model')!r}, not {cfg.model!r}; use another --study")
+    if cfg.gpus is not None and rec.get("nproc") != nproc:
+        raise PlanError("study", f"was created for {rec.get('nproc')} ranks, not {nproc}; use another --study")
+
+
+def _new_meta(cfg: TuneConfig, nproc: int, on_gpu: bool, on_bench=None) -> StudyMeta:
     spec = resolve_model(Scenario(model=cfg.model))
     seq_len = cfg.seq_len or min(seq_len_of(Scenario(model=cfg.model), spec), 2048)
-    system, note, assumed = _system_for(cfg, nproc, on_gpu)
+    system, note, assumed = _system_for(cfg, nproc, on_gpu, on_bench)
     parallel = ranked_parallel_choices(Scenario(model=cfg.model, gpus=nproc, seq_len=seq_len), system,
                                        _settings_for(on_gpu))
     space = build_space(cfg.backend, on_gpu=on_gpu, overrides=cfg.choices,

@@ -71,6 +71,13 @@ class StudyMeta(BaseModel):
     def load(cls, study: optuna.Study) -> "StudyMeta":
         stored = study.user_attrs.get(META_KEY)
         if stored is None:
+            from tuner.study_setup import SETUP_KEY, describe
+
+            if isinstance(rec := study.user_attrs.get(SETUP_KEY), dict):  # a new study, its network being measured
+                info = describe(rec)
+                now = f"is being set up ({info['phase']})" if info["worker"] == "alive" else \
+                    f"was stopped while being set up ({info['phase']}); {info['resume']}"
+                raise PlanError("study", f"{study.study_name!r} has no completed trial yet: it {now}")
             raise UnknownStudy(f"{study.study_name!r} was not created by plan tune")
         try:
             return cls.model_validate(stored)

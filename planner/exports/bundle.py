@@ -175,6 +175,11 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
     if chosen.fsdp_json is not None:
         notes.append("FSDP settings exactly as the trial ran them")
+    ran_as = {"deepspeed": chosen.deepspeed_json, "fsdp": chosen.fsdp_json}
+    if chosen.source.startswith("study ") and fmt in ran_as and ran_as[fmt] is None:
+        # a DDP (or other-backend) winner exported as a DeepSpeed JSON said nothing: it was never measured under it
+        notes.append(f"the winner ran without {'DeepSpeed' if fmt == 'deepspeed' else 'FSDP'} (plan tune report: its "
+                     f"launch line); this file is built for its plan ({plan.sharding}), not measured as such")
     if plan.cp > 1 and plan.stack in ("megatron", "generic") and fmt != "megatron":
         notes.append("Megatron-LM flags of this plan's context parallelism: "
                      + " ".join(megatron_args(plan, chosen.system.gpus_per_node)))

@@ -28,7 +28,7 @@ def test_a_gpu_bench_at_64_mib_gives_the_plateau(monkeypatch):
     """The bench itself needs 8 GPUs: its report stands in for measure_busbw's subprocess."""
     report = _bench_8xh100()
     measured = {**report["busbw_gbps"], "readings": readings(report)}
-    monkeypatch.setattr(setup, "measure_busbw", lambda nproc, on_gpu=False: (measured, "measured"))
+    monkeypatch.setattr(setup, "measure_busbw", lambda nproc, on_gpu=False, **kw: (measured, "measured"))
     cfg = TuneConfig(model="tiny", gpus=8, budget_s=60, gpu="h100-80gb")
     system, note, assumed = setup._system_for(cfg, 8, on_gpu=True)
     assert system.measured_intranode_busbw_gbps / 8 == pytest.approx(480.7, rel=0.03)  # the sweep's plateau

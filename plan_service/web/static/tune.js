@@ -116,6 +116,15 @@ function activityText(st) {
   return text;
 }
 
+// A study still being set up (its network measured: report.setup, tuner/study_setup.py) or whose set-up was stopped
+// (a kill -9 in the bench): what it is at, and that starting it again measures again. A running worker of this server
+// says the same in its phase line.
+function setupText(s) {
+  if (s.worker === "alive") return `${s.phase} (${Math.round(s.for_s || 0)} s): ${s.doing}`;
+  return `no trial yet: its set-up stopped while ${s.phase} (${s.interrupted || "its worker died"}) at: ${s.doing}; ` +
+         "Start tuning with this study measures again";
+}
+
 // The winner by the value it (and so its export) was chosen by: the median of its re-measurements where it has
 // them (it showed the first run's tokens/s, 37,308 for a trial ranked by its median 26,775).
 function bestText(best) {
@@ -150,7 +159,9 @@ async function refreshTune(study, round) {
   let text = `study ${study}: ${stopping ? `stopping | ${stopping.line}` : st.status}`;
   if (interrupted && st.stopped_by) text += ` | stopped by ${st.stopped_by}`;
   if (st.status === "running") text += activityText(st);
-  if (rep) {
+  if (rep && rep.setup) {
+    if (st.status !== "running") text += ` | ${setupText(rep.setup)}`;
+  } else if (rep) {
     text += ` | ${trialsText(rep, st.status === "running")}`;
     if (rep.best) text += ` | ${bestText(rep.best)}`;
   }
