@@ -4,6 +4,7 @@ the HTTP service (`GET /export/...`) share."""
 from __future__ import annotations
 
 import json
+from pathlib import PurePath
 from typing import Literal
 
 from pydantic import Field
@@ -18,7 +19,7 @@ from planner.exports.megatron_args import args_script, refusal as megatron_refus
 from planner.exports.megatron_args import megatron_args as megatron_all_args
 from planner.exports.fsdp_settings import FSDP_FILE, fsdp_settings
 from planner.exports.slurm import sbatch_script, slurm_time, time_limit_s
-from planner.exports.torchrun import render, torchrun_command, torchrun_script, trainer_args
+from planner.exports.torchrun import SCRIPT_DIR, render, torchrun_command, torchrun_script, trainer_args
 from planner.memory_recipe import MemoryRecipe
 from planner.model import ModelSpec
 from planner.moe_options import MoeOptions
@@ -219,8 +220,10 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         _bundled_trainer_runs(chosen, notes if chosen.model is None else None)
     if fmt == "torchrun":
         ds_file = options.deepspeed_file if ran_deepspeed else None
+        # the script finds its companion beside itself, wherever it is launched from (plan_cli/export.py writes
+        # companions beside --out)
         argv = torchrun_command(plan, chosen.system, model=chosen.model_ref, steps=steps, recipe=recipe,
-                                deepspeed_config_file=ds_file)
+                                deepspeed_config_file=f"{SCRIPT_DIR}/{PurePath(ds_file).name}" if ds_file else None)
         files = [ExportFile(name="torchrun.sh", content=torchrun_script(argv))]
         if ds_file:
             files.append(ExportFile(name=ds_file, content=ds_text()))

@@ -80,12 +80,21 @@ def torchrun_command(
         plan, model=model, steps=steps, recipe=recipe, deepspeed_config_file=deepspeed_config_file)
 
 
+# a word naming a file beside the script: `"$SCRIPT_DIR"/name`, the script's own folder (launched from anywhere;
+# piped to bash, BASH_SOURCE is empty and dirname gives the current folder)
+SCRIPT_DIR = "$SCRIPT_DIR"
+_SCRIPT_DIR_LINE = 'SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]:-.}")" && pwd)"'
+
+
 def torchrun_script(argv: list[str]) -> str:
     """torchrun.sh: the command, after the rendezvous lines when it spans nodes (MASTER_PORT from the shared
-    formula of planner/rendezvous.py, as the sbatch export; `--standalone` needs none)."""
+    formula of planner/rendezvous.py, as the sbatch export; `--standalone` needs none), and the line that finds
+    the script's folder where a companion file is named beside it."""
     from planner.rendezvous import shell_rendezvous_lines
 
     lines = [] if "--standalone" in argv else shell_rendezvous_lines()
+    if any(a.startswith(SCRIPT_DIR + "/") for a in argv):
+        lines.append(_SCRIPT_DIR_LINE)
     return "\n".join(["#!/bin/bash", "set -euo pipefail", *lines, render(argv)]) + "\n"
 
 
@@ -95,6 +104,8 @@ def render(argv: list[str]) -> str:
 
 
 def _word(arg: str) -> str:
+    if arg.startswith(SCRIPT_DIR + "/"):
+        return f'"{SCRIPT_DIR}"/' + shlex.quote(arg[len(SCRIPT_DIR) + 1:])
     if arg.startswith("$") and all(c.isalnum() or c in "_${}:" for c in arg):
         return f'"{arg}"'
     return shlex.quote(arg)

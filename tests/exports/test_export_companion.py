@@ -6,6 +6,7 @@ the same content is kept, and --out written over an existing file says so."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 from typer.testing import CliRunner
 
@@ -41,7 +42,16 @@ def test_companions_go_beside_out_and_out_replaced_says_so(tmp_path, monkeypatch
     res = runner.invoke(app, [*BASE, "--sharding", "zero3", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert (out.parent / "ds_config.json").is_file() and (tmp_path / "ds_config.json").read_text() == "{}\n"
-    assert f"{out.parent / 'ds_config.json'}" in out.read_text()  # the script points at its companion
+    # the script points at its companion beside itself, wherever it is launched from
+    script = out.read_text()
+    assert '--deepspeed-config "$SCRIPT_DIR"/ds_config.json' in script
+    run = subprocess.run(["bash", "-c", script.replace("\ntorchrun ", "\necho torchrun ")], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert run.returncode == 0 and f"--deepspeed-config {tmp_path.resolve()}/ds_config.json" in run.stdout  # (piped: cwd)
+    copy = out.parent / "echo.sh"
+    copy.write_text(script.replace("\ntorchrun ", "\necho torchrun "))
+    run = subprocess.run(["bash", str(copy)], capture_output=True, text=True, cwd="/")
+    assert run.returncode == 0 and f"--deepspeed-config {out.parent.resolve() / 'ds_config.json'}" in run.stdout
     again = runner.invoke(app, [*BASE, "--sharding", "zero2", "--out", str(out), "--force", "--json"])
     assert again.exit_code == 0, again.output
     body = json.loads(again.output[again.output.index("{"):])
