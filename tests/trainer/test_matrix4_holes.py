@@ -79,3 +79,21 @@ def test_tp_pp_with_full_checkpointing_matches_one_rank(tmp_path):
     one = launch(TrainConfig(nproc=1, json_out=str(tmp_path / "one.json"), **kw))
     assert tp_pp.status == "ok" and one.status == "ok", (tp_pp.error, one.error)
     assert tp_pp.losses == pytest.approx(one.losses, abs=2e-5)
+
+
+@pytest.mark.slow
+def test_matrix4_sample_covers_every_new_pair():
+    """validation/trainer_matrix4.py: the sample holds only accepted combinations, and every pair of knob values that
+    holds an offload, bf16_pure or a 4-rank layout and some accepted combination holds."""
+    from validation.trainer_matrix4 import FACTORS, NEW, all_pairs, refusal
+
+    product = [dict(zip(FACTORS, v)) for v in itertools.product(*FACTORS.values())]
+    accepted = [c for c in product if refusal(c) is None]
+    chosen = all_pairs(accepted)
+    assert len(chosen) < 40 and all(c in accepted for c in chosen)
+
+    def pairs(cs):
+        return {p for c in cs for p in itertools.combinations(sorted(c.items()), 2) if p[0] in NEW or p[1] in NEW}
+    assert pairs(chosen) == pairs(accepted)
+    assert any(c["par"] == "dp4" and c["sharding"] == "fsdp_hybrid" for c in chosen)  # HSDP: replicate 2 x shard 2
+    assert any(c["par"] == "tp2pp2" and c["ckpt"] == "full" for c in chosen)  # the tp x pp checkpointing crash
