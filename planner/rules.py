@@ -25,7 +25,7 @@ import numpy as np
 from planner import context_parallel, stage_split
 from planner.errors import PlanError
 from planner.layout import _BOOLEAN, _CATEGORICAL, ATTN, CKPT, OFFLOAD, PREC, SHARD, Layout
-from planner import moe_parallel, ssm_time, zeropp_rules
+from planner import bundled_rules, moe_parallel, ssm_time, zeropp_rules
 from planner.stacks import unsupported
 from planner.layout import STACK
 
@@ -213,6 +213,7 @@ RULES: tuple[Rule, ...] = (
     *(Rule(**r) for r in zeropp_rules.RULES),
     *(Rule(**r) for r in moe_parallel.RULES),
     *(Rule(**r) for r in ssm_time.RULES),
+    *(Rule(**r) for r in bundled_rules.RULES),  # the bundled trainer's refusals (trainer/config.py)
     Rule("stack_supports", "the stack cannot run this plan (see catalog/stacks)", "stack",
          ("stack", "sharding", "tp", "pp", "cp", "cp_impl", "precision", "offload", "compile", "async_tp", "activation_offload",
           "profiles"),

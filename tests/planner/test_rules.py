@@ -39,10 +39,10 @@ MOE_WIDE = dict(WIDE, ep=[1, 1, 2, 3, 4, 8], etp=[1, 1, 2, 4])  # redrawn for a 
 
 
 def random_layout(rng: np.random.Generator, n: int, spec, system, seq_len: int, global_batch=None,
-                  wide=None) -> Layout:
+                  wide=None, scenario=None) -> Layout:
     """Candidates no search would build: the search's own candidates with up to three knobs
     each redrawn from a wide range, so that every rule gets to be the first one broken."""
-    base = search.candidates(spec, system, Scenario(), seq_len, global_batch)
+    base = search.candidates(spec, system, scenario or Scenario(), seq_len, global_batch)
     lay = base.take(rng.integers(0, len(base), n))
     cols = {f.name: np.array(getattr(lay, f.name)) for f in fields(lay)}
     wide = wide or (MOE_WIDE if spec.moe_experts else WIDE)
@@ -93,6 +93,10 @@ def test_every_rule_is_the_first_reason_somewhere():
     # expert parallelism on a dense model
     spec, system = context(*CONTEXTS[0])
     lay = random_layout(np.random.default_rng(7), 5000, spec, system, 4096, None, MOE_WIDE)
+    seen |= set(search.reject_reasons(spec, system, lay, 4096, None, stack_profiles(Settings())).tolist())
+    # the bundled trainer's refusals (planner/bundled_rules.py), from the bundled stack's own candidates
+    bundled = dict(sharding=range(len(SHARDINGS)), precision=range(len(PRECISIONS)), dp=[1, 2, 3, 4], tp=[1, 2])
+    lay = random_layout(np.random.default_rng(8), 5000, spec, system, 4096, None, bundled, Scenario(stack="bundled"))
     seen |= set(search.reject_reasons(spec, system, lay, 4096, None, stack_profiles(Settings())).tolist())
     missing = {r.name for i, r in enumerate(rules.RULES) if i not in seen}
     assert not missing, missing

@@ -87,7 +87,6 @@ class PipelineEngine(Engine):
         n_stages = cfg.plan.pp * cfg.plan.vpp
         self.stage_layers = split_layers(model.spec.n_layers, n_stages)
         starts = [0, *itertools.accumulate(self.stage_layers)]
-        apply_checkpointing(model, cfg.plan.activation_checkpointing)
         if cfg.plan.precision == "bf16_pure":
             model.to(DTYPES["bf16_pure"])
         self.fsdp = cfg.plan.sharding.startswith("fsdp")
@@ -97,6 +96,9 @@ class PipelineEngine(Engine):
             part = StageModule(model, starts[i], starts[i + 1], first=i == 0, last=i == n_stages - 1).to(device)
             if cfg.plan.tp > 1:
                 apply_tensor_parallel(part, m.tp_mesh)
+            # after tp (as tensor_parallel.py): the tp plans name the blocks' own modules, which a full-checkpointing
+            # wrapper hides (tp x pp with full checkpointing: "'Checkpointed' object has no attribute 'mlp'")
+            apply_checkpointing(part, cfg.plan.activation_checkpointing)
             if self.fsdp:
                 fully_shard_model(cfg, part, part.blocks, m.dp_mesh())
             elif cfg.plan.precision in ("bf16", "fp16"):
