@@ -136,6 +136,45 @@ def run_reference(key: tuple, tmp: Path):
 TOLERANCE = {"fp32": 2e-5, "bf16": 5e-3, "fp16": 5e-3}
 
 
+def run_combos(chosen, launch, train_config, reference_key, run_reference, label, tmp, width, tolerance,
+               no_losses) -> tuple[dict[str, int], dict]:
+    """Launch each chosen combination, print one line a run, and check its losses against its twin's (run once per
+    twin key by `run_reference`, within `tolerance[precision]`): the counts of ok / refused / CRASH / WRONG and the
+    twins' losses (shared by validation/trainer_matrix4.py)."""
+    refs: dict[tuple, list[float] | str] = {}
+    counts = {"ok": 0, "refused": 0, "CRASH": 0, "WRONG": 0}
+    for i, combo in enumerate(chosen):
+        t = time.perf_counter()
+        r = launch(train_config(combo, str(tmp / f"run{i}.json")))
+        line = f"{i + 1:3d} {label(combo):{width}s} "
+        if r.status == "bad_config" and not r.exit_codes:  # launch() refused it before any rank started
+            counts["refused"] += 1
+            print(line + f"refused: {r.error}", flush=True)
+            continue
+        if r.status != "ok":
+            counts["CRASH"] += 1
+            print(line + f"CRASH {r.status}: {(r.error or '').splitlines()[0][:240] if r.error else ''}", flush=True)
+            continue
+        verdict, key = "ok", reference_key(combo)
+        if key and not no_losses:
+            if key not in refs:
+                ref = run_reference(key, tmp)
+                refs[key] = ref.losses if ref.status == "ok" else f"reference {ref.status}: {ref.error}"
+            ref, twin = refs[key], key[0] if isinstance(key[0], str) else "twin"
+            if isinstance(ref, str):
+                verdict = f"no reference ({ref[:120]})"
+            else:
+                diff = max(abs(a - b) for a, b in zip(r.losses, ref))
+                if diff > tolerance[combo["precision"]]:
+                    verdict = f"WRONG losses {[round(x, 4) for x in r.losses]} vs {twin} {[round(x, 4) for x in ref]}"
+                    counts["WRONG"] += 1
+                else:
+                    verdict = f"ok (losses = {twin} within {diff:.1e})"
+        counts["ok"] += verdict.startswith("ok")
+        print(line + f"{verdict} [{time.perf_counter() - t:.0f} s]", flush=True)
+    return counts, refs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=0, help="run only the first N chosen combinations")
@@ -152,38 +191,9 @@ def main(argv=None) -> int:
     chosen = chosen[: args.limit] if args.limit else chosen
     print(f"all-pairs sample: {len(chosen)} runs ({' x '.join(FACTORS)})", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="trainer-matrix-"))
-    refs: dict[tuple, list[float] | str] = {}
-    counts = {"ok": 0, "refused": 0, "CRASH": 0, "WRONG": 0}
     t0 = time.perf_counter()
-    for i, combo in enumerate(chosen):
-        t = time.perf_counter()
-        r = launch(train_config(combo, str(tmp / f"run{i}.json")))
-        line = f"{i + 1:3d} {label(combo):52s} "
-        if r.status == "bad_config" and not r.exit_codes:  # launch() refused it before any rank started
-            counts["refused"] += 1
-            print(line + f"refused: {r.error}", flush=True)
-            continue
-        if r.status != "ok":
-            counts["CRASH"] += 1
-            print(line + f"CRASH {r.status}: {(r.error or '').splitlines()[0][:240] if r.error else ''}", flush=True)
-            continue
-        verdict, key = "ok", reference_key(combo)
-        if key and not args.no_losses:
-            if key not in refs:
-                ref = run_reference(key, tmp)
-                refs[key] = ref.losses if ref.status == "ok" else f"reference {ref.status}: {ref.error}"
-            ref = refs[key]
-            if isinstance(ref, str):
-                verdict = f"no reference ({ref[:120]})"
-            else:
-                diff = max(abs(a - b) for a, b in zip(r.losses, ref))
-                if diff > TOLERANCE[combo["precision"]]:
-                    verdict = f"WRONG losses {[round(x, 4) for x in r.losses]} vs {key[0]} {[round(x, 4) for x in ref]}"
-                    counts["WRONG"] += 1
-                else:
-                    verdict = f"ok (losses = {key[0]} within {diff:.1e})"
-        counts["ok"] += verdict.startswith("ok")
-        print(line + f"{verdict} [{time.perf_counter() - t:.0f} s]", flush=True)
+    counts, refs = run_combos(chosen, launch, train_config, reference_key, run_reference, label, tmp, 52,
+                              TOLERANCE, args.no_losses)
     print(f"summary: {len(chosen)} runs: {counts['ok']} ok, {counts['refused']} refused, {counts['CRASH']} crashed, "
           f"{counts['WRONG']} wrong "
           f"losses; {len(product) - len(accepted)} of {len(product)} combinations refused before launch; "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from planner.errors import PlanError
 from planner.model import ModelSpec
-from validation.trainer_matrix import SEQ, SHAPES, STEPS
+from validation.trainer_matrix import SEQ, SHAPES, STEPS, run_combos
 
 # name -> (ranks, plan knobs)
 PARALLEL: dict[str, tuple[int, dict]] = {
@@ -181,37 +181,8 @@ def main(argv=None) -> int:
         print("\n".join(label(c) for c in chosen))
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="trainer-matrix4-"))
-    refs: dict[tuple, list[float] | str] = {}
-    counts = {"ok": 0, "refused": 0, "CRASH": 0, "WRONG": 0}
-    for i, combo in enumerate(chosen):
-        t = time.perf_counter()
-        r = launch(train_config(combo, str(tmp / f"run{i}.json")))
-        line = f"{i + 1:3d} {label(combo):62s} "
-        if r.status == "bad_config" and not r.exit_codes:
-            counts["refused"] += 1
-            print(line + f"refused: {r.error}", flush=True)
-            continue
-        if r.status != "ok":
-            counts["CRASH"] += 1
-            print(line + f"CRASH {r.status}: {(r.error or '').splitlines()[0][:240] if r.error else ''}", flush=True)
-            continue
-        verdict, key = "ok", reference_key(combo)
-        if key and not args.no_losses:
-            if key not in refs:
-                ref = run_reference(key, tmp)
-                refs[key] = ref.losses if ref.status == "ok" else f"reference {ref.status}: {ref.error}"
-            ref = refs[key]
-            if isinstance(ref, str):
-                verdict = f"no reference ({ref[:120]})"
-            else:
-                diff = max(abs(a - b) for a, b in zip(r.losses, ref))
-                if diff > TOLERANCE[combo["precision"]]:
-                    verdict = f"WRONG losses {[round(x, 4) for x in r.losses]} vs {[round(x, 4) for x in ref]}"
-                    counts["WRONG"] += 1
-                else:
-                    verdict = f"ok (losses = twin within {diff:.1e})"
-        counts["ok"] += verdict.startswith("ok")
-        print(line + f"{verdict} [{time.perf_counter() - t:.0f} s]", flush=True)
+    counts, refs = run_combos(chosen, launch, train_config, reference_key, run_reference, label, tmp, 62,
+                              TOLERANCE, args.no_losses)
     print(f"summary: {len(chosen)} runs: {counts['ok']} ok, {counts['refused']} refused, {counts['CRASH']} crashed, "
           f"{counts['WRONG']} wrong losses; {len(product) - len(accepted)} of {len(product)} combinations refused "
           f"before launch, {len(unguarded)} unguarded refusal kinds; {len(refs)} reference runs; "

@@ -5,15 +5,12 @@ installed), FSDP2's MixedPrecisionPolicy.reduce_dtype; the CLI flag and the bund
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from typer.testing import CliRunner
 
 from plan_cli.main import app
+from tests.exports.deepspeed_parse import parse_with_deepspeed
 from planner.errors import PlanError
 from planner.exports import deepspeed_config
 from planner.exports.fsdp_settings import fsdp_settings
@@ -54,42 +51,16 @@ def test_fsdp_reduce_dtype_follows_the_knob():
     assert mp("bf16") == {"param_dtype": "bfloat16", "reduce_dtype": None}  # torch: None reduces in param_dtype
 
 
-PARSE = textwrap.dedent("""
-    import json, sys
-    import torch.distributed as dist
-    import deepspeed
-    from deepspeed.runtime.config import DeepSpeedConfig
-
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    deepspeed.init_distributed(dist_backend="gloo")
-    out = []
-    for cfg in json.load(open(sys.argv[1])):
-        cfg["train_batch_size"] = cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"]
-        c = DeepSpeedConfig(cfg)
-        out.append({"comm": str(c.communication_data_type), "accum": str(c.grad_accum_dtype)})
-    json.dump(out, open(sys.argv[2], "w"))
-""")
 
 
 def test_deepspeed_parses_the_exported_dtypes(tmp_path):
-    import socket
-
     plans = [ExecutionPlan(dp=8, sharding="zero1", grad_reduce_dtype="fp32"),
              ExecutionPlan(dp=8, sharding="zero2", grad_reduce_dtype="bf16"),
              ExecutionPlan(dp=8, sharding="zero3", precision="fp16", grad_reduce_dtype="bf16"),
              ExecutionPlan(dp=8, sharding="zero1")]
     configs = [deepspeed_config(p, target="cpu") for p in plans]
     assert "communication_data_type" not in configs[3] and "data_types" not in configs[3]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    src, out = tmp_path / "configs.json", tmp_path / "parsed.json"
-    src.write_text(json.dumps(configs))
-    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", PARSE, str(src), str(out)], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(out.read_text())
+    got = parse_with_deepspeed(tmp_path, configs, '{"comm": str(c.communication_data_type), "accum": str(c.grad_accum_dtype)}')
     assert got[0] == {"comm": "torch.float32", "accum": "fp32"}
     assert got[1]["comm"] == "torch.bfloat16" and got[2]["comm"] == "torch.float16"
     assert got[3]["comm"] == "None"

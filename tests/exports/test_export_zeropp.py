@@ -5,16 +5,13 @@ values; a misspelled key is rejected by the same check (the test can fail); refu
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from planner.errors import PlanError
 from planner.exports import deepspeed_config
 from planner.scenario import ExecutionPlan
+from tests.exports.deepspeed_parse import parse_with_deepspeed
 from trainer.backends.deepspeed_backend import knobs_from_ds_config, refuse_zeropp_without_cuda
 
 PLANS = [
@@ -25,41 +22,12 @@ PLANS = [
     ExecutionPlan(sharding="zero3", dp=16, zeropp_qgz=True, offload="optimizer"),
 ]
 
-PARSE = textwrap.dedent("""
-    import json, sys
-    import torch.distributed as dist
-    import deepspeed
-    from deepspeed.runtime.config import DeepSpeedConfig
-
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    deepspeed.init_distributed(dist_backend="gloo")
-    out = []
-    for cfg in json.load(open(sys.argv[1])):
-        cfg["train_batch_size"] = cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"]
-        try:
-            z = DeepSpeedConfig(cfg).zero_config
-            out.append({"stage": int(z.stage), "qwz": z.zero_quantized_weights, "hpz": z.zero_hpz_partition_size,
-                        "qgz": z.zero_quantized_gradients})
-        except Exception as e:
-            out.append({"error": type(e).__name__ + ": " + str(e)[:200]})
-    json.dump(out, open(sys.argv[2], "w"))
-""")
 
 
 def _parse_with_deepspeed(tmp_path, configs: list[dict]) -> list[dict]:
-    """DeepSpeed's own parse of each config (world size 1: the batch is rescaled to it)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    src, out = tmp_path / "configs.json", tmp_path / "parsed.json"
-    src.write_text(json.dumps(configs))
-    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", PARSE, str(src), str(out)], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return parse_with_deepspeed(tmp_path, configs, '{"stage": int(c.zero_config.stage), "qwz": '
+                                'c.zero_config.zero_quantized_weights, "hpz": c.zero_config.zero_hpz_partition_size, '
+                                '"qgz": c.zero_config.zero_quantized_gradients}')
 
 
 def test_deepspeed_parses_the_exported_zeropp_keys(tmp_path):
