@@ -211,6 +211,13 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "accelerate":
         fsdp = json.loads(fsdp_text()) if is_fsdp(plan) else None
+        if fsdp is not None and (fsdp["mixed_precision"]["reduce_dtype"] == "float32" and fsdp["mixed_precision"]["param_dtype"]):
+            # accelerate's mixed_precision builds MixedPrecisionPolicy(param_dtype=d, reduce_dtype=d) (accelerate
+            # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision): no YAML key says float32
+            notes.append("gradients: the plan was timed with an fp32 reduce-scatter (reduce_dtype float32, as in the FSDP "
+                         "settings: plan export fsdp), but accelerate's mixed_precision reduces in the 16-bit dtype; pass "
+                         "FullyShardedDataParallelPlugin(mixed_precision_policy={..., 'reduce_dtype': torch.float32}) "
+                         "in code, or plan with --grad-reduce-dtype bf16")
         files = [ExportFile(name=options.accelerate_file, content=accelerate_yaml(accelerate_config(
             plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp),
             file_name=options.accelerate_file))]

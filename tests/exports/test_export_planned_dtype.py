@@ -17,7 +17,7 @@ from planner import dp_comm
 from planner.exports import deepspeed_config
 from planner.exports.fsdp_settings import fsdp_settings
 from planner.layout import Layout
-from planner.scenario import ExecutionPlan
+from planner.scenario import ExecutionPlan, Scenario
 from tests.exports.deepspeed_parse import parse_with_deepspeed
 
 TORCH = {"float32": 4.0, None: 2.0}  # FSDP2 reduce_dtype None: the 16-bit param_dtype
@@ -71,3 +71,18 @@ def test_plan_export_fsdp_writes_bf16_for_the_fsdp_stack(tmp_path):
     settings = json.loads(out.read_text())
     assert settings["plan"]["stack"] == "fsdp"
     assert settings["mixed_precision"]["reduce_dtype"] is None
+
+
+def test_the_accelerate_export_says_when_it_cannot_write_the_planned_fp32_reduction():
+    from planner.exports.bundle import Chosen, export
+    from planner.resolve import resolve_system
+
+    system = resolve_system(Scenario(model="7b", gpus=8, cluster="dgx-a100"))
+
+    def said(stack: str, dtype: str = "default") -> bool:
+        plan = ExecutionPlan(dp=8, sharding="fsdp_full_shard", stack=stack, grad_reduce_dtype=dtype)
+        notes = export("accelerate", Chosen(plan=plan, model_ref="7b", system=system)).notes
+        return any("accelerate's mixed_precision reduces in the 16-bit dtype" in n for n in notes)
+    # accelerate's mixed_precision: bf16 reduces in bf16, what the hf and fsdp profiles time; not bundled's fp32
+    assert (said("hf"), said("fsdp"), said("bundled"), said("bundled", "bf16"), said("hf", "fp32")) == (
+        False, False, True, False, True)
