@@ -131,7 +131,7 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, moe: Mo
         raise why  # the pins rule out every plan: `plan estimate`'s line for the same flags
     cluster = cat.clusters.get(report.system.cluster_id or "")
     chosen = choose_from_estimate(report, scenario.model, cluster.cpu_cores_per_node if cluster else None, fmt)
-    return chosen.model_copy(update={"moe": moe, "memory": memory})
+    return chosen.model_copy(update={"moe": moe, "memory": memory, "stack_profile": cat.stacks.get(chosen.plan.stack)})
 
 
 # each format's usual file name (the hint when --out names a folder)

@@ -276,6 +276,8 @@ def _show(rep, storage: str | None, json_out: bool) -> None:
         console.print_json(json.dumps(rep.launch_settings))
     if rep.launch_command:
         console.print(f"launch: [bold]{rep.launch_command}[/]", soft_wrap=True)
+    if rep.export_command:  # the export that writes the winner (a plain-DDP winner: deepspeed, as ZeRO stage 0)
+        console.print(f"export: {rep.export_command}", soft_wrap=True, highlight=False, markup=False)
     if rep.stop_reason:
         console.print(f"stopped: {rep.stop_reason}")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Path as PathParam, Query, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Path as PathParam, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -148,7 +148,9 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             if e.field == "study":
                 raise HTTPException(409, str(e)) from None
             raise
-        fmt = "fsdp" if req.backend == "fsdp" else "deepspeed"  # an FSDP study's winner is an FSDP settings file
+        # a DeepSpeed study's winner is always a DeepSpeed config (none: ZeRO stage 0); an FSDP (or any) study's may be
+        # plain data parallel (sharding none) or a ZeRO plan, which no FSDP settings file writes: /best picks the format
+        fmt = "deepspeed" if req.backend == "deepspeed" else "best"
         return TuneStarted(study=name, status_url=f"/tune/{name}", export_url=f"/export/{name}/{fmt}")
 
     @app.get("/tune", response_model=StudyList, dependencies=[Depends(require_token)],
@@ -224,11 +226,27 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         trial ran from; a DeepSpeed winner is refused as the CLI refuses it). Same switches as /deepspeed."""
         return _study_export("fsdp", study, query, config.storage)
 
+    @app.get("/export/{study}/best", responses={**ERRORS, 404: {"model": ErrorBody}})
+    def export_best(study: Name, query: Annotated[StudyExportQuery, Query()], response: Response) -> dict:
+        """The best trial's JSON in the format that writes it (tuner/report.py export_format_of): FSDP settings for an
+        FSDP winner, else a DeepSpeed config (a plain data-parallel winner as ZeRO stage 0); the format in the
+        X-Plan-Export-Format header and its own URL in Content-Location. Same switches as /deepspeed."""
+        from tuner.report import chosen_from_study, export_format_of
+        from tuner.study_store import UnknownStudy
+
+        try:
+            fmt = export_format_of(chosen_from_study(study, config.storage, list_studies=False).plan)
+        except UnknownStudy as e:
+            raise HTTPException(404, str(e)) from None
+        response.headers["X-Plan-Export-Format"] = fmt
+        response.headers["Content-Location"] = f"/export/{study}/{fmt}"
+        return _study_export(fmt, study, query, config.storage)
+
     @app.get("/export/{study}/{fmt}", responses={404: {"model": ErrorBody}}, include_in_schema=False)
     def export_other(study: Name, fmt: str) -> dict:
         """A format the service does not serve: a 404 saying which it serves (it was a bare 'Not Found')."""
-        raise HTTPException(404, f"no export format {fmt!r} over HTTP: /export/STUDY/deepspeed or "
-                            f"/export/STUDY/fsdp (JSON); the other formats are files: plan export FORMAT --from-study "
+        raise HTTPException(404, f"no export format {fmt!r} over HTTP: /export/STUDY/deepspeed, "
+                            f"/export/STUDY/fsdp or /export/STUDY/best (the winner's, JSON); the other formats are files: plan export FORMAT --from-study "
                             "STUDY")
 
     return app

@@ -28,7 +28,9 @@ def grad_bytes(layout: Layout, stated=None, fsdp_fp32=None) -> np.ndarray:
     fp32_grads = (p == PREC["fp32"]) | ((layout.sharding == SHARD["none"]) & (p != PREC["bf16_pure"]))
     default = 2.0 + 2.0 * fp32_grads
     if fsdp_fp32 is not None:
-        mixed = (p == PREC["bf16"]) | (p == PREC["fp8"])  # (bf16_pure: the reduction in the parameters' bf16)
+        # fp16 too: the FSDP export writes reduce_dtype float32 for it on such a stack (planner/grad_dtype.py);
+        # bf16_pure: the reduction in the parameters' bf16
+        mixed = (p == PREC["bf16"]) | (p == PREC["fp8"]) | (p == PREC["fp16"])
         default = np.where((np.asarray(fsdp_fp32) > 0) & mixed & (layout.sharding >= SHARD["fsdp_full_shard"]), 4.0,
                            default)
     default = default if stated is None else np.where(np.asarray(stated) > 0, stated, default)

@@ -45,3 +45,18 @@ def core_bucket_views(layout: Layout, core_buckets) -> np.ndarray:
     uses. No staging buffers, unlike DeepSpeed's overlap_comm (4.5 x bucket sizes) or torch DDP."""
     ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
     return (np.asarray(core_buckets) > 0) & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
+
+
+def amp_ddp(layout: Layout, core_buckets) -> np.ndarray:
+    """The plans that run torch DDP under autocast: fp16/bf16 mixed precision, sharding none, on a stack without
+    Megatron-Core's own DDP (`core_buckets`: its profile's grad_bucket_params, 0), so the model's parameters stay
+    fp32 and autocast casts them per op ("autocast ... should wrap only the forward pass"; the model is created in
+    the default float32 dtype, torch.amp docs "Automatic Mixed Precision examples"): each gradient has its
+    parameter's dtype, fp32 (AccumulateGrad), and torch DDP's Reducer buckets and all-reduces them in that dtype
+    (torch/csrc/distributed/c10d/reducer.cpp: bucket.gradients takes the parameters' options), the 4 bytes
+    planner/dp_comm.py grad_bytes counts. The fp32 parameters are the optimizer's own: no separate master copy
+    (4 + 4 bytes a parameter and the optimizer states, where Megatron-LM / Apex O2 keep 2 + 2 + a 4-byte master)."""
+    p = layout.precision
+    mixed16 = (p == PREC["fp16"]) | (p == PREC["bf16"])
+    return (layout.sharding == SHARD["none"]) & mixed16 & ~(np.asarray(core_buckets) > 0)
+

@@ -108,26 +108,28 @@ def _adafactor_bytes_per_param(spec: ModelSpec) -> float:
     return total / spec.n_params
 
 
-def master_bytes_per_param(layout: Layout) -> np.ndarray:
+def master_bytes_per_param(layout: Layout, amp=False) -> np.ndarray:
     """fp32 master copy kept by the optimizer, apart from the parameters themselves.
 
     Mixed precision keeps 16-bit params and an fp32 master in the optimizer (Micikevicius et al.
     2018): DeepSpeed ZeRO (which also keeps a separate fp32 clone of the partition when training
     in fp32), and DDP counted as Megatron-LM / Apex O2 and the ZeRO paper's baseline do (16 B per
     param: 2 params + 2 grads + 12 optimizer). FSDP stores fp32 shards that are their own
-    master (counted in weights); pure bf16 keeps none.
+    master (counted in weights); pure bf16 keeps none; nor does torch DDP under autocast (`amp`,
+    planner/main_grads.py amp_ddp: its fp32 parameters, counted in weights, are the master).
     """
     ds = layout.is_deepspeed & (layout.precision != PREC["bf16_pure"])
-    ddp = (layout.sharding == SHARD["none"]) & _is_mixed(layout)
+    ddp = (layout.sharding == SHARD["none"]) & _is_mixed(layout) & ~np.asarray(amp, dtype=bool)
     return np.where(ds | ddp, 4.0, 0.0)
 
 
-def weights_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
+def weights_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None, amp=False) -> np.ndarray:
     """Parameter bytes resident on one GPU (working copies; fp32 masters count as optimizer).
 
     - none (DDP): params in the compute dtype (2 B; 4 B in fp32); the fp32 master under mixed
-      precision is counted with the optimizer (Megatron-LM / Apex O2 layout; torch.autocast
-      over fp32 params would need 4 + 2 B instead).
+      precision is counted with the optimizer (Megatron-LM / Apex O2 layout). torch DDP under
+      autocast (`amp`, planner/main_grads.py amp_ddp) keeps fp32 params, 4 B, their own master
+      (autocast's 16-bit copies are per-op transients).
     - ZeRO-1/2: 16-bit params replicated (2 B; fp32 training: 4 B).
     - ZeRO-3: 16-bit partition 2P/N plus the largest gathered module (DeepSpeed's estimator
       counts 4 B per largest-layer param for params + grads, here 2 B + 2 B in grads).
@@ -146,7 +148,7 @@ def weights_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=Non
     param_offload = layout.offload == OFFLOAD["optimizer+params"]
     s = layout.sharding
 
-    ddp = c * p
+    ddp = np.where(amp, 4.0, c) * p
     zero12 = c * p
     zero3 = np.where(param_offload, 0.0, c * p / n) + c * unit
     fsdp_store = np.where(mixed, 4.0, c)  # sharded storage dtype
@@ -161,10 +163,11 @@ def weights_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=Non
     )
 
 
-def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None, main_fp32=False) -> np.ndarray:
+def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None, main_fp32=False, amp=False) -> np.ndarray:
     """Gradient bytes on one GPU.
 
-    - none (DDP): grads in the params' dtype, full size.
+    - none (DDP): grads in the params' dtype, full size: fp32 under torch DDP with autocast (`amp`,
+      planner/main_grads.py amp_ddp), the 4 bytes planner/dp_comm.py all-reduces.
     - ZeRO-1: full 16-bit grads + the fp32 gradient partition 4P/N (DeepSpeed's "4 grads_32bit").
     - ZeRO-2: 16-bit partition 2P/N + fp32 partition 4P/N (as DeepSpeed's estimator counts).
     - ZeRO-3: the reduced partition in the compute dtype + the fp32 copy the optimizer step
@@ -190,7 +193,7 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None,
     part16 = np.where(offload, 0.0, c * p / n)  # the reduced partition in the compute dtype
     s = layout.sharding
 
-    ddp = c * p
+    ddp = np.where(amp, 4.0, c) * p
     zero1 = c * p + fp32_part
     zero2 = part16 + fp32_part
     # ZeRO-3. Measured on the bundled trainer (DeepSpeed 0.19, fp32): the reduced partition stays in
@@ -209,12 +212,12 @@ def grads_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None,
     return np.where(main_grads.buffer_on(layout, main_fp32), 4.0 * p, out)
 
 
-def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None) -> np.ndarray:
-    """Optimizer states + fp32 master weights on one GPU (0 when offloaded to the host); `p`, `n`: as
+def optimizer_bytes(spec: ModelSpec, layout: Layout, system: System, p=None, n=None, amp=False) -> np.ndarray:
+    """Optimizer states + fp32 master weights on one GPU (0 when offloaded to the host); `p`, `n`, `amp`: as
     for weights_bytes."""
     p = params_per_gpu(spec, layout) if p is None else p
     n = np.where(layout.shards_optimizer, shard_degree(layout, system) if n is None else n, 1)
-    per_param = optimizer_state_bytes_per_param(spec, layout) + master_bytes_per_param(layout)
+    per_param = optimizer_state_bytes_per_param(spec, layout) + master_bytes_per_param(layout, amp)
     on_gpu = layout.offload == OFFLOAD["none"]
     return np.where(on_gpu, per_param * p / n, 0.0)
 
@@ -355,11 +358,12 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         reserve = prof["allocator_fraction"] * capacity + cached
     saved_less = (ms.block_bytes_saved(spec, layout, settings, prof["swiglu_saved_sbf"])
                   + fp8_saved.block_bytes_less(spec, layout, settings, moe_spec is spec))
+    amp = main_grads.amp_ddp(layout, prof["grad_bucket_params"])  # torch DDP under autocast: fp32 params and grads
     out = {
-        "weights_bytes": weights_bytes(spec, layout, system) + fp8_weight_cache_bytes(spec, layout, settings)
+        "weights_bytes": weights_bytes(spec, layout, system, amp=amp) + fp8_weight_cache_bytes(spec, layout, settings)
         + zeropp.secondary_partition_bytes(spec, layout, compute_dtype_bytes(layout)),
-        "grads_bytes": grads_bytes(spec, layout, system, main_fp32=prof["main_grads_fp32"]),
-        "optimizer_bytes": optimizer_bytes(spec, layout, system),
+        "grads_bytes": grads_bytes(spec, layout, system, main_fp32=prof["main_grads_fp32"], amp=amp),
+        "optimizer_bytes": optimizer_bytes(spec, layout, system, amp=amp),
         "activations_bytes": activation_bytes(spec, layout, prof["loss_saved_bytes_per_logit"],
                                               prof["pipeline_outputs_kept"], prof["eager_softmax_fp32"],
                                               saved_less, prof["swiglu_saved_sbf"]),
@@ -371,7 +375,7 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     }
     if moe_spec is not spec:
         out = moe_memory.with_experts(moe_spec, spec, layout, system, out, settings)
-    out["optimizer_bytes"] = out["optimizer_bytes"] * ms.optimizer_factor(spec, layout, settings)
+    out["optimizer_bytes"] = out["optimizer_bytes"] * ms.optimizer_factor(spec, layout, settings, amp)
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof, saved_less)
     out["capacity_bytes"] = np.full(shape, capacity)

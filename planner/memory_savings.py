@@ -77,7 +77,7 @@ def block_bytes_saved(spec, layout: Layout, settings, swiglu_sbf=4.0) -> np.ndar
     return saved
 
 
-def optimizer_factor(spec, layout: Layout, settings) -> np.ndarray:
+def optimizer_factor(spec, layout: Layout, settings, amp=False) -> np.ndarray:
     """memory.optimizer_bytes' AdamW states + fp32 master per parameter with BF16 moments, over the
     same with FP32 moments (1 where the option is off or the moments are already 16-bit)."""
     from planner.memory import _is_mixed, master_bytes_per_param, optimizer_state_bytes_per_param
@@ -85,7 +85,7 @@ def optimizer_factor(spec, layout: Layout, settings) -> np.ndarray:
     if not getattr(settings, "optimizer_moments_bf16", False):
         return np.ones(np.shape(layout.tp))
     states = optimizer_state_bytes_per_param(spec, layout)
-    master = master_bytes_per_param(layout)
+    master = master_bytes_per_param(layout, amp)  # (amp: torch DDP under autocast, no separate master)
     adamw_fp32 = (layout.optimizer == OPTIM["adamw"]) & _is_mixed(layout)
     return np.where(adamw_fp32, (states / 2.0 + master) / (states + master), 1.0)
 

@@ -122,15 +122,19 @@ def with_experts(spec, view, layout: Layout, system, out: dict, settings=None) -
 
     load = load_factor(settings)
     out = dict(out)
-    kept, main_fp32 = 1.0, False
+    kept, main_fp32, amp = 1.0, False, False
     if settings is not None:
+        from planner.main_grads import amp_ddp
         from planner.settings import stack_profiles
         from planner.stacks import per_candidate
 
         prof = per_candidate(stack_profiles(settings), layout)
         kept, main_fp32 = prof["moe_expert_outputs_kept"], prof["main_grads_fp32"]
-    grads = functools.partial(grads_bytes, main_fp32=main_fp32)  # the experts' fp32 main grads too
-    for key, term in (("weights_bytes", weights_bytes), ("grads_bytes", grads), ("optimizer_bytes", optimizer_bytes)):
+        amp = amp_ddp(layout, prof["grad_bucket_params"])  # torch DDP under autocast: the experts' fp32 too
+    grads = functools.partial(grads_bytes, main_fp32=main_fp32, amp=amp)  # the experts' fp32 main grads too
+    terms = (("weights_bytes", functools.partial(weights_bytes, amp=amp)), ("grads_bytes", grads),
+             ("optimizer_bytes", functools.partial(optimizer_bytes, amp=amp)))
+    for key, term in terms:
         out[key] = out[key] + _states_delta(term, spec, view, layout, system)
     out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout, load, settings, kept)
     out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout, load)

@@ -4,6 +4,7 @@ after calibration, and the winner's DeepSpeed JSON / FSDP launch settings and co
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import optuna
@@ -52,6 +53,9 @@ class TuneReport(BaseModel):
     deepspeed_config: dict | None = None
     launch_settings: dict | None = None
     launch_command: str | None = None
+    # the export that writes the winner (an FSDP study's plain-DDP winner: DeepSpeed's ZeRO stage 0) and its command
+    export_format: str | None = None
+    export_command: str | None = None
     stop_reason: str | None = None
     interrupted_by: str | None = None  # "SIGINT" (Ctrl-C) or "SIGTERM": the CLI exits 130 / 143 after the report
     network: str | None = None
@@ -234,7 +238,18 @@ def build_report(study: optuna.Study, storage_url: str | None, stop_reason: str 
                        "measured_memory_gib": best.user_attrs.get("measured_memory_gib"),
                        "predicted_tokens_per_s_default": best.user_attrs.get("predicted_tokens_per_s_default")}
         report.deepspeed_config, report.launch_settings, report.launch_command = ds, settings, cmd
+        report.export_format = export_format_of(plan)
+        report.export_command = (f"plan export {report.export_format} --from-study {shlex.quote(study.study_name)}"
+                                 + (f" --storage {shlex.quote(report.storage)}" if storage_url else ""))
     return report
+
+
+def export_format_of(plan: ExecutionPlan) -> str:
+    """The JSON export that writes a study's winner: FSDP settings for an FSDP plan, else a DeepSpeed config (a plain
+    data-parallel winner, e.g. an FSDP study's sharding none, as ZeRO stage 0: fsdp_settings refuses it)."""
+    from planner.exports.common import is_fsdp
+
+    return "fsdp" if is_fsdp(plan) else "deepspeed"
 
 
 def setup_report(study: optuna.Study, storage_url: str | None, this_run: dict | None = None) -> TuneReport | None:

@@ -155,7 +155,8 @@ def web_router() -> APIRouter:
                         step_time_s=est.time.step_time_s if est.time else None, tokens=scenario.tokens,
                         source=f"plan serve page, rank {req.rank} of {report.fitting} fitting",
                         moe=MoeOptions(**req.model_dump(include=set(MOE_FIELDS))),
-                        memory=MemoryRecipe(**req.model_dump(include=set(RECIPE_FIELDS))))
+                        memory=MemoryRecipe(**req.model_dump(include=set(RECIPE_FIELDS))),
+                        stack_profile=_catalog(request).stacks.get(est.plan.stack))
         first = render(fmt, chosen).files[0]
         return Response(first.content, media_type=EXPORT_MEDIA[fmt],
                         headers={"Content-Disposition": f'attachment; filename="{first.name}"'})

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from hardware.stacks import StackProfile
 from planner.errors import NothingFits, PlanError, unknown
 from planner.exports.accelerate import accelerate_config, accelerate_yaml
 from planner.exports import memory_settings, moe_routing, moe_settings
@@ -51,6 +52,9 @@ class Chosen(Frozen):
     moe: MoeOptions = MoeOptions()
     # the memory-saving switches the plan was chosen with (planner/memory_recipe.py)
     memory: MemoryRecipe = MemoryRecipe()
+    # the profile of plan.stack the plan was timed with (a --catalog's); None: the built-in catalog's. Its
+    # gradient reduction dtype is what the files write (planner/grad_dtype.py)
+    stack_profile: StackProfile | None = None
 
 
 class ExportOptions(Frozen):
@@ -188,12 +192,14 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
     def ds_text() -> str:
         if chosen.deepspeed_json is not None:
             return chosen.deepspeed_json
-        return config_text(deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model))
+        return config_text(deepspeed_config(plan, target=target, recipe=recipe, model=chosen.model,
+                                            profile=chosen.stack_profile))
 
     def fsdp_text() -> str:
         if chosen.fsdp_json is not None:
             return chosen.fsdp_json
-        return config_text(fsdp_settings(plan, target=target, nodes=_nodes_of(plan, chosen.system)))
+        return config_text(fsdp_settings(plan, target=target, nodes=_nodes_of(plan, chosen.system),
+                                         profile=chosen.stack_profile))
 
     ds = lambda: json.loads(ds_text())  # noqa: E731
     ran_deepspeed = is_deepspeed(plan) or chosen.deepspeed_json is not None  # (ZeRO-0 trials too)
@@ -205,6 +211,13 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "accelerate":
         fsdp = json.loads(fsdp_text()) if is_fsdp(plan) else None
+        if fsdp is not None and (fsdp["mixed_precision"]["reduce_dtype"] == "float32" and fsdp["mixed_precision"]["param_dtype"]):
+            # accelerate's mixed_precision builds MixedPrecisionPolicy(param_dtype=d, reduce_dtype=d) (accelerate
+            # utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision): no YAML key says float32
+            notes.append("gradients: the plan was timed with an fp32 reduce-scatter (reduce_dtype float32, as in the FSDP "
+                         "settings: plan export fsdp), but accelerate's mixed_precision reduces in the 16-bit dtype; pass "
+                         "FullyShardedDataParallelPlugin(mixed_precision_policy={..., 'reduce_dtype': torch.float32}) "
+                         "in code, or plan with --grad-reduce-dtype bf16")
         files = [ExportFile(name=options.accelerate_file, content=accelerate_yaml(accelerate_config(
             plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp),
             file_name=options.accelerate_file))]
@@ -275,7 +288,7 @@ def _refuse_hybrid(chosen: Chosen) -> None:
 def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
     args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe=chosen.moe, notes=notes,
-                             memory=chosen.memory)
+                             memory=chosen.memory, profile=chosen.stack_profile)
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]

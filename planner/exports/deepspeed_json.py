@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hardware.stacks import StackProfile
+from planner import grad_dtype
 from planner.errors import PlanError
 from planner.exports.common import Recipe, Target, check_target, is_fsdp, run_fields
 from planner.exports.cp_settings import deepspeed_keys
@@ -24,8 +26,10 @@ def deepspeed_config(
     target: Target = "gpu",
     recipe: Recipe | None = None,
     model: ModelSpec | None = None,
+    profile: StackProfile | None = None,
 ) -> dict[str, Any]:
-    """The DeepSpeed config for `plan` on `plan.dp` data-parallel ranks.
+    """The DeepSpeed config for `plan` on `plan.dp` data-parallel ranks (`profile`: the stack profile it was timed
+    with, None: the built-in catalog's for plan.stack; its gradient reduction dtype: planner/grad_dtype.py).
 
     `train_batch_size = micro_batch * grad_accum * dp` (DeepSpeed asserts exactly this, with
     dp the data-parallel world size its mpu reports, the world size without one).
@@ -44,7 +48,7 @@ def deepspeed_config(
         "zero_optimization": zero_section(plan, target, model),
         "optimizer": optimizer_section(plan, target, recipe),
         **precision_sections(plan),
-        **grad_reduce_keys(plan),
+        **grad_reduce_keys(plan, profile),
         **cp_keys,
     }
     scheduler = scheduler_section(recipe)
@@ -174,15 +178,21 @@ def precision_sections(plan: ExecutionPlan) -> dict[str, Any]:
     return {}
 
 
-def grad_reduce_keys(plan: ExecutionPlan) -> dict[str, Any]:
-    """The plan's grad_reduce_dtype in DeepSpeed's keys (none for default: DeepSpeed's own, the 16-bit compute
-    dtype). `communication_data_type` (fp32/fp16/bf16) is the dtype of the gradient reduction (deepspeed
-    runtime/config.py get_communication_data_type; engine.py communication_data_type falls back to fp16/bf16);
-    fp32 under bf16 ZeRO-1 also accumulates the gradients in fp32 (`data_types.grad_accum_dtype`: engine.py
-    _do_optimizer_sanity_check picks the BF16_Optimizer, which keeps fp32 gradients, only for bf16 + fp32 on
-    stage 1 without offload; stage 0 refuses the mix). An fp32 plan's gradients are fp32 whatever it says."""
-    if plan.grad_reduce_dtype == "default" or plan.precision == "fp32":
+def grad_reduce_keys(plan: ExecutionPlan, profile: StackProfile | None = None) -> dict[str, Any]:
+    """The dtype the plan's gradients are reduced in (planner/grad_dtype.py: its grad_reduce_dtype, "default"
+    resolved by the stack profile as its timing counts it) in DeepSpeed's keys; none where DeepSpeed's own default,
+    the 16-bit compute dtype, is that dtype. `communication_data_type` (fp32/fp16/bf16) is the dtype of the gradient
+    reduction (deepspeed runtime/config.py get_communication_data_type; engine.py communication_data_type falls back
+    to fp16/bf16), e.g. fp32 for a mixed-precision ZeRO-0 plan, timed as DDP under AMP (4 bytes a gradient); fp32
+    under bf16 ZeRO-1 asked for by the plan also accumulates the gradients in fp32 (`data_types.grad_accum_dtype`:
+    engine.py _do_optimizer_sanity_check picks the BF16_Optimizer, which keeps fp32 gradients, only for bf16 + fp32
+    on stage 1 without offload; stage 0 refuses the mix). An fp32 plan's gradients are fp32 whatever it says."""
+    if plan.precision == "fp32":
         return {}
+    if plan.grad_reduce_dtype == "default":
+        if grad_dtype.reduce_dtype(plan, profile) != "fp32":
+            return {}
+        return {"communication_data_type": "fp32"}
     if plan.grad_reduce_dtype == "bf16":
         return {"communication_data_type": "fp16" if plan.precision == "fp16" else "bf16"}
     keys: dict[str, Any] = {"communication_data_type": "fp32"}

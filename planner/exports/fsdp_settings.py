@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hardware.stacks import StackProfile
+from planner import grad_dtype
 from planner.errors import PlanError
 from planner.exports.common import Target, check_target, is_fsdp, run_fields
 from planner.scenario import ExecutionPlan
@@ -25,8 +27,9 @@ BLOCK_CLS = "Block"  # the bundled trainer's transformer block (trainer/model.py
 
 
 def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1,
-                  block_cls: str = BLOCK_CLS) -> dict[str, Any]:
-    """The FSDP2 settings of `plan` over `plan.dp` data-parallel ranks on `nodes` nodes."""
+                  block_cls: str = BLOCK_CLS, profile: StackProfile | None = None) -> dict[str, Any]:
+    """The FSDP2 settings of `plan` over `plan.dp` data-parallel ranks on `nodes` nodes; `profile`: the stack
+    profile the plan was timed with (None: the built-in catalog's for plan.stack), whose reduction dtype it writes."""
     target = check_target(target)
     if not is_fsdp(plan):
         # an FSDP study's space holds "none" (plain data parallel): its winner may shard nothing
@@ -38,7 +41,6 @@ def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1
         raise PlanError("offload", "FSDP offloads parameters, gradients and optimizer state together: "
                         "use offload=optimizer+params or none")
     offload = plan.offload == "optimizer+params"
-    mixed = plan.precision in ("fp16", "bf16")
     return {
         "fsdp_version": 2,
         "sharding_strategy": STRATEGY[plan.sharding],
@@ -46,7 +48,7 @@ def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1
         # SHARD_GRAD_OP keeps them until backward (ZeRO-2-like)
         "reshard_after_forward": plan.sharding != "fsdp_shard_grad_op",
         "mesh": _mesh(plan, nodes),
-        "mixed_precision": {"param_dtype": PARAM_DTYPE[plan.precision], "reduce_dtype": _reduce_dtype(plan, mixed)},
+        "mixed_precision": {"param_dtype": PARAM_DTYPE[plan.precision], "reduce_dtype": _reduce_dtype(plan, profile)},
         # bf16_pure: the parameters themselves are bf16 (no fp32 master copy)
         "model_dtype": "bfloat16" if plan.precision == "bf16_pure" else "float32",
         "grad_scaler": plan.precision == "fp16",
@@ -60,13 +62,14 @@ def fsdp_settings(plan: ExecutionPlan, *, target: Target = "gpu", nodes: int = 1
     }
 
 
-def _reduce_dtype(plan: ExecutionPlan, mixed: bool) -> str | None:
-    """MixedPrecisionPolicy.reduce_dtype: float32 under mixed precision or where the plan's grad_reduce_dtype is
-    fp32; None (torch: the reduction runs in param_dtype, "if reduce_dtype is None ... uses param_dtype",
-    torch/distributed/fsdp/_fully_shard/_fsdp_api.py) for bf16; an fp32 plan's gradients stay fp32."""
-    if plan.grad_reduce_dtype == "bf16":
+def _reduce_dtype(plan: ExecutionPlan, profile: StackProfile | None) -> str | None:
+    """MixedPrecisionPolicy.reduce_dtype: float32 where the plan's timing reduces fp32 gradients (planner/grad_dtype.py:
+    the plan's grad_reduce_dtype, "default" resolved by its stack profile's fsdp_reduce_fp32: the bundled trainer and
+    torchtitan reduce in fp32, llm-foundry's PURE mixed precision in bf16); None otherwise (torch: "if reduce_dtype is
+    None ... uses param_dtype", torch/distributed/fsdp/_fully_shard/_fsdp_api.py); an fp32 plan's gradients stay fp32."""
+    if plan.precision == "fp32":
         return None
-    return "float32" if mixed or (plan.grad_reduce_dtype == "fp32" and plan.precision == "bf16_pure") else None
+    return "float32" if grad_dtype.reduce_dtype(plan, profile) == "fp32" else None
 
 
 def settings_for_knobs(knobs: dict[str, Any], *, dp: int, seq_len: int, target: Target,

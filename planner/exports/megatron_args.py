@@ -26,6 +26,8 @@ Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 
 from __future__ import annotations
 
+from hardware.stacks import StackProfile
+from planner import grad_dtype
 from planner.errors import PlanError
 from planner.exports import memory_settings, mla_settings, moe_settings
 from planner.exports.cp_settings import megatron_args as cp_args
@@ -166,7 +168,8 @@ def parallel_args(plan: ExecutionPlan, gpus_per_node: int) -> list[str]:
 
 
 def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8, *, moe: MoeOptions | None = None,
-                  notes: list[str] | None = None, memory: MemoryRecipe | None = None) -> list[str]:
+                  notes: list[str] | None = None, memory: MemoryRecipe | None = None,
+                  profile: StackProfile | None = None) -> list[str]:
     """The arguments, one flag and its values after the other. A plan or model Megatron-LM cannot
     run is a PlanError naming the field; the MoE routing and overlap flags as planned (planner/exports/moe_settings.py,
     moe_routing.py); the memory-saving switches (planner/exports/memory_settings.py)."""
@@ -178,35 +181,45 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
             + moe_settings.megatron_args(plan, model, moe, gpus_per_node, notes))
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += (recompute or _RECOMPUTE[plan.activation_checkpointing]) + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]
-    args += optimizer + grad_reduce_args(plan)
-    if notes is not None and (note := grad_reduce_note(plan)) is not None:
+    args += optimizer + grad_reduce_args(plan, profile)
+    if notes is not None and (note := grad_reduce_note(plan, profile)) is not None:
         notes.append(note)
     if plan.attention != "eager":  # a fused kernel (Megatron has no Triton FlashAttention: flash-attn's CUDA one)
         args.append("--use-flash-attn")
     return args
 
 
-def grad_reduce_args(plan: ExecutionPlan) -> list[str]:
-    """The plan's grad_reduce_dtype as Megatron-LM flags (none for default). validate_args of
+def grad_reduce_args(plan: ExecutionPlan, profile: StackProfile | None = None) -> list[str]:
+    """The dtype the plan's gradients are reduced in (planner/grad_dtype.py: its grad_reduce_dtype, "default" resolved
+    by the stack profile `profile` as its timing counts it) as Megatron-LM flags. validate_args of
     NVIDIA/Megatron-LM@000c4ac24f61159c138b0975def722c65245983c megatron/training/arguments.py: under --bf16,
     accumulate_allreduce_grads_in_fp32 is turned on unless --grad-reduce-in-bf16; under --fp16 it stays off
     unless --accumulate-allreduce-grads-in-fp32 is given. An fp32 plan's gradients are fp32 (no flag)."""
-    if plan.grad_reduce_dtype == "default" or plan.precision == "fp32":
+    if plan.precision == "fp32":
         return []
-    if plan.grad_reduce_dtype == "fp32":
+    if _dtype(plan, profile) == "fp32":
         return ["--accumulate-allreduce-grads-in-fp32"]
     return ["--grad-reduce-in-bf16"] if plan.precision in ("bf16", "fp8") else []
 
 
-def grad_reduce_note(plan: ExecutionPlan) -> str | None:
-    """What a default grad_reduce_dtype leaves to Megatron-LM under bf16/fp8: no flag, so validate_args turns fp32
-    gradient accumulation and reduction on, while every stack profile (catalog/stacks: main_grads_fp32 false, as
-    NeMo's recipes run) planned a bf16 buffer; the exported run then needs more memory than the plan said."""
-    if plan.grad_reduce_dtype != "default" or plan.precision not in ("bf16", "fp8"):
+def _dtype(plan: ExecutionPlan, profile: StackProfile | None) -> str:
+    return plan.grad_reduce_dtype if plan.grad_reduce_dtype != "default" else grad_dtype.reduce_dtype(plan, profile)
+
+
+def grad_reduce_note(plan: ExecutionPlan, profile: StackProfile | None = None) -> str | None:
+    """Which dtype a default grad_reduce_dtype was resolved to (the plan's stack profile) and the flag written for it:
+    without a flag Megatron-LM under --bf16 reduces in fp32, which is not what every plan was timed with."""
+    if plan.grad_reduce_dtype != "default" or plan.precision == "fp32":
         return None
-    return ("gradients: planned as a bf16 buffer reduced in bf16 (the stack profile, as NeMo's recipes run), but "
-            "Megatron-LM under --bf16 accumulates and reduces them in fp32 unless given --grad-reduce-in-bf16: "
-            "plan with --grad-reduce-dtype bf16 to write that flag, or fp32 to count the fp32 buffer and bytes")
+    flags, dtype = grad_reduce_args(plan, profile), _dtype(plan, profile)
+    how = f"written as {flags[0]}" if flags else "Megatron-LM's own default for this precision, no flag"
+    held = ""
+    if dtype == "fp32" and not (profile or grad_dtype.profile_of(plan)).main_grads_fp32:
+        # timed as an fp32 reduction (dp_comm: DDP's 4 bytes) while memory counted a 16-bit buffer (main_grads.py)
+        held = ("; Megatron-LM then holds an fp32 main-gradient buffer, 2 bytes a parameter more than this plan's "
+                "memory counted: plan with --grad-reduce-dtype fp32 to count it")
+    return (f"gradients: reduced in {dtype} as the plan was timed (grad_reduce_dtype default, stack "
+            f"profile {plan.stack}): {how}{held}; plan with --grad-reduce-dtype fp32|bf16 to choose")
 
 
 def flag_lines(args: list[str]) -> list[str]:

@@ -26,31 +26,35 @@ MEGATRON_FLAGS = {"fp32": "--accumulate-allreduce-grads-in-fp32", "bf16": "--gra
 
 @pytest.mark.parametrize("dtype", ["default", "fp32", "bf16"])
 def test_megatron_writes_the_matching_flag(dtype):
+    # default: the megatron profile's zero1 bf16 plan is timed with a bf16 reduce-scatter (2 bytes, dp_comm)
     args = megatron_args(ExecutionPlan(dp=8, sharding="zero1", grad_reduce_dtype=dtype), resolve_model("gpt2-xl"))
     written = [f for f in MEGATRON_FLAGS.values() if f in args]
-    assert written == ([] if dtype == "default" else [MEGATRON_FLAGS[dtype]])
+    assert written == [MEGATRON_FLAGS["bf16" if dtype == "default" else dtype]]
 
 
-@pytest.mark.parametrize(("dtype", "precision", "noted"), [("default", "bf16", True), ("default", "fp8", True),
-                                                       ("default", "fp16", False), ("fp32", "bf16", False),
-                                                       ("bf16", "bf16", False)])
-def test_megatron_export_says_what_a_default_leaves_to_megatron_lm(dtype, precision, noted):
-    # no flag under --bf16: Megatron-LM reduces in fp32 while the stack profiles planned bf16; the export says so
+@pytest.mark.parametrize(("dtype", "precision", "sharding", "noted", "flag"), [
+    ("default", "bf16", "zero1", True, "bf16"), ("default", "fp8", "zero1", True, "bf16"),
+    ("default", "fp16", "zero1", True, None), ("default", "bf16", "none", True, "fp32"),
+    ("fp32", "bf16", "zero1", False, "fp32"), ("bf16", "bf16", "zero1", False, "bf16")])
+def test_megatron_export_says_what_a_default_was_resolved_to(dtype, precision, sharding, noted, flag):
+    # a default is resolved by the stack profile as dp_comm times it, written as a flag, and the note says which
     notes: list[str] = []
-    megatron_args(ExecutionPlan(dp=8, sharding="zero1", grad_reduce_dtype=dtype, precision=precision),
-                  resolve_model("gpt2-xl"), notes=notes)
+    args = megatron_args(ExecutionPlan(dp=8, sharding=sharding, grad_reduce_dtype=dtype, precision=precision),
+                         resolve_model("gpt2-xl"), notes=notes)
     said = [n for n in notes if n.startswith("gradients:")]
     assert bool(said) == noted
+    assert [f for f in MEGATRON_FLAGS.values() if f in args] == ([MEGATRON_FLAGS[flag]] if flag else [])
     if noted:
-        assert "--grad-reduce-dtype bf16" in said[0] and "fp32" in said[0]
+        assert "stack profile megatron" in said[0] and (MEGATRON_FLAGS[flag] in said[0] if flag else "no flag" in said[0])
+        # DDP: timed as an fp32 all-reduce, memory counted the profile's 16-bit buffer: the note says what it costs
+        assert ("2 bytes a parameter more" in said[0]) == (sharding == "none")
 
 
 def test_fsdp_reduce_dtype_follows_the_knob():
-    mp = lambda g: fsdp_settings(ExecutionPlan(dp=4, sharding="fsdp_full_shard", grad_reduce_dtype=g))["mixed_precision"]  # noqa: E731
-    assert mp("default")["reduce_dtype"] == "float32" == mp("fp32")["reduce_dtype"]
+    mp = lambda g, stack="bundled": fsdp_settings(ExecutionPlan(dp=4, sharding="fsdp_full_shard", stack=stack,  # noqa: E731
+                                                                grad_reduce_dtype=g))["mixed_precision"]
+    assert mp("default")["reduce_dtype"] == "float32" == mp("fp32")["reduce_dtype"] == mp("fp32", "fsdp")["reduce_dtype"]
     assert mp("bf16") == {"param_dtype": "bfloat16", "reduce_dtype": None}  # torch: None reduces in param_dtype
-
-
 
 
 def test_deepspeed_parses_the_exported_dtypes(tmp_path):

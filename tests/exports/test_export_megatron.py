@@ -40,6 +40,10 @@ MEGATRON_FLAG_SOURCES = {
     **{f: NEW for f in ("--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
                         "--decoder-last-pipeline-num-layers", "--cp-comm-type")},
     **{f: WINDOW for f in ("--window-size", "--window-attn-skip-freq")},
+    # the gradient reduction dtype (tests/exports/test_export_grad_reduce.py): store_true switches of validate_args'
+    # arguments, --accumulate-allreduce-grads-in-fp32 also in 307dcf37
+    **{f: "NVIDIA/Megatron-LM@000c4ac24f61159c138b0975def722c65245983c megatron/training/arguments.py"
+       for f in ("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32")},
     **{f: CORE for f in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                          "--hierarchical-context-parallel-sizes")},
 }

@@ -195,8 +195,9 @@ async function showTrials(study, hasBest, stale) {
   links.append(a, ` (start it with: ${data.dashboard_command})`);
   if (hasBest) {
     const ds = document.createElement("a");
-    ds.href = `/export/${encodeURIComponent(study)}/deepspeed`;
-    ds.textContent = "best trial's DeepSpeed JSON";
+    // the winner's own format: an FSDP study's plain-DDP winner has no FSDP file, a DeepSpeed one none either
+    ds.href = `/export/${encodeURIComponent(study)}/best`;
+    ds.textContent = "best trial's config (JSON)";
     links.append(" | ", ds);
   }
   const cols = ["trial", "status", "sharding", "offload", "activation_checkpointing", "micro_batch", "grad_accum",
