@@ -23,7 +23,10 @@ class DDPEngine(Engine):
         self.wrapped = model
         if dist.is_initialized() and dist.get_world_size() > 1:
             ids = [device.index] if device.type == "cuda" else None
-            self.wrapped = DistributedDataParallel(model, device_ids=ids)
+            # the gradients ARE the all-reduce buckets (views into them): without it DDP keeps a second, flat copy
+            # of every gradient in its buckets ("gradient_as_bucket_view ... saves a memory size equal to the
+            # total gradients size", torch DistributedDataParallel docs), which planner/comm_buffers.py does not count
+            self.wrapped = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
         self.optimizer = make_optimizer(cfg, model.parameters())
         self.scaler = torch.amp.GradScaler(device.type) if cfg.plan.precision == "fp16" else None
 
