@@ -73,14 +73,15 @@ def _last_bucket_share(spec: ModelSpec, layout: Layout, buckets) -> np.ndarray:
     return np.where(layout.pp == 1, np.maximum(np.minimum(emb, 1.0), 1.0 / buckets), 1.0 / buckets)
 
 
-def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hbm_Bps):
+def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hbm_Bps, moe_spec=None):
     """Exposed seconds per step of DP/ZeRO/FSDP collectives, and inter-node bytes per node
     (`hbm_Bps`: the GPU memory bandwidth ZeRO++'s quantization kernels run at).
 
     The stack's comm_time_factor k slows the collectives only, not the compute they hide behind: each
     term is max(k x comm - overlap x compute, k x floor), as planner/zero3.py (a second of compute hides
     at most one second of communication). The data-parallel group is dp x cp: context-parallel ranks
-    hold the same parameters."""
+    hold the same parameters. `moe_spec`: the mixture-of-experts model whose active view `spec` is
+    (its ZeRO-3 fetch calls, planner/zero3.py)."""
     k = prof["comm_time_factor"]
     dp = layout.dp * layout.cp
     ga, s = layout.grad_accum, layout.sharding
@@ -117,11 +118,11 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
     # DeepSpeed ZeRO-3: fetches per submodule and recompute, every micro batch (planner/zero3.py).
     if np.any(is_["zero3"]):
         z3, z3_bytes = zero3.exposed_s(spec, layout, g, gather_bytes(spec, layout, prof), grad_bytes(layout),
-                                       fwd_micro, bwd_micro, prof)
+                                       fwd_micro, bwd_micro, prof, moe_spec)
         zpp = zeropp.any_on(layout) & is_["zero3"]
         if np.any(zpp):  # ZeRO++: quantized / hierarchical ZeRO-3 collectives (planner/zeropp.py)
             q, q_bytes = zeropp.exposed_s(spec, layout, links, g, gather_bytes(spec, layout, prof), grad_bytes(layout),
-                                          fwd_micro, bwd_micro, prof, hbm_Bps)
+                                          fwd_micro, bwd_micro, prof, hbm_Bps, moe_spec)
             z3, z3_bytes = np.where(zpp, q, z3), np.where(zpp, q_bytes, z3_bytes)
         exposed = exposed + is_["zero3"] * z3
         per_node = per_node + is_["zero3"] * z3_bytes

@@ -24,16 +24,16 @@ from planner.stacks import merged
 STEP = 1e-6  # relative step of the finite differences
 
 
-def fit_columns(spec, layout, links, fwd_micro, bwd_micro, prof, *, hbm_Bps, exposed, compute_s) -> dict:
+def fit_columns(spec, layout, links, fwd_micro, bwd_micro, prof, *, hbm_Bps, exposed, compute_s, moe_spec=None) -> dict:
     """{"dp_comm_slope_s": dE/dk, "dp_hidden_share": -dE/dc, "dp_fixed_s": the rest} per plan, where
     `exposed` = dp_comm.exposed_s at (`prof`, `fwd_micro`, `bwd_micro`) and `compute_s` = c, the stack-scaled
     compute seconds of all micro batches of a step (grad accumulation x (fwd + bwd))."""
     k = np.asarray(prof["comm_time_factor"], dtype=np.float64)
     dk = STEP * np.maximum(k, 1e-3)
     up_k, _ = dp_comm.exposed_s(spec, layout, links, fwd_micro, bwd_micro,
-                                merged(prof, {"comm_time_factor": k + dk}), hbm_Bps=hbm_Bps)
+                                merged(prof, {"comm_time_factor": k + dk}), hbm_Bps=hbm_Bps, moe_spec=moe_spec)
     up_c, _ = dp_comm.exposed_s(spec, layout, links, fwd_micro * (1.0 + STEP), bwd_micro * (1.0 + STEP), prof,
-                                hbm_Bps=hbm_Bps)
+                                hbm_Bps=hbm_Bps, moe_spec=moe_spec)
     slope = (up_k - exposed) / dk
     c = np.asarray(compute_s, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):

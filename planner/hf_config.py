@@ -114,7 +114,10 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
         if model_type in hf_deepseek.READ_TYPES:  # MLA, MoE and MTP keys (planner/hf_deepseek.py)
             fields.update(hf_deepseek.deepseek_fields(r, fields))
         fields.update(hf_context.window(r, model_type, fields["n_layers"]))
-    fields.update(hf_context.pretrain_len(hf_llama4.text_reader(r, model_type) if model_type == "llama4" else r, fields))
+    text = hf_llama4.text_reader(r, model_type) if model_type == "llama4" else r
+    fields.update(hf_context.pretrain_len(text, fields))
+    if fields.get("position") == "rope":
+        fields.update(hf_context.rope_scaling(text))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or path.name
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)

@@ -53,3 +53,27 @@ def pretrain_len(r, fields: Config) -> Config:
         raise r.fail(key or "initial_context_length", f"must be a positive integer (got {value!r})")
     maximum = fields.get("max_positions") or 2048
     return {"train_seq_len": value} if value < maximum else {}
+
+
+_SCALINGS = ("yarn", "llama3")
+
+
+def rope_scaling(r) -> Config:
+    """rope_scaling of type yarn or llama3 (its `rope_type`, older files' `type`): the scaling, its factor and
+    YaRN's mscale / mscale_all_dim where given (DeepSeek-V2/V3); other types (linear, dynamic, longrope) and
+    none: nothing (the export writes plain RoPE)."""
+    scaling = r.cfg.get("rope_scaling") if isinstance(r.cfg.get("rope_scaling"), dict) else {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind not in _SCALINGS:
+        return {}
+    factor = scaling.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+        raise r.fail("rope_scaling.factor", f"must be a positive number (got {factor!r})")
+    out: Config = {"rope_scaling": kind, "rope_scaling_factor": float(factor)}
+    for key in ("mscale", "mscale_all_dim"):
+        value = scaling.get(key)
+        if kind == "yarn" and value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise r.fail(f"rope_scaling.{key}", f"must be a number >= 0 (got {value!r})")
+            out[f"yarn_{key}"] = float(value)
+    return out

@@ -60,6 +60,8 @@ def moe_fields(r, model_type: str, fields: Config) -> Config:
     if top_k > experts:
         raise r.fail("num_experts_per_tok", f"{top_k} exceeds {experts_key} {experts}")
     out: Config = {"moe_experts": experts, "moe_top_k": top_k, "moe_ffn_hidden": r.get_int(width_key)}
+    if model_type == "gpt_oss":  # GptOssAttention.sinks: a learnable logit per head in every layer
+        out["attn_sinks"] = True
     if model_type in _NORM_KEY:  # the others always renormalise (their modeling code has no switch)
         out["moe_norm_topk_prob"] = r.get_bool("norm_topk_prob", False)
     if model_type == "qwen2_moe":

@@ -72,6 +72,16 @@ class ModelSpec(BaseModel):
     # Chunked local attention instead of a sliding window (Llama 4: attention_chunk_size 8192): the
     # sequence is cut into blocks of `attn_window` tokens and a query sees the keys of its own block only.
     attn_chunked: bool = False
+    # gpt-oss's learnable attention sinks: one logit per head joins each softmax's denominator (transformers
+    # GptOssAttention.sinks); n_heads parameters per layer, left out of n_params (0.002%): exports only.
+    attn_sinks: bool = False
+    # RoPE scaling to reach max_positions (HF rope_scaling: "yarn", Peng et al. 2023 arXiv 2309.00071, with
+    # its factor and, in DeepSeek-V2/V3, the attention scales mscale / mscale_all_dim; "llama3", Llama 3.1/4's
+    # frequency-band rule; None: plain RoPE): no shape nor FLOP, exports only (planner/exports/rope_settings.py).
+    rope_scaling: Literal["yarn", "llama3"] | None = None
+    rope_scaling_factor: float | None = Field(default=None, gt=0, le=1_000_000)
+    yarn_mscale: float | None = Field(default=None, ge=0, le=1_000)
+    yarn_mscale_all_dim: float | None = Field(default=None, ge=0, le=1_000)
     # Mixture of experts (planner/moe.py; 0 routed experts: a dense model). In an MoE layer the MLP is
     # `moe_experts` routed experts of width `moe_ffn_hidden`, `moe_top_k` of them per token, chosen by
     # a router (a hidden x experts linear), plus `moe_shared_experts` always-on experts of width
@@ -146,6 +156,10 @@ class ModelSpec(BaseModel):
             raise ValueError("attn_chunked needs attn_window (the chunk of the local layers)")
         if self.attn_local_layers is not None and self.attn_local_layers > self.n_layers:
             raise ValueError(f"attn_local_layers ({self.attn_local_layers}) exceeds n_layers ({self.n_layers})")
+        if (self.rope_scaling is None) != (self.rope_scaling_factor is None):
+            raise ValueError("rope_scaling and rope_scaling_factor go together (a scaling type and its factor)")
+        if self.rope_scaling is not None and self.position != "rope":
+            raise ValueError(f"rope_scaling needs position rope (got {self.position})")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
         from planner import mla

@@ -35,7 +35,8 @@ planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these
   its NVLink the tokens forwarded to it. Not overlapped with compute by default (Megatron-Core's default);
   Settings.moe_a2a_overlap / moe_shared_expert_overlap hide it behind compute (planner/moe_overlap.py).
 - Expert gradients: reduced over the expert-data-parallel group instead of the view's dp x cp group
-  (the expert part's collective in place of the view's top-k share of it), not hidden further.
+  (the expert part's collective in place of the view's top-k share of it), not hidden further; under
+  DeepSpeed ZeRO-3 none: planner/zero3.py gathers and reduces every expert with the view's parameters.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import numpy as np
 
 from planner import comm, flops, fp8_gemm, gemm_shape, moe, moe_gemm, moe_parallel, ssm
 from planner.context_parallel import all_to_all_s
-from planner.layout import PREC, Layout
+from planner.layout import PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes
 
 LOAD_IMBALANCE = 1.25
@@ -163,12 +164,14 @@ def _grad_collective_s(links, group, stride, params, gbytes, layout) -> np.ndarr
 def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.ndarray:
     from planner.moe_memory import expert_params_per_gpu, view_expert_params_per_gpu
 
+    # DeepSpeed ZeRO-3 gathers and reduce-scatters every expert with the rest of the model (planner/zero3.py)
+    zero3 = np.asarray(layout.sharding) == SHARD["zero3"]
     edp = moe_parallel.edp(layout)
     experts = _grad_collective_s(links, edp, _f(layout.ep) * layout.etp, expert_params_per_gpu(spec, view, layout),
                                  gbytes, layout)
     in_view = _grad_collective_s(links, _f(layout.dp) * layout.cp, layout.tp,
                                  view_expert_params_per_gpu(spec, view, layout), gbytes, layout)
-    return np.maximum(experts - in_view, 0.0)
+    return np.where(zero3, 0.0, np.maximum(experts - in_view, 0.0))
 
 
 def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, gemm_peak, peak16, pts, gbytes,

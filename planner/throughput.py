@@ -269,7 +269,8 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     # most one second of communication: both ride the NICs once cp spans nodes)
     dp_fwd = fwd_micro - parts["fwd_share"] * cp_hidden
     dp_bwd = bwd_micro - (1.0 - parts["fwd_share"]) * cp_hidden
-    dp_s, _node_bytes = dp_comm.exposed_s(spec, layout, links, dp_fwd, dp_bwd, prof, hbm_Bps=_hbm_Bps(system, settings))
+    dp_s, _node_bytes = dp_comm.exposed_s(spec, layout, links, dp_fwd, dp_bwd, prof, hbm_Bps=_hbm_Bps(system, settings),
+                                          moe_spec=moe_spec)
     comm_s = tp_s + cp_s + pp_s + dp_s + mt["moe_a2a_s"] + mt["moe_expert_grad_s"]
     # Pipeline bubble: the makespan of the stages, each with its comm, less the busiest stage's
     # busy time (Alpa eq. 2, Narayanan et al. SC21 sec. 2.2: planner/pipeline_comm.py)
@@ -331,7 +332,7 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     }
     if fit_columns:  # the profile fit's tangent of the DP exposure in k and in the compute
         out.update(dp_exposure.fit_columns(spec, layout, links, dp_fwd, dp_bwd, prof, hbm_Bps=_hbm_Bps(
-            system, settings), exposed=dp_s, compute_s=ga * micro))
+            system, settings), exposed=dp_s, compute_s=ga * micro, moe_spec=moe_spec))
     nan = np.full(np.shape(step), np.nan)
     if moe_spec is not spec:  # the MoE terms (absent for a dense model: None in the breakdown)
         out.update({"moe_compute_s": ga * mt["moe_gemm_s"] * prof["gemm_time_factor"], "moe_a2a_s": mt["moe_a2a_s"],

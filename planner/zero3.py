@@ -22,6 +22,13 @@ backward all-gather M, gradient reduce-scatter M):
 Each fetch is one all-gather call (coalesced over the submodule's weights): its latency is paid
 per weight matrix, not per block.
 
+Mixture-of-experts layers (`moe_spec`, `spec` its active view): ZeRO-3 gathers every local expert's weights,
+not the view's top-k share, for forward and backward, and reduce-scatters all of their gradients (the expert
+term of planner/moe_time.py leaves ZeRO-3 plans to this module). The router is one more fetch where it is above
+the persistence threshold, each shared expert one per projection, and the routed experts as many fetches as the
+stack keeps modules for them (`routed_expert_fetches`): DeepSpeed gathers a submodule's own parameters in one
+all_gather_coalesced (runtime/zero/partitioned_param_coordinator.py fetch_sub_module / __all_gather_params_).
+
 Overlap: the prefetch gathers the next submodule while the current one computes, so a pass
 hides at most the stack's overlap share of its compute time, in seconds as they really are:
 exposed = max(c * T - overlap * compute, c * T / fetches), c the stack's comm_time_factor (the
@@ -33,8 +40,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import flops
+from planner import flops, moe
 from planner.comm import Group
+from planner.layout import STACK
 from planner.model import ModelSpec
 
 # stage3_param_persistence_threshold that HF's "auto" DeepSpeed config sets, and that
@@ -51,16 +59,73 @@ def _gathered_weights(spec: ModelSpec) -> list[int]:
     return [n for n in sizes if n > limit]
 
 
-def gathers(spec: ModelSpec, layout) -> dict[str, np.ndarray]:
+# How each stack keeps one MoE layer's routed experts, as fetches per layer (n: its local experts, m: an expert's
+# projections, 3 with SwiGLU):
+# - one module holding every expert's projections stacked: 1 fetch. The bundled trainer (trainer/experts.py
+#   Experts: gate/up/down (E, out, in) parameters of one module) and torchtitan (torchtitan/models/moe/moe.py
+#   GroupedExperts: w1, w2, w3 (E, ...) parameters of one module).
+# - Megatron-Core with --moe-grouped-gemm (the export writes it for more than one local expert):
+#   megatron/core/transformer/moe/experts.py TEGroupedMLP holds two modules, linear_fc1 (gate and up) and linear_fc2.
+# - one module per expert: n x m fetches. DeepSpeed-MoE (deepspeed/moe/experts.py Experts: an nn.ModuleList of
+#   deep copies of the expert, each of nn.Linear projections), Hugging Face transformers 4.x (modeling_mixtral.py
+#   MixtralSparseMoeBlock.experts: an nn.ModuleList of MixtralBlockSparseTop2MLP with w1, w2, w3 nn.Linear), and
+#   plain FSDP / a generic stack running such models.
+STACKED_EXPERT_FETCHES = {"bundled": 1.0, "torchtitan": 1.0, "megatron": 2.0}
+
+
+def routed_expert_fetches(moe_spec: ModelSpec, layout) -> np.ndarray:
+    """ZeRO-3 fetches of one MoE layer's routed experts on one GPU, by the plan's stack."""
+    stack = np.asarray(layout.stack)
+    local = moe_spec.moe_experts / np.maximum(np.asarray(layout.ep, dtype=np.float64), 1.0)
+    per_expert = local * moe.mlp_matrices(moe_spec)
+    return np.select([stack == STACK[s] for s in STACKED_EXPERT_FETCHES],
+                     list(STACKED_EXPERT_FETCHES.values()), default=per_expert)
+
+
+def block_calls(spec: ModelSpec, layout, moe_spec: ModelSpec | None = None):
+    """All-gather calls of one block (averaged over the layers): one per gathered weight of `spec`; the
+    MoE layers of `moe_spec` (`spec` its active view) with their router, shared experts and routed experts
+    as fetched (module header)."""
+    weights = _gathered_weights(spec)
+    if moe_spec is None or not moe.is_moe(moe_spec):
+        return float(len(weights))
+    mats = moe.mlp_matrices(moe_spec)
+    attention = len(weights) - mats  # the view's weights: attention, then its MLP's projections
+    router = float(moe.router_params(moe_spec) > PERSISTENCE_THRESHOLD_PER_HIDDEN * moe_spec.hidden)
+    moe_mlp = router + moe_spec.moe_shared_experts * mats + routed_expert_fetches(moe_spec, layout)
+    share = moe.n_moe_layers(moe_spec) / moe_spec.n_layers
+    return attention + (1.0 - share) * mats + share * moe_mlp
+
+
+def _ep(layout) -> np.ndarray:
+    return np.maximum(np.asarray(getattr(layout, "ep", 1.0), dtype=np.float64), 1.0)
+
+
+def expert_extra_params(spec: ModelSpec, layout, moe_spec: ModelSpec | None = None):
+    """Parameters of the MoE model beyond its active view `spec` on one GPU's experts (the idle experts of
+    every MoE layer, over expert parallelism); 0 for a dense model."""
+    if moe_spec is None or not moe.is_moe(moe_spec):
+        return 0.0
+    return max(moe_spec.n_params - spec.n_params, 0) / _ep(layout)
+
+
+def params_per_gpu(spec: ModelSpec, layout, moe_spec: ModelSpec | None = None) -> np.ndarray:
+    """The parameters ZeRO-3 shards on one GPU's model-parallel part (before the dp split)."""
+    P = spec.n_params + expert_extra_params(spec, layout, moe_spec)
+    return P / (np.asarray(layout.tp, dtype=np.float64) * np.asarray(layout.pp, dtype=np.float64))
+
+
+def gathers(spec: ModelSpec, layout, moe_spec: ModelSpec | None = None) -> dict[str, np.ndarray]:
     """Elements all-gathered per micro batch in forward and in backward, and the number of
     all-gather calls, for the parameters of the busiest stage of one GPU (before sharding:
-    tensor/pipeline parallel parts of the model, over dp ranks)."""
+    tensor/pipeline parallel parts of the model, over dp ranks); `moe_spec`: the MoE model whose
+    active view `spec` is (its layers' fetch calls: `block_calls`)."""
     tp = np.asarray(layout.tp, dtype=np.float64)
     pp = np.asarray(layout.pp, dtype=np.float64)
     layers = np.maximum(np.ceil(spec.n_layers / pp), 1.0)
     weights = _gathered_weights(spec)
-    block = float(sum(weights)) / tp
-    block_calls = float(len(weights))
+    block = (float(sum(weights)) + expert_extra_params(spec, layout, moe_spec) / spec.n_layers) / tp
+    block_calls_ = block_calls(spec, layout, moe_spec)
     emb = spec.vocab_padded * spec.hidden / tp
     # Recompute forward + a reuse distance shorter than one block: backward gathers again.
     block_recompute, _, _ = flops.recompute_share(layout.activation_checkpointing, layout.checkpoint_fraction)
@@ -69,17 +134,18 @@ def gathers(spec: ModelSpec, layout) -> dict[str, np.ndarray]:
     # (DeepSpeed runs ZeRO-3 without pipeline stages: both ends are on every GPU)
     fwd = layers * block + 2.0 * emb  # input embedding, output layer
     bwd = layers * block * bwd_block_gathers + emb  # the embedding's backward
-    calls_fwd = layers * block_calls + 2.0
-    calls_bwd = layers * block_calls * bwd_block_gathers + 1.0
+    calls_fwd = layers * block_calls_ + 2.0
+    calls_bwd = layers * block_calls_ * bwd_block_gathers + 1.0
     return {"fwd": fwd, "bwd": bwd, "calls_fwd": calls_fwd, "calls_bwd": calls_bwd}
 
 
-def exposed_s(spec: ModelSpec, layout, g: Group, gather_bytes, grad_bytes, fwd_micro, bwd_micro, prof):
+def exposed_s(spec: ModelSpec, layout, g: Group, gather_bytes, grad_bytes, fwd_micro, bwd_micro, prof,
+              moe_spec: ModelSpec | None = None):
     """(exposed seconds per step, bytes one node sends across the network per step) of the
     ZeRO-3 collectives: `gather_bytes`/`grad_bytes` per parameter on the wire, `fwd_micro` and
     `bwd_micro` the stack-scaled compute seconds of one micro batch's passes."""
-    n = gathers(spec, layout)
-    P = spec.n_params / (np.asarray(layout.tp, dtype=np.float64) * np.asarray(layout.pp, dtype=np.float64))
+    n = gathers(spec, layout, moe_spec)
+    P = params_per_gpu(spec, layout, moe_spec)
     k = prof["comm_time_factor"]
     ov = prof["overlap_zero3"]
     ag_f = g.allgather_s(n["fwd"] * gather_bytes, n["calls_fwd"])

@@ -129,12 +129,12 @@ def reduce_s(spec: ModelSpec, layout, links: comm.Links, g: comm.Group, params, 
 
 
 def exposed_s(spec: ModelSpec, layout, links: comm.Links, g: comm.Group, gather_bytes, grad_bytes,
-              fwd_micro, bwd_micro, prof, hbm_Bps):
+              fwd_micro, bwd_micro, prof, hbm_Bps, moe_spec: ModelSpec | None = None):
     """(exposed seconds per step, bytes one node sends across the network per step) of ZeRO-3
     with the plan's ZeRO++ features, as zero3.exposed_s (the collectives multiplied by the stack's
     comm_time_factor k, the quantization kernel passes not)."""
-    n = zero3.gathers(spec, layout)
-    P = spec.n_params / (np.asarray(layout.tp, dtype=np.float64) * np.asarray(layout.pp, dtype=np.float64))
+    n = zero3.gathers(spec, layout, moe_spec)
+    P = zero3.params_per_gpu(spec, layout, moe_spec)
     k, ov, ga = prof["comm_time_factor"], prof["overlap_zero3"], layout.grad_accum
     qwz = np.asarray(layout.zeropp_qwz) == 1
     wire = np.where(qwz, QWZ_WIRE_BYTES, gather_bytes)

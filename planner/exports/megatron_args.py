@@ -18,7 +18,8 @@ hold, MEGATRON_FLAG_SOURCES in tests/exports/test_export_megatron.py):
   the TransformerConfig-derived flags (--account-for-*-in-pipeline-split,
   --hierarchical-context-parallel-sizes) are the dataclass fields spelled with dashes.
 
-Mixture-of-experts flags: planner/exports/moe_settings.py (checked in the same file, `_add_moe_args`).
+Mixture-of-experts flags: planner/exports/moe_settings.py (checked in the same file, `_add_moe_args`); RoPE
+scaling and attention sinks: planner/exports/rope_settings.py.
 
 Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 --overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (same file).
@@ -29,7 +30,7 @@ from __future__ import annotations
 from hardware.stacks import StackProfile
 from planner import grad_dtype
 from planner.errors import PlanError
-from planner.exports import memory_settings, mla_settings, moe_settings
+from planner.exports import memory_settings, mla_settings, moe_settings, rope_settings
 from planner.exports.cp_settings import megatron_args as cp_args
 from planner.memory_recipe import MemoryRecipe
 from planner.model import ModelSpec
@@ -177,7 +178,8 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
         if why is not None:
             raise why
     recompute, optimizer = memory_settings.megatron_args(plan, model, memory or MemoryRecipe(), notes)
-    args = (model_args(model, plan.seq_len) + mla_settings.megatron_args(model) + parallel_args(plan, gpus_per_node)
+    args = (model_args(model, plan.seq_len) + rope_settings.megatron_args(model, notes) + mla_settings.megatron_args(model)
+            + parallel_args(plan, gpus_per_node)
             + moe_settings.megatron_args(plan, model, moe, gpus_per_node, notes))
     args += ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.global_batch)]
     args += (recompute or _RECOMPUTE[plan.activation_checkpointing]) + _PRECISION[plan.precision] + _OPTIMIZER[plan.optimizer]

@@ -21,18 +21,24 @@ MLA / DeepSeek tests; the presets catalog/models/deepseek-*.toml hold the same v
 from planner.model import LLAMA_BLOCK, ModelSpec
 
 _MLA = dict(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+# rope_scaling: YaRN x40, mscale = mscale_all_dim = 0.707 (V2, V2-Lite) or 1.0 (V3)
+_YARN_V2 = dict(rope_scaling="yarn", rope_scaling_factor=40.0, yarn_mscale=0.707, yarn_mscale_all_dim=0.707)
+_YARN_V3 = dict(rope_scaling="yarn", rope_scaling_factor=40.0, yarn_mscale=1.0, yarn_mscale_all_dim=1.0)
 
 DEEPSEEK_V2_LITE = ModelSpec(
+    **_YARN_V2,
     name="deepseek-v2-lite", family="deepseek_v2", n_layers=27, hidden=2048, n_heads=16, ffn_hidden=10944,
     vocab=102400, max_positions=163840, train_seq_len=4096, **LLAMA_BLOCK, **_MLA, moe_experts=64, moe_top_k=6, moe_ffn_hidden=1408,
     moe_shared_experts=2, moe_first_dense_layers=1)
 
 DEEPSEEK_V2 = ModelSpec(
+    **_YARN_V2,
     name="deepseek-v2", family="deepseek_v2", n_layers=60, hidden=5120, n_heads=128, ffn_hidden=12288, vocab=102400,
     max_positions=163840, train_seq_len=4096, **LLAMA_BLOCK, q_lora_rank=1536, **_MLA, moe_experts=160, moe_top_k=6,
     moe_ffn_hidden=1536, moe_shared_experts=2, moe_first_dense_layers=1)
 
 DEEPSEEK_V3 = ModelSpec(
+    **_YARN_V3,
     name="deepseek-v3", family="deepseek_v3", n_layers=61, hidden=7168, n_heads=128, ffn_hidden=18432, vocab=129280,
     max_positions=163840, train_seq_len=4096, **LLAMA_BLOCK, q_lora_rank=1536, **_MLA, moe_experts=256, moe_top_k=8,
     moe_ffn_hidden=2048, moe_shared_experts=1, moe_first_dense_layers=3, mtp_layers=1)

@@ -33,3 +33,10 @@ def test_qwen3_moe_preset_plans_its_pretraining_context_not_its_maximum():
     assert (spec.max_positions, spec.train_seq_len) == (40960, 4096)
     assert seq_len_of(Scenario(model="qwen3-30b-a3b"), spec) == 4096
     assert seq_len_of(Scenario(model="mixtral-8x7b"), resolve_model("mixtral-8x7b")) == 32768
+
+
+def test_mistral_7b_plans_its_context_len_not_the_sliding_window_maximum():
+    # Mistral 7B (arXiv 2310.06825, Table 1): context_len 8192; config.json's 32,768 positions are its window's reach
+    spec = resolve_model("mistral-7b")
+    assert (spec.max_positions, spec.train_seq_len) == (32768, 8192)
+    assert seq_len_of(Scenario(model="mistral-7b"), spec) == 8192

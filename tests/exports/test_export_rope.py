@@ -1,0 +1,73 @@
+"""RoPE scaling and attention sinks in the Megatron-LM export (planner/exports/rope_settings.py): written where
+Megatron-LM's arguments.py has the flag (each in MEGATRON_FLAG_SOURCES with where it was checked), a note where it
+has none. Before this, YaRN, Llama 3's scaling and gpt-oss's sinks were dropped without a word."""
+
+import json
+
+import pytest
+
+from planner.exports.megatron_args import megatron_args
+from planner.hf_config import load_hf_config
+from planner.presets import resolve_model
+from planner.scenario import ExecutionPlan
+from tests.exports.test_export_megatron import CHOICES, MEGATRON_FLAG_SOURCES, values
+from tests.planner.test_hf_moe import _gpt_oss
+
+ROPE_FLAGS = ("--softmax-type", "--use-rope-scaling", "--rope-scaling-factor", "--rope-type", "--rotary-scaling-factor",
+              "--mscale", "--mscale-all-dim")
+
+
+def _export(preset: str, **kw) -> tuple[list[str], list[str]]:
+    plan = ExecutionPlan(**{"tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "grad_accum": 1, "seq_len": 4096,
+                            "sharding": "zero1", "stack": "megatron", **kw})
+    notes: list[str] = []
+    return megatron_args(plan, resolve_model(preset), notes=notes), notes
+
+
+def _rope_flags(args: list[str]) -> list[str]:
+    written = [a for a in args if a in ROPE_FLAGS]
+    for flag in written:
+        assert flag in MEGATRON_FLAG_SOURCES, flag
+        if flag in CHOICES:
+            assert set(values(args, flag)) <= CHOICES[flag], (flag, values(args, flag))
+    return written
+
+
+def test_gpt_oss_writes_its_learnable_sinks_and_says_its_yarn_has_no_flag():
+    args, notes = _export("gpt-oss-20b", ep=8)
+    assert _rope_flags(args) == ["--softmax-type"] and values(args, "--softmax-type") == ["learnable"]
+    assert values(args, "--position-embedding-type") == ["rope"]
+    yarn = [n for n in notes if n.startswith("RoPE:")]
+    assert len(yarn) == 1 and "YaRN (x32 from 4,096 positions) has no Megatron-LM flag" in yarn[0]
+
+
+@pytest.mark.parametrize("preset, mscale", [("deepseek-v3", "1"), ("deepseek-v2-lite", "0.707")])
+def test_deepseek_mla_writes_yarn_with_its_attention_scales(preset, mscale):
+    args, notes = _export(preset, ep=8)
+    assert _rope_flags(args) == ["--rope-type", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim"]
+    assert values(args, "--rope-type") == ["yarn"] and values(args, "--rotary-scaling-factor") == ["40"]
+    # Megatron's defaults (mscale 1.0, mscale_all_dim 0.0) are not DeepSeek's: both written
+    assert values(args, "--mscale") == [mscale] and values(args, "--mscale-all-dim") == [mscale]
+    assert any("sec. 4.3" in n for n in notes)
+
+
+def test_llama3_405b_writes_megatrons_llama3_rule_and_plain_models_write_none():
+    args, notes = _export("llama3-405b", tp=8, dp=1)
+    assert _rope_flags(args) == ["--use-rope-scaling", "--rope-scaling-factor"]
+    assert values(args, "--rope-scaling-factor") == ["8"]
+    assert not [n for n in notes if n.startswith("RoPE:")]  # original 8192, Megatron-Core's fixed one
+    plain, plain_notes = _export("llama2-7b")
+    assert _rope_flags(plain) == [] and not [n for n in plain_notes if n.startswith("RoPE:")]
+
+
+def test_the_config_reader_takes_rope_scaling_and_gpt_oss_sinks(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_gpt_oss(24, 32)))
+    spec = load_hf_config(path)
+    assert (spec.rope_scaling, spec.rope_scaling_factor, spec.attn_sinks) == ("yarn", 32.0, True)
+    preset = resolve_model("gpt-oss-20b")
+    assert (preset.rope_scaling, preset.rope_scaling_factor, preset.attn_sinks) == ("yarn", 32.0, True)
+    bad = {**_gpt_oss(24, 32), "rope_scaling": {"rope_type": "yarn", "factor": "x32"}}
+    path.write_text(json.dumps(bad))
+    with pytest.raises(Exception, match="rope_scaling.factor"):
+        load_hf_config(path)
