@@ -25,9 +25,12 @@ Parameters (--overlap-param-gather, megatron/core/optimizer/distrib_optimizer.py
 for first accessed bucket here before forward compute is initiated. The all-gather for the next bucket will be
 launched in the forward pre-hook when this all-gather finishes"): chunk 0's buckets are gathered as a pipeline
 beside its first micro batch's forward (planner/param_gather.py), each later chunk in one call launched when the
-previous chunk's parameters are first used, p chunk forwards before its own first forward:
+previous chunk's parameters are first used: chunk 1 when chunk 0's last bucket is, in chunk 0's first forward,
+p - 1 chunk forwards before its own first forward (the schedule runs p micro batches of a chunk before the next
+chunk's); chunk k > 1 at chunk k-1's first forward, p chunk forwards ahead:
 
-    exposed = pipelined(c, f / vpp, buckets of chunk 0) + (vpp - 1) x max(0, c - p x f / vpp)
+    exposed = pipelined(c, f / vpp, buckets of chunk 0) + max(0, c - (p - 1) x f / vpp)
+              + (vpp - 2) x max(0, c - p x f / vpp)
 """
 
 from __future__ import annotations
@@ -71,5 +74,8 @@ def param_gather_s(comm_s, hide_s, pp, vpp, chunk0_buckets) -> np.ndarray:
     n0 = np.maximum(np.asarray(chunk0_buckets, dtype=np.float64), 1.0)
     # chunk 0: bucket by bucket behind its first forward (distributed_data_parallel.py forward pre-hook)
     first = grad_buckets.pipelined_s(c, f, n0, 1.0 / n0)
-    # chunk k > 0: one call, launched when chunk k-1's parameters are first used, p chunk forwards ahead
-    return first + (v - 1.0) * np.maximum(c - np.asarray(pp, dtype=np.float64) * f, 0.0)
+    # chunk k > 0: one call, launched when chunk k-1's parameters are first used: p - 1 chunk forwards ahead for
+    # chunk 1 (launched in chunk 0's first forward), p for the others (forward pre-hook chain)
+    p = np.asarray(pp, dtype=np.float64)
+    second = np.where(v > 1.0, np.maximum(c - (p - 1.0) * f, 0.0), 0.0)
+    return first + second + np.maximum(v - 2.0, 0.0) * np.maximum(c - p * f, 0.0)

@@ -30,13 +30,14 @@ def test_nothing_to_hide_behind_exposes_every_chunk():
     assert interleaved_dp.param_gather_s(0.6, 0.0, 4, 3, 10) == pytest.approx(0.6)
 
 
-def test_gather_of_chunk_0_is_a_pipeline_and_later_chunks_hide_behind_p_forwards():
+def test_gather_of_chunk_0_is_a_pipeline_and_later_chunks_hide_behind_the_other_chunks_forwards():
     # chunk 0: 0.2 s in 10 buckets beside 1.0 / 3 s of forward -> its first bucket, 0.02 s; chunks 1, 2 hidden
     assert interleaved_dp.param_gather_s(0.6, 1.0, 4, 3, 10) == pytest.approx(0.02)
-    # a short forward: chunk 0 = 0.2 - 0.05 x 0.9; chunks 1, 2 each 0.2 - 4 x 0.05
-    assert interleaved_dp.param_gather_s(0.6, 0.15, 4, 3, 10) == pytest.approx(0.2 - 0.05 * 0.9)
+    # f / vpp = 0.1 s: chunk 0 = 0.2 - 0.1 x 0.9; chunk 1 behind 3 chunk forwards, chunk 2 behind 4: hidden
+    assert interleaved_dp.param_gather_s(0.6, 0.3, 4, 3, 10) == pytest.approx(0.2 - 0.1 * 0.9)
+    # f / vpp = 0.01 s: chunk 0 = 0.2 - 0.01 x 0.9, chunk 1 = 0.2 - 3 x 0.01, chunk 2 = 0.2 - 4 x 0.01
     assert interleaved_dp.param_gather_s(0.6, 0.03, 4, 3, 10) == pytest.approx(
-        (0.2 - 0.01 * 0.9) + 2 * (0.2 - 4 * 0.01))
+        (0.2 - 0.01 * 0.9) + (0.2 - 3 * 0.01) + (0.2 - 4 * 0.01))
 
 
 def _dp(stack: str, vpp: int, gbps: float, sharding: str = "zero1") -> float:
