@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner import comm, fsdp_overlap, grad_buckets, param_gather, zero3, zeropp
+from planner import comm, fsdp_overlap, grad_buckets, interleaved_dp, param_gather, zero3, zeropp
 from planner.layout import GRAD_REDUCE, PREC, SHARD, Layout
 from planner.memory import compute_dtype_bytes
 from planner.model import ModelSpec
@@ -96,22 +96,36 @@ def exposed_s(spec, layout, links: comm.Links, fwd_micro, bwd_micro, prof, *, hb
 
     # DDP: one bucketed all-reduce at the accumulation boundary, pipelined behind the last backward
     # (Li et al. VLDB 2020; planner/grad_buckets.py).
+    # Megatron-Core under the interleaved schedule: one reduction and one all-gather per model chunk, chunk 0 in
+    # buckets, the others in one call each (planner/interleaved_dp.py)
+    vp = interleaved_dp.on(layout, prof)
+    n0_ddp = interleaved_dp.chunk0_buckets(P, 1.0, dp, layout.vpp, prof)
+    nb_ddp = np.where(vp, n0_ddp + layout.vpp - 1.0, nb_ddp)
     ar = k * g.allreduce_s(gbytes, nb_ddp)
-    ddp = grad_buckets.pipelined_s(ar, prof["overlap_ddp"] * bwd_micro, nb_ddp, _last_bucket_share(spec, layout, nb_ddp))
+    ddp = np.where(vp, interleaved_dp.grad_sync_s(ar, prof["overlap_ddp"] * bwd_micro, layout.pp, layout.vpp),
+                   grad_buckets.pipelined_s(ar, prof["overlap_ddp"] * bwd_micro, nb_ddp,
+                                            _last_bucket_share(spec, layout, nb_ddp)))
     exposed = is_["none"] * ddp
     per_node = is_["none"] * g.node_bytes(gbytes, 2.0)
     # ZeRO-1/2 (DeepSpeed): reduce-scatter of grads (ZeRO-1 at the boundary, ZeRO-2 every micro
     # batch) behind backward, then an all-gather of the updated 16-bit parameters (Rajbhandari
     # et al. SC20).
     z12 = is_["zero1"] | is_["zero2"]
+    n0_r = interleaved_dp.chunk0_buckets(P, layout.reduce_bucket_elems, dp, layout.vpp, prof)
+    n0_g = interleaved_dp.chunk0_buckets(P, layout.allgather_bucket_elems, dp, layout.vpp, prof)
+    nb_r, nb_g = np.where(vp, n0_r + layout.vpp - 1.0, nb_r), np.where(vp, n0_g + layout.vpp - 1.0, nb_g)
     rs = k * g.allgather_s(gbytes, nb_r)
     # ZeRO-1 reduces once, after backward in DeepSpeed (engine.allreduce_gradients): its own overlap
     ov12 = np.where(is_["zero1"], prof["overlap_zero1"], prof["overlap_zero12"])
-    rs_hidden = grad_buckets.pipelined_s(rs, ov12 * bwd_micro, nb_r, _last_bucket_share(spec, layout, nb_r))
+    rs_hidden = np.where(vp, interleaved_dp.grad_sync_s(rs, ov12 * bwd_micro, layout.pp, layout.vpp),
+                         grad_buckets.pipelined_s(rs, ov12 * bwd_micro, nb_r, _last_bucket_share(spec, layout, nb_r)))
     times = 1.0 + is_["zero2"] * (ga - 1.0)
     # the updated parameters' all-gather: after the step (DeepSpeed) or behind the next forward (Megatron)
-    ag12 = param_gather.exposed_s(k * g.allgather_s(pbytes, nb_g), fwd_micro, prof["overlap_param_gather"], nb_g,
-                                  _last_bucket_share(spec, layout, nb_g))
+    ag_s = k * g.allgather_s(pbytes, nb_g)
+    ag12 = np.where(vp, interleaved_dp.param_gather_s(ag_s, prof["overlap_param_gather"] * fwd_micro, layout.pp,
+                                                      layout.vpp, n0_g),
+                    param_gather.exposed_s(ag_s, fwd_micro, prof["overlap_param_gather"], nb_g,
+                                           _last_bucket_share(spec, layout, nb_g)))
     exposed = exposed + z12 * (times * rs_hidden + ag12)
     rs_b, ag_b = g.node_bytes(gbytes, 1.0), g.node_bytes(pbytes, 1.0)
     per_node = per_node + z12 * (times * rs_b + ag_b)
