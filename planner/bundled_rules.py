@@ -35,11 +35,6 @@ RULES = [
          bad=lambda k: _model_parallel(k) & (k.offload != OFFLOAD["none"]),
          message=lambda k: f"{_what(k)}: the bundled trainer offloads nothing under tensor/pipeline parallelism "
                            "(allowed: none)"),
-    dict(name="bundled_model_parallel_fp16", reason="the bundled trainer runs tp/pp without fp16 loss scaling",
-         field="precision", inputs=("stack", "tp", "pp", "precision"), relaxed={"tp": 1, "pp": 1},
-         bad=lambda k: _model_parallel(k) & (k.precision == PREC["fp16"]),
-         message=lambda k: f"{_what(k)}: fp16 loss scaling is not wired through the bundled trainer's tensor/pipeline "
-                           "backends (allowed: bf16, bf16_pure, fp32)"),
     dict(name="bundled_model_parallel_compile", reason="the bundled trainer runs tp/pp without torch.compile",
          field="compile", inputs=("stack", "tp", "pp", "compile"), relaxed={"tp": 1, "pp": 1},
          bad=lambda k: _model_parallel(k) & (k.compile == 1),

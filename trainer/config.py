@@ -74,6 +74,10 @@ class RunSettings(BaseModel):
     # MixtralConfig / Qwen2MoeConfig router_aux_loss_coef 0.001 (trainer/moe.py)
     moe_aux_loss_coef: float = Field(default=0.001, ge=0, allow_inf_nan=False,
                                      description="MoE load-balancing loss weight (0: none)")
+    # torch.amp.GradScaler's init_scale (2**16); DeepSpeed reads fp16.initial_scale_power from its own config
+    loss_scale: float = Field(default=2.0**16, ge=1, le=2.0**64, allow_inf_nan=False,
+                              description="fp16: the initial dynamic loss scale (halved on an overflow, the step "
+                              "skipped; doubled after 2000 clean steps)")
 
 
 _PARTS: dict[str, type[BaseModel]] = {"plan": ExecutionPlan, "run": RunSettings, "launch": LaunchSettings}
@@ -196,6 +200,9 @@ def validate_config(cfg: TrainConfig) -> None:
     # the planner's ZeRO++ rules (planner/zeropp_rules.py): each feature needs DeepSpeed ZeRO-3
     rules.check({k: getattr(p, k) for k in ("sharding", "stack", "tp", "cp", "dp", "offload", "zeropp_qwz",
                                             "zeropp_hpz_partition_size", "zeropp_qgz")})
+    if cfg.backend_name == "deepspeed" and r.loss_scale != RunSettings.model_fields["loss_scale"].default:
+        raise PlanError("loss_scale", "DeepSpeed scales fp16 losses by its config's fp16.initial_scale_power (allowed "
+                        "with zero* / --deepspeed-config: the default, 65536)")
     for field in ("deepspeed_config", "fsdp_config"):
         path = getattr(r, field)
         if not path:
@@ -292,8 +299,6 @@ def validate_parallel(cfg: TrainConfig) -> None:
         raise PlanError("sharding", f"{what} with dp={p.dp} needs fsdp_* (DDP cannot replicate tensor-parallel DTensors)")
     if p.offload != "none":
         raise PlanError("offload", f"not supported with {what} (allowed: none)")
-    if p.precision == "fp16":
-        raise PlanError("precision", f"fp16 loss scaling is not wired through {what}: use bf16, bf16_pure or fp32")
     if p.optimizer == "adafactor":
         raise PlanError("optimizer", "torch's Adafactor cannot step DTensor shards: use adamw or sgd")
     if p.compile:

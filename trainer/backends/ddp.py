@@ -25,7 +25,8 @@ class DDPEngine(Engine):
             ids = [device.index] if device.type == "cuda" else None
             self.wrapped = DistributedDataParallel(model, device_ids=ids)
         self.optimizer = make_optimizer(cfg, model.parameters())
-        self.scaler = torch.amp.GradScaler(device.type) if cfg.plan.precision == "fp16" else None
+        fp16 = cfg.plan.precision == "fp16"
+        self.scaler = torch.amp.GradScaler(device.type, init_scale=cfg.run.loss_scale) if fp16 else None
 
     def forward_loss(self, x, y, last=True):
         from trainer.model import training_loss
