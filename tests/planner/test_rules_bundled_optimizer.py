@@ -19,7 +19,8 @@ CASES = [  # pinned knobs, the rule, words of its line
 ]
 
 
-@pytest.mark.parametrize("pins, rule, words", CASES, ids=[c[1] + "-" + "-".join(map(str, c[0].values())) for c in CASES])
+@pytest.mark.parametrize("pins, rule, words", CASES,
+                         ids=[c[1] + "-" + "-".join(map(str, c[0].values())) for c in CASES])
 def test_planner_explains_and_trainer_refuses_alike(pins, rule, words):
     with pytest.raises(PlanError) as planned:
         api.estimate(Scenario(model="7b", gpu="a100-80gb", gpus=16, stack="bundled", **pins))

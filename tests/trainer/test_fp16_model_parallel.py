@@ -1,5 +1,5 @@
-"""fp16 loss scaling through the bundled trainer's tensor- and pipeline-parallel backends (trainer/backends/loss_scale.py):
-real gloo ranks on CPU, tiny models.
+"""fp16 loss scaling through the bundled trainer's tensor- and pipeline-parallel backends
+(trainer/backends/loss_scale.py): real gloo ranks on CPU, tiny models.
 
 A tp / pp / tp x pp fp16 run must train as its one-rank DDP twin (torch's GradScaler) does: the same losses within the
 trainer matrices' fp16 tolerance, the same skipped steps and the same scales. With a first scale of 2**20 the first

@@ -123,7 +123,8 @@ class Engine:
     def optimizer_step(self) -> None:
         """The optimizer step, through the fp16 loss scaler when there is one: gradients unscaled first (anything that
         reads them, clipping, goes after unscale_), the step skipped when a rank overflowed, the scale updated. A
-        skipped step is the one whose scale backed off (GradScaler and ModelParallelScaler: x0.5 on an overflow only)."""
+        skipped step is the one whose scale backed off (GradScaler and ModelParallelScaler: x0.5 on an overflow
+        only)."""
         if self.scaler is None:
             self.optimizer.step()
             return
