@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.layout import OFFLOAD, PREC, SHARD, STACK
+from planner.layout import OFFLOAD, OPTIM, PREC, SHARD, STACK
+from planner.scenario import SHARDINGS
 
 _BUNDLED = STACK["bundled"]
 _ZERO = [SHARD[s] for s in ("zero1", "zero2", "zero3")]
+_FSDP = [SHARD[s] for s in ("fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_hybrid")]
 
 
 def _model_parallel(k):
@@ -21,6 +23,14 @@ def _model_parallel(k):
 
 def _what(k) -> str:
     return f"tp={k.tp}, pp={k.pp}"
+
+
+def _sharding(k) -> str:
+    return SHARDINGS[int(k.sharding)]
+
+
+# the rules trainer/config.py checks by name (the optimizer the trainer can step): one wording for both
+OPTIMIZER_RULES = ("bundled_adafactor_dtensor", "bundled_offload_optimizer")
 
 
 RULES = [
@@ -35,11 +45,6 @@ RULES = [
          bad=lambda k: _model_parallel(k) & (k.offload != OFFLOAD["none"]),
          message=lambda k: f"{_what(k)}: the bundled trainer offloads nothing under tensor/pipeline parallelism "
                            "(allowed: none)"),
-    dict(name="bundled_model_parallel_fp16", reason="the bundled trainer runs tp/pp without fp16 loss scaling",
-         field="precision", inputs=("stack", "tp", "pp", "precision"), relaxed={"tp": 1, "pp": 1},
-         bad=lambda k: _model_parallel(k) & (k.precision == PREC["fp16"]),
-         message=lambda k: f"{_what(k)}: fp16 loss scaling is not wired through the bundled trainer's tensor/pipeline "
-                           "backends (allowed: bf16, bf16_pure, fp32)"),
     dict(name="bundled_model_parallel_compile", reason="the bundled trainer runs tp/pp without torch.compile",
          field="compile", inputs=("stack", "tp", "pp", "compile"), relaxed={"tp": 1, "pp": 1},
          bad=lambda k: _model_parallel(k) & (k.compile == 1),
@@ -58,6 +63,24 @@ RULES = [
          message=lambda k: f"fsdp_hybrid with dp={k.dp}: the bundled trainer replicates over 2 groups (or the nodes) "
                            "and shards within each, which needs an even data-parallel size >= 2 (allowed: "
                            "fsdp_full_shard, fsdp_shard_grad_op)"),
+    # torch.optim.Adafactor factors its second moment over a matrix's full rows and columns and scales by the full
+    # parameter's RMS (torch/optim/_adafactor.py): on a DTensor shard (tensor parallelism, FSDP2) its in-place ops
+    # have no sharding strategy (aten.pow_ on a _NormPartial placement). Plain tensors (DDP, DeepSpeed, pp with no
+    # sharding) it steps.
+    dict(name="bundled_adafactor_dtensor", reason="the bundled trainer runs adafactor without DTensor shards",
+         field="optimizer", inputs=("stack", "optimizer", "tp", "sharding"), relaxed={"tp": 1},
+         bad=lambda k: (k.stack == _BUNDLED) & (k.optimizer == OPTIM["adafactor"]) & ((k.tp > 1) | np.isin(k.sharding,
+                                                                                                          _FSDP)),
+         message=lambda k: f"adafactor with tp={k.tp}, sharding={_sharding(k)}: torch's Adafactor cannot step the "
+                           "bundled trainer's DTensor shards (tensor parallelism, FSDP2) (allowed: adamw, sgd; or "
+                           "adafactor with tp 1 and sharding none or zero*)"),
+    # trainer/backends/deepspeed_backend.py: an offloaded optimizer is DeepSpeedCPUAdam (ZeRO-Offload's CPU Adam)
+    dict(name="bundled_offload_optimizer", reason="the bundled trainer's DeepSpeed offload runs Adam only",
+         field="optimizer", inputs=("stack", "optimizer", "sharding", "offload"),
+         bad=lambda k: (k.stack == _BUNDLED) & (k.optimizer != OPTIM["adamw"]) & np.isin(k.sharding, _ZERO)
+         & (k.offload != OFFLOAD["none"]),
+         message=lambda k: "DeepSpeed offload in the bundled trainer steps DeepSpeedCPUAdam (allowed with an offload "
+                           "and zero*: adamw)"),
     # DeepSpeed keeps fp32 master weights and optimizer states under bf16 (its bf16 optimizer, ZeRO's fp32
     # partitions: deepspeed/runtime/bf16_optimizer.py, zero/stage_1_and_2.py): no pure-bf16 mode to run
     dict(name="bundled_deepspeed_bf16_pure", reason="the bundled trainer's DeepSpeed runs no bf16_pure",

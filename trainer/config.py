@@ -74,6 +74,10 @@ class RunSettings(BaseModel):
     # MixtralConfig / Qwen2MoeConfig router_aux_loss_coef 0.001 (trainer/moe.py)
     moe_aux_loss_coef: float = Field(default=0.001, ge=0, allow_inf_nan=False,
                                      description="MoE load-balancing loss weight (0: none)")
+    # torch.amp.GradScaler's init_scale (2**16); DeepSpeed reads fp16.initial_scale_power from its own config
+    loss_scale: float = Field(default=2.0**16, ge=1, le=2.0**64, allow_inf_nan=False,
+                              description="fp16: the initial dynamic loss scale (halved on an overflow, the step "
+                              "skipped; doubled after 2000 clean steps)")
 
 
 _PARTS: dict[str, type[BaseModel]] = {"plan": ExecutionPlan, "run": RunSettings, "launch": LaunchSettings}
@@ -196,6 +200,9 @@ def validate_config(cfg: TrainConfig) -> None:
     # the planner's ZeRO++ rules (planner/zeropp_rules.py): each feature needs DeepSpeed ZeRO-3
     rules.check({k: getattr(p, k) for k in ("sharding", "stack", "tp", "cp", "dp", "offload", "zeropp_qwz",
                                             "zeropp_hpz_partition_size", "zeropp_qgz")})
+    if cfg.backend_name == "deepspeed" and r.loss_scale != RunSettings.model_fields["loss_scale"].default:
+        raise PlanError("loss_scale", "DeepSpeed scales fp16 losses by its config's fp16.initial_scale_power (allowed "
+                        "with zero* / --deepspeed-config: the default, 65536)")
     for field in ("deepspeed_config", "fsdp_config"):
         path = getattr(r, field)
         if not path:
@@ -213,8 +220,7 @@ def validate_config(cfg: TrainConfig) -> None:
     b = cfg.backend_name
     if b == "deepspeed" and p.precision == "bf16_pure":
         raise PlanError("precision", "bf16_pure is not supported with DeepSpeed here (use bf16, fp16 or fp32)")
-    if b == "deepspeed" and p.offload != "none" and p.optimizer != "adamw":
-        raise PlanError("optimizer", "DeepSpeed offload runs DeepSpeedCPUAdam: use adamw")
+    check_optimizer(p)
     if p.grad_reduce_dtype != "default" and b in ("ddp", "pipeline", "tensor_parallel"):
         # torch DDP and the model-parallel backends reduce the gradients in the parameters' own dtype: fp32
         # under AMP (fp16/bf16 autocast over fp32 parameters), bf16 for bf16_pure
@@ -222,10 +228,19 @@ def validate_config(cfg: TrainConfig) -> None:
         if p.grad_reduce_dtype != runs:
             raise PlanError("grad_reduce_dtype", f"{p.grad_reduce_dtype}: the bundled trainer's {b} backend reduces "
                             f"the parameters' own dtype, {runs} here (allowed: default, {runs})")
-    if b == "fsdp2" and p.optimizer == "adafactor":
-        raise PlanError("optimizer", "torch's Adafactor cannot step FSDP2's DTensor shards: use adamw or sgd")
     if p.sharding == "fsdp_hybrid" and (p.dp < 2 or p.dp % 2):
         raise PlanError("sharding", f"fsdp_hybrid needs an even data-parallel size >= 2 (got {p.dp})")
+
+
+def check_optimizer(p: ExecutionPlan) -> None:
+    """The optimizers the backends can step, as the planner's rules say (planner/bundled_rules.py OPTIMIZER_RULES):
+    adafactor not on DTensor shards (tp, FSDP2), DeepSpeed's offload with adamw only."""
+    from planner.bundled_rules import OPTIMIZER_RULES
+
+    values = {k: getattr(p, k) for k in ("stack", "optimizer", "tp", "sharding", "offload")}
+    for rule, message in rules.violations(values):
+        if rule.name in OPTIMIZER_RULES:
+            raise PlanError(rule.field, message)
 
 
 def validate_plan(cfg: TrainConfig) -> None:
@@ -292,10 +307,6 @@ def validate_parallel(cfg: TrainConfig) -> None:
         raise PlanError("sharding", f"{what} with dp={p.dp} needs fsdp_* (DDP cannot replicate tensor-parallel DTensors)")
     if p.offload != "none":
         raise PlanError("offload", f"not supported with {what} (allowed: none)")
-    if p.precision == "fp16":
-        raise PlanError("precision", f"fp16 loss scaling is not wired through {what}: use bf16, bf16_pure or fp32")
-    if p.optimizer == "adafactor":
-        raise PlanError("optimizer", "torch's Adafactor cannot step DTensor shards: use adamw or sgd")
     if p.compile:
         raise PlanError("compile", f"not supported with {what}")
 

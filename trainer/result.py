@@ -60,6 +60,10 @@ class RankStats(BaseModel):
     busy_s: float | None = None
     schedule_s: float | None = None
     bubble_ratio: float | None = None  # (schedule - busy) / busy, the planner's (p-1)/(m*v)
+    # fp16: the optimizer steps this rank skipped on an overflow (0-based) and its loss scale after the last step;
+    # every rank of a run holds the same (trainer/backends/loss_scale.py)
+    skipped_steps: list[int] = Field(default_factory=list)
+    loss_scale: float | None = None
 
 
 class ParallelStats(BaseModel):
@@ -108,3 +112,7 @@ class TrainResult(BaseModel):
     tokens_per_step: int | None = None
     exit_codes: dict[str, int] = Field(default_factory=dict)  # launcher: rank -> exit code
     parallel: ParallelStats | None = None  # tensor/pipeline-parallel runs: layout, per-rank bytes
+    # fp16: the optimizer steps skipped on an overflow (0-based; a [trainer] fp16 line each on stderr) and the loss
+    # scale after each step (None: no loss scaling, or DeepSpeed's own)
+    skipped_steps: list[int] = Field(default_factory=list)
+    loss_scales: list[float] | None = None

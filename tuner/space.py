@@ -140,7 +140,7 @@ def ranked_parallel_choices(scenario, system, settings=None, top: int = 1) -> di
 
 def trainer_runs(knobs: dict, moe: bool = False) -> str:
     """Why the bundled trainer cannot run these knobs ('' when it can): tp/pp compose with
-    FSDP2 or no sharding, without offload or fp16 (trainer/config.py `validate_parallel`), and
+    FSDP2 or no sharding, without offload (trainer/config.py `validate_parallel`), and
     not with a mixture-of-experts model (`moe`; trainer/config.py `validate_layout`)."""
     if knobs.get("tp", 1) == 1 and knobs.get("pp", 1) == 1:
         return ""
@@ -148,8 +148,8 @@ def trainer_runs(knobs: dict, moe: bool = False) -> str:
         return "a mixture-of-experts model runs without tp/pp in the bundled trainer"
     if knobs.get("sharding", "none").startswith("zero"):
         return "tp/pp run with fsdp_* or none in the bundled trainer, not ZeRO"
-    if knobs.get("offload", "none") != "none" or knobs.get("precision") == "fp16":
-        return "tp/pp run without offload and fp16 in the bundled trainer"
+    if knobs.get("offload", "none") != "none":
+        return "tp/pp run without offload in the bundled trainer"
     return ""
 
 

@@ -96,8 +96,12 @@ def test_every_rule_is_the_first_reason_somewhere():
     seen |= set(search.reject_reasons(spec, system, lay, 4096, None, stack_profiles(Settings())).tolist())
     # the bundled trainer's refusals (planner/bundled_rules.py), from the bundled stack's own candidates
     bundled = dict(sharding=range(len(SHARDINGS)), precision=range(len(PRECISIONS)), dp=[1, 2, 3, 4], tp=[1, 2])
-    lay = random_layout(np.random.default_rng(8), 5000, spec, system, 4096, None, bundled, Scenario(stack="bundled"))
-    seen |= set(search.reject_reasons(spec, system, lay, 4096, None, stack_profiles(Settings())).tolist())
+    optimizers = dict(sharding=range(len(SHARDINGS)), optimizer=range(len(OPTIMIZERS)), offload=range(len(OFFLOADS)),
+                      tp=[1, 2])
+    for seed, wide in ((8, bundled), (9, optimizers)):
+        lay = random_layout(np.random.default_rng(seed), 5000, spec, system, 4096, None, wide,
+                            Scenario(stack="bundled"))
+        seen |= set(search.reject_reasons(spec, system, lay, 4096, None, stack_profiles(Settings())).tolist())
     missing = {r.name for i, r in enumerate(rules.RULES) if i not in seen}
     assert not missing, missing
     assert rules.FITS in seen

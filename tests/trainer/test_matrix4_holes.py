@@ -16,7 +16,8 @@ BUNDLED_REFUSALS = [  # (knobs, the field the trainer's refusal names)
     (dict(sharding="none", tp=2, dp=2), "sharding"),
     (dict(sharding="zero1", pp=2, dp=2), "sharding"),  # the general rule allows DeepSpeed pp with ZeRO-1
     (dict(sharding="fsdp_full_shard", offload="optimizer+params", tp=2, dp=2), "offload"),
-    (dict(sharding="fsdp_full_shard", precision="fp16", pp=2, dp=2), "precision"),
+    (dict(sharding="fsdp_full_shard", optimizer="adafactor", pp=2, dp=2), "optimizer"),
+    (dict(sharding="zero2", offload="optimizer", optimizer="sgd"), "optimizer"),
     (dict(sharding="none", compile=True, pp=2), "compile"),
 ]
 
@@ -34,6 +35,7 @@ def test_bundled_refusals_are_rules(knobs, field):
 @pytest.mark.parametrize("knobs", [
     dict(sharding="fsdp_hybrid", dp=4), dict(sharding="fsdp_full_shard", tp=2, dp=2, precision="bf16_pure"),
     dict(sharding="none", pp=2, dp=2), dict(sharding="zero2", offload="optimizer"), dict(sharding="none", tp=2, dp=1),
+    dict(sharding="fsdp_full_shard", precision="fp16", pp=2, dp=2), dict(sharding="none", optimizer="adafactor", pp=2),
 ])
 def test_bundled_runs_pass_the_rules(knobs):
     rules.check(dict(dict(stack="bundled", tp=1, pp=1, offload="none", precision="bf16", compile=False), **knobs))

@@ -13,8 +13,7 @@ from tests.tuner.tune_helpers import FAST, plan
 
 
 def test_space_gets_tp_pp_when_the_planner_picks_them():
-    # fp32: a V100 has no bf16, and the bundled trainer runs tp/pp without fp16 loss scaling (planner/bundled_rules.py;
-    # with fp16 the planner's best bundled plan is now data-parallel)
+    # fp32: a V100 has no bf16 (fp16: test_v100_fp16_study_searches_tp_pp)
     big = Scenario(model="gpt2-52b", cluster="jean-zay-v100-32gb", gpus=64, precision="fp32")
     choices = ranked_parallel_choices(big, resolve_system(big))
     assert choices and (max(choices["tp"]) > 1 or max(choices["pp"]) > 1), choices
@@ -23,6 +22,19 @@ def test_space_gets_tp_pp_when_the_planner_picks_them():
     assert set(space.choices["tp"]) == set(choices["tp"])
     small = Scenario(model="tiny", cluster="dgx-h100", gpus=2)
     assert ranked_parallel_choices(small, resolve_system(small)) == {}
+
+
+def test_v100_fp16_study_searches_tp_pp():
+    """The study `plan tune` opens on 64 V100s (fp16 only: no bf16): the bundled trainer scales fp16 losses under
+    tp/pp (trainer/backends/loss_scale.py), so the planner's fp16 tp/pp pick puts tp/pp in the space. Refused by a
+    bundled rule before, the best bundled plan was data-parallel ZeRO-3 and the space had no tp/pp at all."""
+    from tuner.config import TuneConfig
+    from tuner.setup import _new_meta
+
+    cfg = TuneConfig(model="gpt2-52b", cluster="jean-zay-v100-32gb", measure_network=False, budget_s=60)
+    meta = _new_meta(cfg, 64, on_gpu=True)
+    assert "bf16" not in meta.space["precision"] and "fp16" in meta.space["precision"]
+    assert max(meta.space.get("tp", [1])) > 1 or max(meta.space.get("pp", [1])) > 1, meta.space
 
 
 def test_data_parallel_size_follows_tp_pp():
@@ -34,7 +46,7 @@ def test_data_parallel_size_follows_tp_pp():
 
 @pytest.mark.parametrize("knobs, runs", [
     ({"tp": 2, "sharding": "zero2"}, False), ({"pp": 2, "offload": "optimizer"}, False),
-    ({"tp": 2, "precision": "fp16"}, False), ({"tp": 2, "sharding": "fsdp_full_shard"}, True),
+    ({"tp": 2, "precision": "fp16"}, True), ({"tp": 2, "sharding": "fsdp_full_shard"}, True),
     ({"pp": 2, "sharding": "none"}, True), ({"sharding": "zero3"}, True),
 ])
 def test_trainer_runs(knobs, runs):

@@ -56,6 +56,7 @@ class Engine:
         # data parallelism over all ranks; the tensor/pipeline engines narrow these
         self.dp = dist.get_world_size() if dist.is_initialized() else 1
         self.dp_rank = dist.get_rank() if dist.is_initialized() else 0
+        self.skipped_steps, self.loss_scales = [], []
 
     def train_step(self, batches, device: torch.device, measure: bool) -> tuple[float, dict, int]:
         """One optimizer step over `grad_accum` micro batches: (mean loss, state bytes, saved bytes).
@@ -115,12 +116,35 @@ class Engine:
             loss = self.scaler.scale(loss)
         loss.backward()
 
-    def step(self) -> None:
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
+    # fp16: the optimizer steps skipped on an overflow (0-based step indices) and the scale after each step
+    skipped_steps: list[int]
+    loss_scales: list[float]
+
+    def optimizer_step(self) -> None:
+        """The optimizer step, through the fp16 loss scaler when there is one: gradients unscaled first (anything that
+        reads them, clipping, goes after unscale_), the step skipped when a rank overflowed, the scale updated. A
+        skipped step is the one whose scale backed off (GradScaler and ModelParallelScaler: x0.5 on an overflow
+        only)."""
+        if self.scaler is None:
             self.optimizer.step()
+            return
+        before = self.scaler.get_scale()
+        self.scaler.unscale_(self.optimizer)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        after = self.scaler.get_scale()
+        if after < before:
+            self.skipped_steps.append(len(self.loss_scales))
+        self.loss_scales.append(after)
+
+    def scaling_stats(self) -> dict:
+        """This rank's fp16 decisions (RankStats fields): the skipped steps and the scale after the last step."""
+        if self.scaler is None:
+            return {}
+        return {"skipped_steps": list(self.skipped_steps), "loss_scale": self.scaler.get_scale()}
+
+    def step(self) -> None:
+        self.optimizer_step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def after_micro(self, last: bool) -> None:

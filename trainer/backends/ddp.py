@@ -28,7 +28,8 @@ class DDPEngine(Engine):
             # total gradients size", torch DistributedDataParallel docs), which planner/comm_buffers.py does not count
             self.wrapped = DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
         self.optimizer = make_optimizer(cfg, model.parameters())
-        self.scaler = torch.amp.GradScaler(device.type) if cfg.plan.precision == "fp16" else None
+        fp16 = cfg.plan.precision == "fp16"
+        self.scaler = torch.amp.GradScaler(device.type, init_scale=cfg.run.loss_scale) if fp16 else None
 
     def forward_loss(self, x, y, last=True):
         from trainer.model import training_loss

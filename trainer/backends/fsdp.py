@@ -83,7 +83,8 @@ class FSDPEngine(Engine):
         fully_shard_model(cfg, model, model.blocks, make_mesh(settings, device.type), settings)
         self.module = model
         self.optimizer = make_optimizer(cfg, model.parameters())
-        self.scaler = torch.amp.GradScaler(device.type) if settings["grad_scaler"] else None
+        self.scaler = torch.amp.GradScaler(device.type, init_scale=cfg.run.loss_scale) if settings["grad_scaler"] \
+            else None
 
     def autocast(self):
         import contextlib

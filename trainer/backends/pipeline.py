@@ -32,6 +32,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from trainer.backends.base import DTYPES, Engine, make_optimizer
 from trainer.backends.fsdp import fully_shard_model
+from trainer.backends.loss_scale import ModelParallelScaler
 from trainer.backends.mesh import ParallelMesh, gather_on_rank0, rank_memory
 from trainer.backends.tensor_parallel import align_grad_placements, apply_tensor_parallel
 from trainer.checkpointing import apply_checkpointing
@@ -110,9 +111,15 @@ class PipelineEngine(Engine):
         self.module = nn.ModuleList(parts)
         self.stages = [PipelineStage(p, i, n_stages, device, group=m.pp_group) for p, i in zip(parts, self.stage_ids)]
         cls = SCHEDULES[self.schedule_name]
+        # each micro batch's loss divided by their count before its backward (scale_grads=False: the schedule adds
+        # the gradients as they are), as DDP's backward (trainer/backends/base.py) and Megatron-LM do: under fp16 the
+        # scaled gradients stay as large as DDP's (dividing after the sum overflowed at a scale DDP ran with)
         self.schedule = cls(self.stages if cls is ScheduleInterleaved1F1B else self.stages[0],
-                            n_microbatches=cfg.plan.grad_accum, loss_fn=self._loss)
+                            n_microbatches=cfg.plan.grad_accum, loss_fn=self._loss, scale_grads=False)
         self.optimizer = make_optimizer(cfg, self.module.parameters())
+        # fp16: the last stage's loss is scaled (so is every gradient sent back through the stages); one overflow
+        # decision for every rank (a stage holds some layers' gradients only)
+        self.scaler = ModelParallelScaler(cfg.run.loss_scale) if cfg.plan.precision == "fp16" else None
         self.has_first = any(s.is_first for s in self.stages)
         self.has_last = any(s.is_last for s in self.stages)
         self.busy_s, self.schedule_s, self._busy_now = [], [], 0.0
@@ -124,7 +131,8 @@ class PipelineEngine(Engine):
         if self.mesh.tp > 1:  # the local vocab shard back into a DTensor for loss_parallel
             logits = DTensor.from_local(logits, self.mesh.tp_mesh, [Shard(-1)], run_check=False)
             targets = DTensor.from_local(targets, self.mesh.tp_mesh, [Replicate()], run_check=False)
-        return loss_fn(logits, targets)  # under train_step's loss_parallel() when tp > 1
+        loss = loss_fn(logits, targets) / self.grad_accum  # under train_step's loss_parallel() when tp > 1
+        return loss if self.scaler is None else self.scaler.scale(loss)
 
     def _tied_group(self):
         """The {first stage, last stage} group of this rank's (dp, tp) coordinates, or None."""
@@ -169,10 +177,12 @@ class PipelineEngine(Engine):
             dist.all_reduce(local_tensor(self.tied_weight.grad), group=self.tied_group)
         if not self.fsdp and self.dp > 1:
             self._average_dp_grads()
-        self.optimizer.step()
+        # the losses' factor: 1 / grad_accum, and the scale before update()
+        scale = (1.0 if self.scaler is None else self.scaler.get_scale()) / self.grad_accum
+        self.optimizer_step()
         self.optimizer.zero_grad(set_to_none=True)
         loss = torch.stack([local_tensor(v).detach().float() for v in losses]).mean() if losses else torch.zeros(())
-        loss = loss.to(device)
+        loss = loss.to(device) / scale
         dist.all_reduce(loss, group=self.mesh.pp_group)  # only the last stage has it: share with rank 0
         return float(loss), state, int(saved["peak_bytes"])
 
@@ -196,7 +206,7 @@ class PipelineEngine(Engine):
             "stages": self.stage_ids, "layers": [self.stage_layers[i] for i in self.stage_ids],
             "busy_s": statistics.median(busy) if busy else None,
             "schedule_s": statistics.median(sched) if sched else None,
-            "bubble_ratio": statistics.median(ratios) if ratios else None}
+            "bubble_ratio": statistics.median(ratios) if ratios else None} | self.scaling_stats()
         return gather_on_rank0(mine)
 
     def parallel_stats(self, per_rank):

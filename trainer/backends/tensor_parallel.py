@@ -23,6 +23,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, ParallelStyle, P
 
 from trainer.backends.base import DTYPES, Engine, make_optimizer
 from trainer.backends.fsdp import fully_shard_model
+from trainer.backends.loss_scale import ModelParallelScaler
 from trainer.backends.mesh import ParallelMesh, gather_on_rank0, rank_memory
 from trainer.backends.tp_parallel_block import parallelize_parallel_block
 from trainer.checkpointing import apply_checkpointing
@@ -153,6 +154,8 @@ class TensorParallelEngine(Engine):
             fully_shard_model(cfg, model, model.blocks, self.mesh.dp_mesh())
         self.module = model
         self.optimizer = make_optimizer(cfg, model.parameters())
+        # fp16: one overflow decision for every rank (a tp rank holds a slice of each gradient)
+        self.scaler = ModelParallelScaler(cfg.run.loss_scale) if cfg.plan.precision == "fp16" else None
 
     def autocast(self):
         return contextlib.nullcontext() if self.fsdp else super().autocast()
@@ -170,7 +173,7 @@ class TensorParallelEngine(Engine):
             align_grad_placements(self.module.parameters())
 
     def gather_rank_stats(self, state, saved_bytes, warmup_steps):
-        return gather_on_rank0(rank_memory(state, saved_bytes) | self.mesh.coords())
+        return gather_on_rank0(rank_memory(state, saved_bytes) | self.mesh.coords() | self.scaling_stats())
 
     def parallel_stats(self, per_rank):
         from trainer.result import ParallelStats, RankStats
