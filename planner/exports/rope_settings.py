@@ -12,6 +12,10 @@ Checked in a 2025 Megatron-LM megatron/training/arguments.py (the one with --sof
 - --rope-type {rope, yarn} (_add_training_args: "MLA takes yarn by default, and common attention takes rope by
   default") and _add_mla_args' --rotary-scaling-factor (default 1.0), --mscale (default 1.0) and
   --mscale-all-dim (default 0.0): YaRN for multi-latent attention, with DeepSeek's two attention scales.
+- --rotary-base (type=int, default 10000: "Base to use for rotary positional embeddings", _add_network_size_args):
+  written for every RoPE model (ModelSpec.rope_theta), else Megatron trains a Llama 3 (500000) or Qwen (1e6) export
+  with base 10000. An integer only: a
+  fractional base (StarCoder2-3B's 999999.44) is rounded, with a note.
 - --position-embedding-type's choices are learned_absolute, rope, mrope, relative and none: no YaRN for
   standard attention from the command line (Megatron-Core's GPTModel takes position_embedding_type 'yarn' from
   a Python model provider).
@@ -29,9 +33,16 @@ def _num(x: float) -> str:
 
 
 def megatron_args(model: ModelSpec, notes: list[str] | None = None) -> list[str]:
-    """The sink and RoPE-scaling flags of `model` (none for plain RoPE without sinks); what has no flag, a note."""
+    """The sink, RoPE base and RoPE-scaling flags of `model` (none for learned positions without sinks); what has no
+    flag, a note."""
     args = ["--softmax-type", "learnable"] if model.attn_sinks else []
     note = None
+    if model.position == "rope" and model.rope_theta is not None:
+        base = round(model.rope_theta)
+        args += ["--rotary-base", str(base)]
+        if base != model.rope_theta and notes is not None:
+            notes.append(f"RoPE: {model.name}'s base theta {model.rope_theta:g} written as --rotary-base {base} "
+                         "(Megatron-LM's flag takes an integer)")
     if model.rope_scaling == "llama3":
         args += ["--use-rope-scaling", "--rope-scaling-factor", _num(model.rope_scaling_factor)]
         if model.train_seq_len not in (None, LLAMA3_ORIGINAL):
