@@ -71,3 +71,25 @@ def test_the_config_reader_takes_rope_scaling_and_gpt_oss_sinks(tmp_path):
     path.write_text(json.dumps(bad))
     with pytest.raises(Exception, match="rope_scaling.factor"):
         load_hf_config(path)
+
+
+@pytest.mark.parametrize("preset, base", [("llama3-8b", "500000"), ("llama3-405b", "500000"),
+                                          ("mixtral-8x7b", "1000000"), ("gpt-oss-20b", "150000"),
+                                          ("deepseek-v3", "10000"), ("llama2-7b", "10000")])
+def test_every_rope_model_writes_its_rotary_base(preset, base):
+    """Megatron-LM's --rotary-base defaults to 10000 (arguments.py, MEGATRON_FLAG_SOURCES): without the flag a
+    Llama 3 or Qwen3 export trains with the wrong base."""
+    args, _ = _export(preset, ep=8 if resolve_model(preset).moe_experts else 1)
+    assert values(args, "--rotary-base") == [base]
+    assert "--rotary-base" in MEGATRON_FLAG_SOURCES
+
+
+def test_learned_positions_write_no_base_and_a_fractional_base_is_rounded_with_a_note(tmp_path):
+    args, _ = _export("gpt2-xl", seq_len=1024)
+    assert "--rotary-base" not in args
+    model = load_hf_config("tests/fixtures/hf_configs/starcoder2-3b.json")  # rope_theta 999999.4420358813
+    plan = ExecutionPlan(tp=1, pp=1, dp=8, micro_batch=1, grad_accum=1, seq_len=4096, stack="megatron")
+    notes: list[str] = []
+    args = megatron_args(plan, model, notes=notes)
+    assert values(args, "--rotary-base") == ["999999"]
+    assert any("--rotary-base 999999" in n and "integer" in n for n in notes)
