@@ -117,7 +117,7 @@ def spec_from_config(cfg: Config, path: str | Path = "config.json", name: str | 
     text = hf_llama4.text_reader(r, model_type) if model_type == "llama4" else r
     fields.update(hf_context.pretrain_len(text, fields))
     if fields.get("position") == "rope":
-        fields.update(hf_context.rope_scaling(text))
+        fields.update(hf_context.rope_scaling(text) | hf_context.rope_theta(text))
     name = name or cfg.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem) or path.name
     try:
         return ModelSpec(name=str(name), source=source or str(path), **fields)

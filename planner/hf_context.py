@@ -1,6 +1,6 @@
 """The sequence keys of a Hugging Face config.json (planner/hf_config.py's readers call these): which layers
 run a sliding window and how wide (planner/attn_window.py), and the context a RoPE-scaled model was pretrained
-at (ModelSpec.train_seq_len, the default seq_len). Every error names the file and the key (the reader's `fail`)."""
+at (ModelSpec.train_seq_len, the default seq_len), its RoPE scaling and base theta. Every error names the file and the key (the reader's `fail`)."""
 
 from __future__ import annotations
 
@@ -77,3 +77,19 @@ def rope_scaling(r) -> Config:
                 raise r.fail(f"rope_scaling.{key}", f"must be a number >= 0 (got {value!r})")
             out[f"yarn_{key}"] = float(value)
     return out
+
+
+def rope_theta(r) -> Config:
+    """The RoPE base (ModelSpec.rope_theta): `rope_theta` (Llama, Mistral, Qwen, DeepSeek, gpt-oss, Falcon, OLMo),
+    transformers v5's `rope_parameters.rope_theta`, GPT-NeoX's `rotary_emb_base`, MPT's `attn_config.rope_theta`;
+    none of them: nothing (the spec's default 10000, the base of transformers' configs that leave it out)."""
+    params = r.cfg.get("rope_parameters") if isinstance(r.cfg.get("rope_parameters"), dict) else {}
+    attn = r.cfg.get("attn_config") if isinstance(r.cfg.get("attn_config"), dict) else {}
+    for key, value in (("rope_theta", r.cfg.get("rope_theta")), ("rope_parameters.rope_theta", params.get("rope_theta")),
+                       ("rotary_emb_base", r.cfg.get("rotary_emb_base")), ("attn_config.rope_theta", attn.get("rope_theta"))):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e12:
+            raise r.fail(key, f"must be a number > 0 and <= 1e12 (got {value!r})")
+        return {"rope_theta": float(value)}
+    return {}

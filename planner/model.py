@@ -19,6 +19,7 @@ Position = Literal["learned", "rope", "alibi", "none"]  # none: no position enco
 QkNorm = Literal["none", "per_head", "full"]
 # The LLaMA block (Touvron et al. 2023, arXiv 2302.13971, sec. 2.2): SwiGLU MLP, RMSNorm, rotary
 # positions; untied embeddings and no biases as in its released configs.
+ROPE_THETA_DEFAULT = 10000.0  # RoFormer's base (Su et al. 2021, arXiv 2104.09864 sec. 3.2.2), transformers' default
 LLAMA_BLOCK = dict(mlp="swiglu", norm="rmsnorm", position="rope", tied_embeddings=False, bias=False)
 
 
@@ -79,6 +80,10 @@ class ModelSpec(BaseModel):
     # its factor and, in DeepSeek-V2/V3, the attention scales mscale / mscale_all_dim; "llama3", Llama 3.1/4's
     # frequency-band rule; None: plain RoPE): no shape nor FLOP, exports only (planner/exports/rope_settings.py).
     rope_scaling: Literal["yarn", "llama3"] | None = None
+    # RoPE base theta (Su et al. 2021, arXiv 2104.09864 sec. 3.2.2: frequency i of a head of d is theta^(-2i/d); HF
+    # config.json rope_theta): Llama 3 500000, Qwen2/3 1000000; a RoPE model without it takes RoFormer's 10000,
+    # other positions none. No shape nor FLOP: the trainer's rotary tables and the exports (Megatron --rotary-base).
+    rope_theta: float | None = Field(default=None, gt=0, le=1e12)
     rope_scaling_factor: float | None = Field(default=None, gt=0, le=1_000_000)
     yarn_mscale: float | None = Field(default=None, ge=0, le=1_000)
     yarn_mscale_all_dim: float | None = Field(default=None, ge=0, le=1_000)
@@ -136,6 +141,8 @@ class ModelSpec(BaseModel):
     def _one_norm_is_parallel(cls, data):
         if isinstance(data, dict) and data.get("norms_per_layer") == 1 and data.get("parallel_block") is None:
             data = {**data, "parallel_block": True}
+        if isinstance(data, dict) and data.get("position") == "rope" and data.get("rope_theta") is None:
+            data = {**data, "rope_theta": ROPE_THETA_DEFAULT}
         # a norm bias exists only on a LayerNorm (RMSNorm, Zhang & Sennrich 2019, has a weight only)
         if isinstance(data, dict) and data.get("norm", "layernorm") != "layernorm" and data.get("norm_bias", True):
             data = {**data, "norm_bias": False}
@@ -158,6 +165,8 @@ class ModelSpec(BaseModel):
             raise ValueError(f"attn_local_layers ({self.attn_local_layers}) exceeds n_layers ({self.n_layers})")
         if (self.rope_scaling is None) != (self.rope_scaling_factor is None):
             raise ValueError("rope_scaling and rope_scaling_factor go together (a scaling type and its factor)")
+        if self.rope_theta is not None and self.position != "rope":
+            raise ValueError(f"rope_theta needs position rope (got {self.position})")
         if self.rope_scaling is not None and self.position != "rope":
             raise ValueError(f"rope_scaling needs position rope (got {self.position})")
         if self.n_heads % self.kv_heads:

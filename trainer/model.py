@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from planner import attn_window, moe
-from planner.model import ModelSpec
+from planner.model import ROPE_THETA_DEFAULT, ModelSpec
 from trainer import local_attention
 
 
@@ -60,9 +60,11 @@ def make_norm(spec: ModelSpec, low_precision: bool, dim: int | None = None) -> n
                      low_precision=low_precision)
 
 
-def rope_tables(seq_len: int, head_dim: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    # Su et al. 2021 (RoFormer): theta_i = 10000^(-2i/d)
-    inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
+def rope_tables(seq_len: int, head_dim: int, device=None, theta: float = ROPE_THETA_DEFAULT
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    # Su et al. 2021 (RoFormer, arXiv 2104.09864 sec. 3.2.2): frequency i = theta^(-2i/d), theta the model's base
+    # (ModelSpec.rope_theta; RoFormer's 10000), in float32 as transformers' default rope init
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
     angles = torch.outer(torch.arange(seq_len, device=device).float(), inv)
     return angles.cos(), angles.sin()
 
@@ -165,6 +167,7 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(spec.head_dim if per_head else kv)
         self.core = AttentionCore(attention, spec.attn_window if local else None, spec.attn_chunked)
         self.rope = spec.position == "rope"
+        self.rope_theta = spec.rope_theta or ROPE_THETA_DEFAULT
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -177,7 +180,7 @@ class Attention(nn.Module):
         if self.qk_norm == "per_head":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
-            cos, sin = rope_tables(s, self.head_dim, x.device)
+            cos, sin = rope_tables(s, self.head_dim, x.device, self.rope_theta)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = self.core(q, k, v)
         return self.o(y.transpose(1, 2).reshape(b, s, -1))

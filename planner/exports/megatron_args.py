@@ -19,7 +19,7 @@ hold, MEGATRON_FLAG_SOURCES in tests/exports/test_export_megatron.py):
   --hierarchical-context-parallel-sizes) are the dataclass fields spelled with dashes.
 
 Mixture-of-experts flags: planner/exports/moe_settings.py (checked in the same file, `_add_moe_args`); RoPE
-scaling and attention sinks: planner/exports/rope_settings.py.
+base and scaling, attention sinks and the attention kernel they need: planner/exports/rope_settings.py.
 
 Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 --overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (same file).
@@ -174,7 +174,8 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
     """The arguments, one flag and its values after the other. A plan or model Megatron-LM cannot
     run is a PlanError naming the field; the MoE routing and overlap flags as planned (planner/exports/moe_settings.py,
     moe_routing.py); the memory-saving switches (planner/exports/memory_settings.py)."""
-    for why in (refusal(plan), model_refusal(model), moe_settings.megatron_model_refusal(plan, model)):
+    for why in (refusal(plan), model_refusal(model), moe_settings.megatron_model_refusal(plan, model),
+                rope_settings.megatron_refusal(plan, model)):
         if why is not None:
             raise why
     recompute, optimizer = memory_settings.megatron_args(plan, model, memory or MemoryRecipe(), notes)
@@ -186,9 +187,8 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
     args += optimizer + grad_reduce_args(plan, profile)
     if notes is not None and (note := grad_reduce_note(plan, profile)) is not None:
         notes.append(note)
-    if plan.attention != "eager":  # a fused kernel (Megatron has no Triton FlashAttention: flash-attn's CUDA one)
-        args.append("--use-flash-attn")
-    return args
+    # a fused kernel (Megatron has no Triton FlashAttention: flash-attn's CUDA one); learnable sinks: TE's cuDNN one
+    return args + rope_settings.attention_kernel_args(plan, model)
 
 
 def grad_reduce_args(plan: ExecutionPlan, profile: StackProfile | None = None) -> list[str]:

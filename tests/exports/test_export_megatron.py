@@ -24,7 +24,9 @@ WINDOW = ("a 2025 Megatron-LM megatron/training/arguments.py, _add_network_size_
 ROPE = ("the same 2025 arguments.py (stored index file id 253976787): add_argument('--softmax-type', choices "
         "learnable|vanilla|off-by-one) and '--use-rope-scaling' / '--rope-scaling-factor' in _add_network_size_args, "
         "'--rope-type' (choices rope|yarn) in _add_training_args, '--rotary-scaling-factor' / '--mscale' / "
-        "'--mscale-all-dim' in _add_mla_args")
+        "'--mscale-all-dim' in _add_mla_args; add_argument('--rotary-base', type=int, default=10000) in "
+        "_add_network_size_args; add_argument('--attention-backend', type=AttnBackend[...], default auto, help "
+        "'flash,fused,unfused,local,auto') in _add_network_size_args")
 # Each flag the export may write, with where it was checked (megatron/training/arguments.py):
 OLD = "NVIDIA/Megatron-LM@307dcf37f03d44da131ba21999278abe4112d2ad megatron/training/arguments.py"
 NEW = "Anai-Guo/Megatron-LM@38d7226546e40591cf82c23f41d38796978f5129 megatron/training/arguments.py"
@@ -48,7 +50,7 @@ MEGATRON_FLAG_SOURCES = {
     # arguments, --accumulate-allreduce-grads-in-fp32 also in 307dcf37
     **{f: "NVIDIA/Megatron-LM@000c4ac24f61159c138b0975def722c65245983c megatron/training/arguments.py"
        for f in ("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32")},
-    **{f: ROPE for f in ("--softmax-type", "--use-rope-scaling", "--rope-scaling-factor", "--rope-type",
+    **{f: ROPE for f in ("--rotary-base", "--attention-backend", "--softmax-type", "--use-rope-scaling", "--rope-scaling-factor", "--rope-type",
                          "--rotary-scaling-factor", "--mscale", "--mscale-all-dim")},
     **{f: CORE for f in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                          "--hierarchical-context-parallel-sizes")},
@@ -58,7 +60,7 @@ CHOICES = {"--normalization": {"LayerNorm", "RMSNorm"}, "--position-embedding-ty
            "--fp8-format": {"e4m3", "hybrid"}, "--recompute-granularity": {"full", "selective"},
            "--recompute-method": {"uniform", "block"}, "--cp-comm-type": {"p2p", "a2a", "allgather", "a2a+p2p"},
            "--optimizer": {"adam", "sgd"}, "--softmax-type": {"vanilla", "off-by-one", "learnable"},
-           "--rope-type": {"rope", "yarn"}}
+           "--rope-type": {"rope", "yarn"}, "--attention-backend": {"flash", "fused", "unfused", "local", "auto"}}
 
 # Llama 3 405B (Llama 3 paper, Table 3): 126 layers, 16384 wide, 128 heads, 8 KV heads, FFN 53248
 LLAMA3_405B = ModelSpec(name="llama3-405b-like", family="llama", n_layers=126, hidden=16384, n_heads=128,

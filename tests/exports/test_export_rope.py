@@ -1,11 +1,13 @@
 """RoPE scaling and attention sinks in the Megatron-LM export (planner/exports/rope_settings.py): written where
 Megatron-LM's arguments.py has the flag (each in MEGATRON_FLAG_SOURCES with where it was checked), a note where it
-has none. Before this, YaRN, Llama 3's scaling and gpt-oss's sinks were dropped without a word."""
+has none. Before this, YaRN, Llama 3's scaling and gpt-oss's sinks were dropped without a word; the RoPE base
+(--rotary-base) and the sinks' attention kernel came later."""
 
 import json
 
 import pytest
 
+from planner.errors import PlanError
 from planner.exports.megatron_args import megatron_args
 from planner.hf_config import load_hf_config
 from planner.presets import resolve_model
@@ -71,3 +73,49 @@ def test_the_config_reader_takes_rope_scaling_and_gpt_oss_sinks(tmp_path):
     path.write_text(json.dumps(bad))
     with pytest.raises(Exception, match="rope_scaling.factor"):
         load_hf_config(path)
+
+
+@pytest.mark.parametrize("preset, base", [("llama3-8b", "500000"), ("llama3-405b", "500000"),
+                                          ("mixtral-8x7b", "1000000"), ("gpt-oss-20b", "150000"),
+                                          ("deepseek-v3", "10000"), ("llama2-7b", "10000")])
+def test_every_rope_model_writes_its_rotary_base(preset, base):
+    """Megatron-LM's --rotary-base defaults to 10000 (arguments.py, MEGATRON_FLAG_SOURCES): without the flag a
+    Llama 3 or Qwen3 export trains with the wrong base."""
+    args, _ = _export(preset, ep=8 if resolve_model(preset).moe_experts else 1)
+    assert values(args, "--rotary-base") == [base]
+    assert "--rotary-base" in MEGATRON_FLAG_SOURCES
+
+
+def test_learned_positions_write_no_base_and_a_fractional_base_is_rounded_with_a_note(tmp_path):
+    args, _ = _export("gpt2-xl", seq_len=1024)
+    assert "--rotary-base" not in args
+    model = load_hf_config("tests/fixtures/hf_configs/starcoder2-3b.json")  # rope_theta 999999.4420358813
+    plan = ExecutionPlan(tp=1, pp=1, dp=8, micro_batch=1, grad_accum=1, seq_len=4096, stack="megatron")
+    notes: list[str] = []
+    args = megatron_args(plan, model, notes=notes)
+    assert values(args, "--rotary-base") == ["999999"]
+    assert any("--rotary-base 999999" in n and "integer" in n for n in notes)
+
+
+def test_gpt_oss_sinks_run_in_te_fused_attention_not_flash_attention():
+    """Transformer Engine disables FlashAttention for softmax_type learnable (its get_attention_backend, cited in
+    planner/exports/rope_settings.py): the sink model's fused-kernel plan asks for cuDNN FusedAttention."""
+    args, _ = _export("gpt-oss-20b", ep=8)
+    assert values(args, "--attention-backend") == ["fused"] and "--use-flash-attn" not in args
+    assert set(values(args, "--attention-backend")) <= CHOICES["--attention-backend"]
+    eager, _ = _export("gpt-oss-20b", ep=8, attention="eager")
+    assert "--attention-backend" not in eager and "--use-flash-attn" not in eager
+    plain, _ = _export("llama3-8b")  # no sinks: FlashAttention as before
+    assert "--use-flash-attn" in plain and "--attention-backend" not in plain
+    # Ulysses is TE's a2a, the one context parallelism that runs sinks
+    cp, _ = _export("gpt-oss-20b", ep=4, dp=4, cp=2, cp_impl="ulysses")
+    assert values(cp, "--cp-comm-type") == ["a2a"] and values(cp, "--attention-backend") == ["fused"]
+
+
+@pytest.mark.parametrize("kw, field", [({"attention": "flash2"}, "attention"), ({"attention": "triton"}, "attention"),
+                                       ({"cp": 2, "dp": 4, "ep": 4, "cp_impl": "ring"}, "cp_impl"),
+                                       ({"cp": 2, "dp": 4, "ep": 4, "cp_impl": "allgather"}, "cp_impl")])
+def test_gpt_oss_sinks_refuse_kernels_and_context_parallelism_te_cannot_run(kw, field):
+    with pytest.raises(PlanError) as e:
+        _export("gpt-oss-20b", **{"ep": 8, **kw})
+    assert e.value.field == field and "allowed:" in str(e.value)

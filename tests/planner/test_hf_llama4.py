@@ -22,7 +22,7 @@ TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8
         "hidden_act": "silu", "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1,
         "interleave_moe_layer_step": 1, "attention_chunk_size": 8192, "use_qk_norm": True, "rms_norm_eps": 1e-05,
         "max_position_embeddings": 262144, "tie_word_embeddings": False, "attention_bias": False,
-        "no_rope_layers": [], "moe_layers": None,
+        "no_rope_layers": [], "moe_layers": None, "rope_theta": 500000.0,
         "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
                          "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
 SCOUT = {"model_type": "llama4", "text_config": TEXT, "vision_config": {"hidden_size": 1408, "num_hidden_layers": 34}}

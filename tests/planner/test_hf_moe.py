@@ -103,7 +103,7 @@ def _gpt_oss(layers: int, experts: int) -> dict:
             "intermediate_size": 2880, "num_hidden_layers": layers, "num_attention_heads": 64, "num_key_value_heads": 8,
             "head_dim": 64, "num_local_experts": experts, "num_experts_per_tok": 4, "vocab_size": 201088,
             "sliding_window": 128, "attention_bias": True, "tie_word_embeddings": False, "rms_norm_eps": 1e-05,
-            "max_position_embeddings": 131072, "initial_context_length": 4096,
+            "max_position_embeddings": 131072, "initial_context_length": 4096, "rope_theta": 150000,
             "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
                              "rope_type": "yarn", "truncate": False},
             "layer_types": ["sliding_attention", "full_attention"] * (layers // 2)}
