@@ -231,6 +231,23 @@ def sequence_parallel_of(row, tp: int, stack_default: bool, year: int | None, ge
     return on
 
 
+# TP communication overlap: Megatron-LM `--tp-comm-overlap` (store_true, off unless given: megatron/training/
+# arguments.py, core_v0.7.0), NeMo 1.0's `ub_tp_comm_overlap: True` (NeMo-Framework-Launcher launcher_scripts/conf/
+# training/*/*.yaml) and NeMo 2.0's `MegatronCommOverlapCallback(tp_comm_overlap=True)` (nemo/collections/llm/
+# recipes/*.py), torchtitan's "async TP"; "ub_tp_comm_overlap: False", "no async TP", "TP comm overlap not stated": off
+_TP_OVERLAP = r"(?:async[\s_-]*tp|tp[\s_-]*comm[\s_-]*overlap)"
+_TP_OVERLAP_OFF = re.compile(rf"\b(?:no|without|w/o)\s+(?:--)?(?:ub_)?{_TP_OVERLAP}"
+                             rf"|{_TP_OVERLAP}\s*(?:[=:]\s*(?:false|0|off|no)\b|off\b|not\s+stated)", re.I)
+
+
+def tp_comm_overlap_of(row) -> bool:
+    """TP collectives overlapped with the GEMMs (ExecutionPlan.async_tp) as the notes state it; off unless stated."""
+    text = row.get("notes") or ""
+    if _TP_OVERLAP_OFF.search(text):
+        return False
+    return re.search(_TP_OVERLAP, text, re.I) is not None
+
+
 def grad_accum_of(row) -> int | None:
     """Micro batches per step from a column (grad_accum, gradient_accumulation_steps) or the notes."""
     given = _int_column(row, ("grad_accum", "gradient_accumulation_steps", "gradient_accumulation"))

@@ -252,9 +252,7 @@ def _plan(row, spec: ModelSpec, system: System, notes: list[str]) -> tuple[Execu
         grad_reduce_dtype=run_columns.grad_reduce_dtype_of(row, notes),
         optimizer="adafactor" if "adafactor" in lowered else "adamw",
         compile="compile" in lowered and "no compile" not in lowered,
-        # Megatron-LM: `--tp-comm-overlap` is store_true (off unless given; megatron/training/arguments.py,
-        # core_v0.7.0)
-        async_tp="async tp" in lowered or "tp-comm-overlap" in lowered,
+        async_tp=run_text.tp_comm_overlap_of(row),
         micro_batch=mb, grad_accum=ga, seq_len=seq,
         reduce_bucket_elems=spec.hidden**2, allgather_bucket_elems=spec.hidden**2,
         stage3_prefetch_elems=int(0.9 * spec.hidden**2),

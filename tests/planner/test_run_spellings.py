@@ -140,6 +140,17 @@ def test_sequence_parallel(tmp_path, notes, framework, source, sp):
         assert any("sequence parallel" in n for n in run.assumptions)
 
 
+@pytest.mark.parametrize("notes,on", [
+    ("", False), ("--tp-comm-overlap", True), ("async TP", True), ("Async-TP on", True),
+    # NeMo 1.0 launcher configs and NeMo 2.0 recipes spell it their own way
+    ("ub_tp_comm_overlap: True", True), ("MegatronCommOverlapCallback(tp_comm_overlap=True)", True),
+    ("TP comm overlap", True), ("ub_tp_comm_overlap: false", False), ("tp_comm_overlap=False", False),
+    ("no async TP", False), ("without --tp-comm-overlap", False), ("TP comm overlap not stated", False),
+])
+def test_tp_comm_overlap_spellings(tmp_path, notes, on):
+    assert load(tmp_path, notes=notes).plan.async_tp is on
+
+
 @pytest.mark.parametrize("notes,ga", [
     ("grad accumulation 16", 16), ("gradient_accumulation_steps=16", 16), ("GA=16", 16),
     ("16 gradient accumulation steps", 16),
