@@ -15,6 +15,8 @@ active view (planner/moe.py `dense_view`) holds under planner/memory.py.
   probabilities) and the router's fp32 logits and probabilities (softmax and load-balancing loss);
   the experts' intermediate activations are the view's MLP ones (a token's top-k x expert width).
 - Buffers: one layer's all-to-all send and receive buffers of the dispatched tokens.
+- ZeRO-3 with the MoE block a leaf module (planner/zero3.py LEAF_BLOCK_STACKS): the gathered module is the whole
+  block, its 16-bit weights and gradients in place of the view's largest module (memory.py `unit_params`).
 - The busiest expert rank holds its load (planner/moe_time.py load_factor: the capacity factor when
   padded to capacity, else the dropless imbalance) x the balanced routed copies: activations and
   buffers above scale by it.
@@ -136,9 +138,21 @@ def with_experts(spec, view, layout: Layout, system, out: dict, settings=None) -
              ("optimizer_bytes", functools.partial(optimizer_bytes, amp=amp)))
     for key, term in terms:
         out[key] = out[key] + _states_delta(term, spec, view, layout, system)
+    leaf = _leaf_block_delta_bytes(spec, view, layout)
+    out["weights_bytes"], out["grads_bytes"] = out["weights_bytes"] + leaf, out["grads_bytes"] + leaf
     out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout, load, settings, kept)
     out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout, load)
     return out
+
+
+def _leaf_block_delta_bytes(spec, view, layout: Layout) -> np.ndarray:
+    """ZeRO-3's gathered leaf MoE block beyond the view's gathered module, in the compute dtype (per weights or
+    grads; DeepSpeed's estimator counts the largest gathered module once for each)."""
+    from planner.shard_units import unit_params
+    from planner.zero3 import leaf_block_params
+
+    extra = np.maximum(leaf_block_params(spec, layout) - unit_params(view, layout), 0.0)
+    return (np.asarray(layout.sharding) == SHARD["zero3"]) * compute_dtype_bytes(layout) * extra
 
 
 def host_bytes_per_node(spec, view, layout: Layout, system) -> np.ndarray:

@@ -9,10 +9,13 @@ their gradients). megatron/core/parallel_state.py initialize_model_parallel buil
 from `expert_tensor_parallel_size` (default: tp), `expert_model_parallel_size` and pp, and raises
 "world_size (...) is not divisible by expert_tensor_model_pipeline_parallel size" unless
 etp x ep x pp divides the world; megatron/training/arguments.py validate_args asserts "Number of
-experts should be a multiple of expert model parallel_size". DeepSpeed refuses MoE layers under
-ZeRO-3 (deepspeed/runtime/engine.py _configure_zero_optimizer: "MoE not supported with Stage 3"); the bundled
-trainer's experts are plain modules that DeepSpeed shards as any other (trainer/moe.py: every expert runs every
-step, so ZeRO-3's fetch order is the same each step), so its ZeRO-3 runs them.
+experts should be a multiple of expert model parallel_size". DeepSpeed refuses ZeRO-3 only with its OWN MoE
+layer (deepspeed 0.19 runtime/engine.py `_validate_zero3_moe_compatibility`: a `deepspeed.moe.layer.MoE` module
+raises "Native DeepSpeed MoE is not supported with ZeRO Stage 3"; `has_moe_layers` looks for no other class):
+that is the MoE layer of Megatron-DeepSpeed (megatron/model/transformer.py ParallelTransformerLayer: its MLP a deepspeed.moe.layer.MoE),
+whatever its ep. Experts that are plain nn.Modules are sharded as any other: Hugging Face models under DeepSpeed
+ZeRO-3 (with the MoE block a ZeRO-3 leaf module, planner/zero3.py), the bundled trainer (trainer/moe.py: every
+expert runs every step, so ZeRO-3's fetch order is the same each step) and a generic stack.
 """
 
 from __future__ import annotations
@@ -103,11 +106,13 @@ def _rules() -> list[dict]:
              bad=lambda k: (k.tp * k.cp * k.dp) % (k.ep * k.etp) != 0,
              message=lambda k: f"etp x ep = {k.etp} x {k.ep} does not divide the tp x cp x dp = "
                                f"{k.tp * k.cp * k.dp} ranks of a pipeline stage"),
-        dict(name="moe_zero3", reason="DeepSpeed ZeRO-3 does not run MoE layers", field="sharding",
-             inputs=("sharding", "spec", "stack"), relaxed={"stack": STACK["generic"]},
-             bad=lambda k: (k.sharding == SHARD["zero3"]) & _is_moe(k) & (k.stack != STACK["bundled"]),
-             message=lambda k: "zero3 with a mixture-of-experts model: DeepSpeed asserts 'MoE not supported with "
-                               "Stage 3' (allowed: none, zero1, zero2, fsdp_*)"),
+        dict(name="moe_zero3", reason="DeepSpeed ZeRO-3 does not run DeepSpeed-MoE layers", field="sharding",
+             inputs=("sharding", "spec", "stack"),
+             bad=lambda k: (k.sharding == SHARD["zero3"]) & _is_moe(k) & (k.stack == STACK["megatron_deepspeed"]),
+             message=lambda k: "zero3 with megatron_deepspeed's mixture-of-experts layers (DeepSpeed-MoE): DeepSpeed "
+                               "asserts 'Native DeepSpeed MoE is not supported with ZeRO Stage 3' (engine.py "
+                               "_validate_zero3_moe_compatibility; allowed: none, zero1, zero2, or zero3 on the hf "
+                               "stack with ep 1)"),
         dict(name="ep_stack", reason="the stack has no expert parallelism", field="stack", inputs=("stack", "ep"),
              bad=lambda k: np.isin(k.stack, _NO_EP) & (k.ep > 1),
              message=lambda k: f"{_name(STACKS, k.stack)} has no expert parallelism (allowed with ep > 1: "

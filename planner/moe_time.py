@@ -37,6 +37,8 @@ planner/throughput.py runs the view (planner/moe.py `dense_view`) and adds these
 - Expert gradients: reduced over the expert-data-parallel group instead of the view's dp x cp group
   (the expert part's collective in place of the view's top-k share of it), not hidden further; under
   DeepSpeed ZeRO-3 none: planner/zero3.py gathers and reduces every expert with the view's parameters.
+  torchtitan with ep > 1 under FSDP: the experts are a unit of their own per MoE layer (planner/shard_units.py
+  `expert_units`), gathered twice and reduce-scattered once per micro batch over edp, one call per layer each.
 """
 
 from __future__ import annotations
@@ -161,14 +163,23 @@ def _grad_collective_s(links, group, stride, params, gbytes, layout) -> np.ndarr
     return once * (1.0 + fsdp)
 
 
-def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes) -> np.ndarray:
+def expert_grad_s(spec, view, layout: Layout, links: comm.Links, gbytes, moe_layers=0.0) -> np.ndarray:
     from planner.moe_memory import expert_params_per_gpu, view_expert_params_per_gpu
+    from planner.shard_units import expert_units
 
     # DeepSpeed ZeRO-3 gathers and reduce-scatters every expert with the rest of the model (planner/zero3.py)
     zero3 = np.asarray(layout.sharding) == SHARD["zero3"]
     edp = moe_parallel.edp(layout)
-    experts = _grad_collective_s(links, edp, _f(layout.ep) * layout.etp, expert_params_per_gpu(spec, view, layout),
-                                 gbytes, layout)
+    p_e = expert_params_per_gpu(spec, view, layout)
+    experts = _grad_collective_s(links, edp, _f(layout.ep) * layout.etp, p_e, gbytes, layout)
+    # torchtitan ep > 1: per micro batch, each MoE layer's expert unit gathered for forward and backward and
+    # reduce-scattered, one call each (planner/shard_units.py expert_units)
+    units = expert_units(layout, moe_layers)
+    g = comm.Group.of(links, edp, comm.members_per_node(edp, _f(layout.ep) * layout.etp, links.gpus_per_node))
+    calls = np.maximum(units, 1.0)
+    unit_wise = layout.grad_accum * (2.0 * g.allgather_s(p_e * compute_dtype_bytes(layout), calls)
+                                     + g.allgather_s(p_e * gbytes, calls))
+    experts = np.where(units > 0, unit_wise, experts)
     in_view = _grad_collective_s(links, _f(layout.dp) * layout.cp, layout.tp,
                                  view_expert_params_per_gpu(spec, view, layout), gbytes, layout)
     return np.where(zero3, 0.0, np.maximum(experts - in_view, 0.0))
@@ -195,7 +206,7 @@ def terms(spec, view, layout: Layout, system, links: comm.Links, prof, parts, ge
     a2a_layer = a2a_s_per_layer(spec, layout, links, load, fp8_dispatch, node_limit)
     a2a = layout.grad_accum * moe_layers * a2a_layer
     shared = spec.moe_shared_experts * shared_ffn_share(spec) * passes_fwd * tokens * in_view
-    grads = expert_grad_s(spec, view, layout, links, gbytes) * prof["comm_time_factor"]
+    grads = expert_grad_s(spec, view, layout, links, gbytes, moe_layers) * prof["comm_time_factor"]
     # moe_gemm_s: what the view did not charge; moe_expert_gemm_s: the routed experts' GEMMs in all (reported)
     return {"moe_gemm_s": gemm, "moe_a2a_s": a2a, "moe_expert_grad_s": grads,
             "moe_expert_gemm_s": moe_layers * tokens * experts,

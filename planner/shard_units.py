@@ -8,14 +8,15 @@ releases the parameters of each submodule from forward/backward hooks (Partition
 deepspeed/runtime/zero/partitioned_param_coordinator.py). DDP and ZeRO-1/2 keep whole parameters: no such
 per-unit work (their gradient reduction is bucketed, planner/grad_buckets.py). A block is one unit (the
 auto-wrap policy of every FSDP stack in the catalog: transformer block; ZeRO-3's hooks per submodule are a
-fixed number per block, which the fitted microseconds absorb).
+fixed number per block, which the fitted microseconds absorb). torchtitan with expert parallelism wraps each MoE
+layer's routed experts as a unit of their own on the expert mesh, before the block (`expert_units`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner.layout import SHARD, Layout
+from planner.layout import SHARD, STACK, Layout
 from planner.model import ModelSpec
 
 # shardings whose parameters are gathered unit by unit
@@ -37,3 +38,13 @@ def unit_params(spec: ModelSpec, layout: Layout) -> np.ndarray:
     time (an embedding or a linear), FSDP one wrapped unit (a block, or the root's embedding)."""
     zero3 = layout.sharding == SHARD["zero3"]
     return np.where(zero3, spec.largest_module_params, spec.largest_layer_params) / layout.tp
+
+
+def expert_units(layout: Layout, moe_layers) -> np.ndarray:
+    """FSDP units beyond the blocks on the busiest stage: torchtitan with ep > 1 shards each MoE layer's routed
+    experts as their own unit over the expert mesh edp_mesh (efsdp = dp_shard x cp x tp / (etp x ep): planner/
+    moe_parallel.py `edp`), then the block with the router and shared experts over the dp mesh
+    (torchtitan/models/llama4/infra/parallelize.py apply_fsdp: fully_shard(transformer_block.moe.experts,
+    mesh=edp_mesh) before fully_shard(transformer_block)): two gathers per MoE layer. 0 elsewhere."""
+    on = (np.asarray(layout.stack) == STACK["torchtitan"]) & (np.asarray(layout.ep) > 1)
+    return gathers_per_unit(layout) * on * np.asarray(moe_layers, dtype=np.float64)

@@ -252,6 +252,9 @@ def performance(spec: ModelSpec, layout: Layout, system: System, settings: Setti
     if internode_scale is not None:
         links = replace(links, inter_node_Bps=links.inter_node_Bps * np.asarray(internode_scale, dtype=np.float64))
     parts = _compute_parts(spec, layout, system, settings, prof)
+    if moe_spec is not spec:  # torchtitan's expert units (ep > 1), on top of one unit per block
+        moe_layers = parts["layers"] * moe.n_moe_layers(moe_spec) / moe_spec.n_layers
+        parts["unit_overhead"] = parts["unit_overhead"] + 1e-6 * shard_units.expert_units(layout, moe_layers)
     scaled = {k: parts[k] * prof[f] for k, f in FACTORS.items() if k in parts}
     micro = sum(scaled.values())
     mt = _moe_terms(moe_spec, spec, layout, system, settings, links, prof, parts)

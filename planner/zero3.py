@@ -27,7 +27,8 @@ not the view's top-k share, for forward and backward, and reduce-scatters all of
 term of planner/moe_time.py leaves ZeRO-3 plans to this module). The router is one more fetch where it is above
 the persistence threshold, each shared expert one per projection, and the routed experts as many fetches as the
 stack keeps modules for them (`routed_expert_fetches`): DeepSpeed gathers a submodule's own parameters in one
-all_gather_coalesced (runtime/zero/partitioned_param_coordinator.py fetch_sub_module / __all_gather_params_).
+all_gather_coalesced (runtime/zero/partitioned_param_coordinator.py fetch_sub_module / __all_gather_params_); a
+stack that marks the MoE block a ZeRO-3 leaf module (`LEAF_BLOCK_STACKS`: hf) fetches the whole block at once.
 
 Overlap: the prefetch gathers the next submodule while the current one computes, so a pass
 hides at most the stack's overlap share of its compute time, in seconds as they really are:
@@ -72,6 +73,16 @@ def _gathered_weights(spec: ModelSpec) -> list[int]:
 #   plain FSDP / a generic stack running such models.
 STACKED_EXPERT_FETCHES = {"bundled": 1.0, "torchtitan": 1.0, "megatron": 2.0}
 
+# Stacks whose whole MoE block (router, shared and routed experts) ZeRO-3 fetches as ONE leaf module. Hugging Face:
+# a transformers MoE block whose experts are separate modules runs only the experts its tokens chose, so the ranks'
+# fetch orders differ and ZeRO-3 hangs or re-traces (DeepSpeed PR #4966: "ZeRO3 does not work with MoE models because
+# the order of executing modules can change at every forward/backward pass"); what runs marks the block a leaf with
+# deepspeed.utils.set_z3_leaf_modules (deepspeed/utils/z3_leaf_module.py; the coordinator then gathers the leaf's
+# parameters recursively in one fetch: runtime/zero/partitioned_param_coordinator.py `iter_params(sub_module,
+# recurse=z3_leaf_module(sub_module))`), as accelerate does from `deepspeed_moe_layer_cls_names`
+# (accelerate/utils/dataclasses.py DeepSpeedPlugin.set_moe_leaf_modules) and LLaMA-Factory for Mixtral/Qwen-MoE.
+LEAF_BLOCK_STACKS = ("hf",)
+
 
 def routed_expert_fetches(moe_spec: ModelSpec, layout) -> np.ndarray:
     """ZeRO-3 fetches of one MoE layer's routed experts on one GPU, by the plan's stack."""
@@ -93,8 +104,22 @@ def block_calls(spec: ModelSpec, layout, moe_spec: ModelSpec | None = None):
     attention = len(weights) - mats  # the view's weights: attention, then its MLP's projections
     router = float(moe.router_params(moe_spec) > PERSISTENCE_THRESHOLD_PER_HIDDEN * moe_spec.hidden)
     moe_mlp = router + moe_spec.moe_shared_experts * mats + routed_expert_fetches(moe_spec, layout)
+    leaf = np.isin(np.asarray(layout.stack), [STACK[s] for s in LEAF_BLOCK_STACKS])
+    moe_mlp = np.where(leaf, 1.0, moe_mlp)  # the leaf MoE block: one fetch (LEAF_BLOCK_STACKS)
     share = moe.n_moe_layers(moe_spec) / moe_spec.n_layers
     return attention + (1.0 - share) * mats + share * moe_mlp
+
+
+def leaf_block_params(moe_spec: ModelSpec, layout) -> np.ndarray:
+    """Parameters one GPU gathers at once for a leaf MoE block (LEAF_BLOCK_STACKS; 0 elsewhere): the router, the
+    shared and the local routed experts of one MoE layer, split by tp (set_z3_leaf_modules: one fetch)."""
+    if not moe.is_moe(moe_spec):
+        return np.zeros(np.shape(layout.stack))
+    leaf = np.isin(np.asarray(layout.stack), [STACK[s] for s in LEAF_BLOCK_STACKS])
+    routed = moe_spec.moe_experts / _ep(layout) * moe.mlp_params(moe_spec, moe.expert_ffn(moe_spec))
+    shared = moe_spec.moe_shared_experts * moe.mlp_params(moe_spec, moe.shared_ffn(moe_spec))
+    block = (moe.router_params(moe_spec) + shared + routed) / np.asarray(layout.tp, dtype=np.float64)
+    return np.where(leaf, block, 0.0)
 
 
 def _ep(layout) -> np.ndarray:

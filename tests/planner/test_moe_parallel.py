@@ -54,15 +54,28 @@ def test_ep_needs_experts_and_moe_refuses_zero3_and_stacks_without_ep():
     dense = resolve_model("7b")
     _one_line_error("ep", ep=2, spec=dense)
     _one_line_error("etp", etp=2, spec=dense)
-    assert "MoE not supported with Stage 3" in _one_line_error("sharding", sharding="zero3")
+    msg = _one_line_error("sharding", stack="megatron_deepspeed", sharding="zero3")
+    assert "Native DeepSpeed MoE is not supported with ZeRO Stage 3" in msg
     assert "no expert parallelism" in _one_line_error("stack", stack="hf", ep=2)
+
+
+def test_zero3_refuses_only_deepspeed_moe_layers():
+    """DeepSpeed's engine refuses ZeRO-3 with its own MoE layer (deepspeed.moe.layer.MoE, Megatron-DeepSpeed's,
+    at any ep), not Hugging Face experts that are plain modules (a ZeRO-3 leaf MoE block): hf, bundled and
+    generic plans at ep 1 pass; an unpinned stack is no refusal either (zero3 without tp/pp runs on hf)."""
+    for stack in ("hf", "bundled", "generic"):
+        rules.check({"stack": stack, "ep": 1, "sharding": "zero3"}, spec=MIXTRAL_8X7B, system=SYSTEM)
+    rules.check({"sharding": "zero3"}, spec=MIXTRAL_8X7B, system=SYSTEM)
+    for ep in (1, 2, 8):
+        msg = _one_line_error("sharding", stack="megatron_deepspeed", sharding="zero3", ep=ep)
+        assert "allowed: none, zero1, zero2" in msg
 
 
 def test_the_bundled_trainer_runs_moe_at_ep1_without_tp_pp():
     """trainer/moe.py: every expert on every rank, plain modules that its ZeRO-3 shards as any other."""
     rules.check({"stack": "bundled", "ep": 1, "tp": 1, "pp": 1, "sharding": "zero3"}, spec=MIXTRAL_8X7B, system=SYSTEM)
     assert "no expert parallelism" in _one_line_error("stack", stack="bundled", ep=2)
-    assert "MoE not supported with Stage 3" in _one_line_error("sharding", stack="hf", sharding="zero3")
+    rules.check({"stack": "hf", "sharding": "zero3"}, spec=MIXTRAL_8X7B, system=SYSTEM)
     for knobs in ({"tp": 2}, {"pp": 2}):
         msg = _one_line_error("tp", stack="bundled", **knobs)
         assert "data parallelism only" in msg and "allowed: tp 1, pp 1" in msg

@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO-3 with mixture-of-experts layers (planner/zero3.py): every local expert is gathered, and the
-fetch calls follow how the stack keeps a layer's experts (one stacked module, two grouped modules, or one module
-per expert)."""
+fetch calls follow how the stack keeps a layer's experts (one stacked module, two grouped modules, one module
+per expert, or the whole MoE block as one ZeRO-3 leaf module)."""
 
 import numpy as np
 import pytest
@@ -35,7 +35,7 @@ def _calls_per_layer(spec, stack: str, ep: int = 1) -> float:
     ("torchtitan", 4 + 1),  # GroupedExperts: w1, w2, w3 of one module
     ("megatron", 4 + 2),  # TEGroupedMLP: linear_fc1, linear_fc2
     ("megatron_deepspeed", 4 + 8 * 3),  # DeepSpeed-MoE: a module per expert, an nn.Linear per projection
-    ("hf", 4 + 8 * 3),  # transformers 4.x MixtralSparseMoeBlock: a ModuleList of w1/w2/w3 experts
+    ("hf", 4 + 1),  # MixtralSparseMoeBlock a ZeRO-3 leaf module (set_z3_leaf_modules): router + experts, one fetch
 ])
 def test_mixtral_fetch_calls_follow_how_the_stack_keeps_its_experts(stack, calls):
     assert _calls_per_layer(MIXTRAL, stack) == pytest.approx(calls)
@@ -71,3 +71,23 @@ def test_bundled_zero3_moe_step_prices_the_experts_in_the_zero3_term_not_the_exp
     # the same plan under ZeRO-2 still reduces the idle experts' gradients in the expert term
     z2 = performance(OLMOE, _layout("bundled", grad_accum=4, sharding="zero2"), system, Settings())
     assert float(np.asarray(z2["moe_expert_grad_s"]).item()) > 0.0
+
+
+def test_hf_fetches_the_leaf_moe_block_at_once_router_and_shared_experts_included():
+    """Hugging Face MoE blocks run under ZeRO-3 as leaf modules (deepspeed.utils.set_z3_leaf_modules): the router
+    (gathered on its own elsewhere: Qwen3's is above the persistence threshold) and every expert in one fetch; the
+    gathered block's weights and gradients (16-bit) are what GPU memory holds at once."""
+    from planner import memory
+    from planner.resolve import resolve_system
+
+    assert _calls_per_layer(QWEN3, "hf") == pytest.approx(4 + 1)
+    assert _calls_per_layer(QWEN3, "generic") == pytest.approx(4 + 1 + 128 * 3)  # a module per expert
+    system = resolve_system(Scenario(gpu="h100-80gb", gpus=16))
+    settings = Settings()
+    mem = {s: memory.memory_arrays(MIXTRAL, _layout(s), system, settings) for s in ("hf", "generic")}
+    block = 8 * 3 * 4096 * 14336  # Mixtral's 8 SwiGLU experts gathered at once (the router stays resident)
+    view_unit = float(np.asarray(zero3.leaf_block_params(MIXTRAL, _layout("generic"))).item())
+    assert view_unit == 0.0
+    for key in ("weights_bytes", "grads_bytes"):
+        extra = float(np.asarray(mem["hf"][key] - mem["generic"][key]).item())
+        assert 2 * block * 0.9 < extra < 2 * (block + 8 * 4096)

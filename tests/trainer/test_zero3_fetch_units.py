@@ -30,8 +30,9 @@ def test_bundled_fetch_calls_are_the_trainers_modules(preset):
     planned = float(np.asarray(zero3.block_calls(moe.dense_view(spec), layout, spec)).item())
     assert planned == pytest.approx(sum(per_block) / len(per_block))
     # a stack keeping a module per expert would fetch far more often: the per-expert rule is not the trainer's
-    hf = Layout.from_plan(ExecutionPlan(dp=8, seq_len=2048, micro_batch=1, sharding="zero3", stack="hf"))
-    assert float(np.asarray(zero3.block_calls(moe.dense_view(spec), hf, spec)).item()) > 2 * max(per_block)
+    per_expert = Layout.from_plan(ExecutionPlan(dp=8, seq_len=2048, micro_batch=1, sharding="zero3",
+                                                stack="megatron_deepspeed"))
+    assert float(np.asarray(zero3.block_calls(moe.dense_view(spec), per_expert, spec)).item()) > 2 * max(per_block)
 
 
 # DeepSpeed ZeRO-3 on the trainer's model in one process over gloo: each fetch launch (one all_gather_coalesced of a
@@ -72,7 +73,7 @@ for _ in range(3):
     engine.step()
     fwd.append(seen["fwd"])
 plans = {s: Layout.from_plan(ExecutionPlan(dp=1, seq_len=32, micro_batch=2, sharding="zero3", stack=s))
-         for s in ("bundled", "hf")}
+         for s in ("bundled", "megatron_deepspeed")}
 planned = {s: float(zero3.gathers(moe.dense_view(spec), lay, spec)["calls_fwd"][0]) for s, lay in plans.items()}
 json.dump({"fwd": fwd, "planned": planned}, open(sys.argv[2], "w"))
 """
@@ -103,4 +104,4 @@ def test_deepspeed_zero3_fetches_the_stacked_experts_in_one_call(tmp_path):
     # layer, plus the embedding and the output layer: 2 x 6 + 2
     assert got["fwd"][1:] == [14, 14]
     assert got["planned"]["bundled"] == 14.0
-    assert got["planned"]["hf"] == 2 * (4 + 1 + 16 * 3) + 2  # a module per expert and projection: not this trainer
+    assert got["planned"]["megatron_deepspeed"] == 2 * (4 + 1 + 16 * 3) + 2  # a module per expert: not this trainer
