@@ -356,7 +356,9 @@ def _moe_terms(spec, view, layout, system, settings, links, prof, parts) -> dict
     peak = _peak_flops(system, layout.precision) * k
     gemm_peak = np.where(layout.precision == PREC["fp8"], peak * prof["gemm_efficiency"], peak)
     return moe_time.terms(spec, view, layout, system, links, prof, parts, gemm_peak,
-                          _peak16(system, layout.precision) * k, _efficiency_points(system), dp_comm.grad_bytes(layout),
+                          _peak16(system, layout.precision) * k, _efficiency_points(system),
+                          # the experts' gradients reduce in the dtype the dense ones do (planner/dp_comm.py exposed_s)
+                          dp_comm.grad_bytes(layout, prof.get("grad_reduce_bytes"), prof["fsdp_reduce_fp32"]),
                           _hbm_Bps(system, settings), moe_time.load_factor(settings), settings.moe_fp8_dispatch,
                           settings.moe_node_limit, _peak16(system, layout.precision) / peak)
 

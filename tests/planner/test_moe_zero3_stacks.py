@@ -91,7 +91,9 @@ def test_torchtitan_expert_collectives_are_per_layer_calls_over_the_expert_mesh(
     links = comm.Links.of(SYSTEM, SETTINGS)
     g = comm.Group.of(links, np.float64(efsdp), np.float64(8.0 / ep))
     p_e = _x(expert_params_per_gpu(MIXTRAL, view, lay))
-    gbytes = _x(dp_comm.grad_bytes(lay))  # what planner/throughput.py passes the MoE terms
+    # torchtitan reduce-scatters in fp32 (mixed_precision_reduce "float32"), its experts as its dense gradients
+    gbytes = 4.0
+    assert _x(dp_comm.grad_bytes(lay, None, np.asarray([1.0]))) == gbytes
     layers = 32.0
     per_micro = 2 * g.allgather_s(p_e * _x(compute_dtype_bytes(lay)), layers) + g.allgather_s(p_e * gbytes, layers)
     in_view = _grad_collective_s(links, np.float64(64.0), lay.tp, view_expert_params_per_gpu(MIXTRAL, view, lay),
