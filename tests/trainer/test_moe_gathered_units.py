@@ -53,3 +53,62 @@ def test_fsdp_unit_is_the_bundled_block_with_every_expert():
     # current + prefetched unit in weights, one unsharded unit of gradients before its reduce-scatter
     assert _extra("weights_bytes", "bundled", "fsdp_full_shard", "fsdp") == pytest.approx(2 * C * (block - view_unit))
     assert _extra("grads_bytes", "bundled", "fsdp_full_shard", "fsdp") == pytest.approx(C * (block - view_unit))
+
+
+# Real DeepSpeed ZeRO-3 on the bundled model in one process over gloo: the parameters of each fetch (one
+# all_gather_coalesced of a submodule's unavailable parameters: PartitionedParameterCoordinator.__all_gather_params_)
+# summed by a wrapper that calls through; the largest is what GPU memory holds gathered at once.
+_RUN = """
+import json, sys
+import torch, deepspeed
+from deepspeed.runtime.zero import partitioned_param_coordinator as ppc
+from planner.model import ModelSpec
+from trainer.model import GPT
+
+spec = ModelSpec(**json.loads(sys.argv[1]))
+C = ppc.PartitionedParameterCoordinator
+real = C._PartitionedParameterCoordinator__all_gather_params_
+largest = {"fwd": 0, "bwd": 0}
+def sized(self, params, forward, quantize=False):
+    n = sum(p.ds_numel for p in params if p.ds_status == ppc.ZeroParamStatus.NOT_AVAILABLE)
+    key = "fwd" if forward else "bwd"
+    largest[key] = max(largest[key], n)
+    return real(self, params, forward, quantize)
+C._PartitionedParameterCoordinator__all_gather_params_ = sized
+deepspeed.init_distributed(dist_backend="gloo")
+model = GPT(spec)
+cfg = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+       "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 10 * spec.hidden,
+                             "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 0,
+                             "stage3_max_reuse_distance": 0}}
+engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+x = torch.randint(0, spec.vocab, (2, 32))
+for _ in range(2):
+    out = engine(x)
+    engine.backward((out[0] if isinstance(out, tuple) else out).float().mean())
+    engine.step()
+json.dump(largest, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.mark.slow
+def test_deepspeed_zero3_gathers_the_stacked_experts_at_once_as_planned(tmp_path):
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "largest.json"
+    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
+                        "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", _RUN, SPEC.model_dump_json(), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 or out.exists(), proc.stderr[-3000:]
+    got = json.loads(out.read_text())
+    planned = moe.dense_view(SPEC).largest_module_params + _extra("weights_bytes", "bundled", "zero3",
+                                                                  "megatron_deepspeed") / C
+    assert got["fwd"] == got["bwd"] == planned == SPEC.moe_experts * moe.mlp_params(SPEC, SPEC.moe_ffn_hidden)
