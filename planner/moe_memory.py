@@ -15,8 +15,11 @@ active view (planner/moe.py `dense_view`) holds under planner/memory.py.
   probabilities) and the router's fp32 logits and probabilities (softmax and load-balancing loss);
   the experts' intermediate activations are the view's MLP ones (a token's top-k x expert width).
 - Buffers: one layer's all-to-all send and receive buffers of the dispatched tokens.
-- ZeRO-3 with the MoE block a leaf module (planner/zero3.py LEAF_BLOCK_STACKS): the gathered module is the whole
-  block, its 16-bit weights and gradients in place of the view's largest module (memory.py `unit_params`).
+- The module a sharded plan gathers at once (memory.py `unit_params`: the view's largest module under ZeRO-3, its
+  block under FSDP) is, with experts: under ZeRO-3 the whole MoE block where it is a leaf module (planner/zero3.py
+  LEAF_BLOCK_STACKS) or the one module holding every local expert (zero3.STACKED_MODULE_STACKS: the bundled trainer,
+  torchtitan); under FSDP on those stacks the block with every local expert. Its 16-bit weights and gradients
+  replace the view's (`_gathered_delta_bytes`).
 - The busiest expert rank holds its load (planner/moe_time.py load_factor: the capacity factor when
   padded to capacity, else the dropless imbalance) x the balanced routed copies: activations and
   buffers above scale by it.
@@ -138,21 +141,52 @@ def with_experts(spec, view, layout: Layout, system, out: dict, settings=None) -
              ("optimizer_bytes", functools.partial(optimizer_bytes, amp=amp)))
     for key, term in terms:
         out[key] = out[key] + _states_delta(term, spec, view, layout, system)
-    leaf = _leaf_block_delta_bytes(spec, view, layout)
-    out["weights_bytes"], out["grads_bytes"] = out["weights_bytes"] + leaf, out["grads_bytes"] + leaf
+    gathered_w, gathered_g = _gathered_delta_bytes(spec, view, layout)
+    out["weights_bytes"], out["grads_bytes"] = out["weights_bytes"] + gathered_w, out["grads_bytes"] + gathered_g
     out["activations_bytes"] = out["activations_bytes"] + activation_bytes(spec, view, layout, load, settings, kept)
     out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + dispatch_buffer_bytes(spec, layout, load)
     return out
 
 
-def _leaf_block_delta_bytes(spec, view, layout: Layout) -> np.ndarray:
-    """ZeRO-3's gathered leaf MoE block beyond the view's gathered module, in the compute dtype (per weights or
-    grads; DeepSpeed's estimator counts the largest gathered module once for each)."""
+def _gathered_delta_bytes(spec, view, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(weights, grads) bytes of the module a sharded plan gathers at once beyond the view's (memory.py `unit_params`:
+    the view's largest module under ZeRO-3, its block under FSDP), in the compute dtype:
+    - ZeRO-3, the hf leaf MoE block (zero3.leaf_block_params) or the stacked routed-expert module of the bundled
+      trainer and torchtitan (zero3.stacked_experts_params: every local expert in one module); once in weights and
+      once in grads, as memory.py counts the gathered module (DeepSpeed's estimator: the largest module, each).
+    - FSDP (full shard, hybrid; SHARD_GRAD_OP already holds every unsharded parameter) on those two stacks: the
+      wrapped block with all its local experts (`fsdp_moe_unit_params`), twice in weights (current and prefetched
+      unit) and once in grads (one unsharded unit before its reduce-scatter), as memory.py counts a unit."""
     from planner.shard_units import unit_params
-    from planner.zero3 import leaf_block_params
+    from planner.zero3 import leaf_block_params, stacked_experts_params
 
-    extra = np.maximum(leaf_block_params(spec, layout) - unit_params(view, layout), 0.0)
-    return (np.asarray(layout.sharding) == SHARD["zero3"]) * compute_dtype_bytes(layout) * extra
+    c = compute_dtype_bytes(layout)
+    view_unit = unit_params(view, layout)
+    s = np.asarray(layout.sharding)
+    zero3_unit = np.maximum(leaf_block_params(spec, layout), stacked_experts_params(spec, layout))
+    zero3 = (s == SHARD["zero3"]) * np.maximum(zero3_unit - view_unit, 0.0)
+    fsdp_units = (s == SHARD["fsdp_full_shard"]) | (s == SHARD["fsdp_hybrid"])
+    fsdp_grads = fsdp_units | (s == SHARD["fsdp_shard_grad_op"])
+    fsdp = np.maximum(fsdp_moe_unit_params(spec, view, layout) - view_unit, 0.0)
+    return c * (zero3 + 2.0 * fsdp_units * fsdp), c * (zero3 + fsdp_grads * fsdp)
+
+
+def fsdp_moe_unit_params(spec, view, layout: Layout) -> np.ndarray:
+    """The largest FSDP unit of an MoE layer on one GPU where the stack keeps its routed experts in one module
+    (zero3.STACKED_MODULE_STACKS; 0 elsewhere), per tp rank: the block (attention, norms, router, shared experts) with
+    the stacked local experts inside it (the bundled trainer's fully_shard per block, trainer/experts.py: "FSDP2 with
+    the block"), or, torchtitan with ep > 1, the larger of the experts' own unit and the rest of the block
+    (shard_units.expert_units: fully_shard(transformer_block.moe.experts) before fully_shard(transformer_block))."""
+    from planner.layout import STACK
+    from planner.zero3 import stacked_experts_params
+
+    experts = stacked_experts_params(spec, layout)
+    tp = np.asarray(layout.tp, dtype=np.float64)
+    shared = spec.moe_shared_experts * moe.mlp_params(spec, moe.shared_ffn(spec))
+    rest = (view.params_per_layer - moe.mlp_params(view, view.ffn) + moe.router_params(spec) + shared) / tp
+    own_unit = (np.asarray(layout.stack) == STACK["torchtitan"]) & (np.asarray(layout.ep) > 1)
+    unit = np.where(own_unit, np.maximum(experts, rest), rest + experts)
+    return np.where(experts > 0, unit, 0.0)
 
 
 def host_bytes_per_node(spec, view, layout: Layout, system) -> np.ndarray:

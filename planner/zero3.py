@@ -122,6 +122,24 @@ def leaf_block_params(moe_spec: ModelSpec, layout) -> np.ndarray:
     return np.where(leaf, block, 0.0)
 
 
+# Stacks whose routed experts are ONE module holding every local expert's projections (STACKED_EXPERT_FETCHES 1):
+# trainer/experts.py Experts (gate/up/down (E, out, in) parameters and biases (E, out) of one module) and torchtitan
+# GroupedExperts (torchtitan/models/moe/moe.py: w1, w2, w3 (E, ...) nn.Parameters of one module). ZeRO-3 gathers that
+# module's own parameters at once (partitioned_param_coordinator.py fetch_sub_module), every local expert together.
+STACKED_MODULE_STACKS = ("bundled", "torchtitan")
+
+
+def stacked_experts_params(moe_spec: ModelSpec, layout) -> np.ndarray:
+    """Parameters of one MoE layer's stacked routed-expert module on one GPU (STACKED_MODULE_STACKS; 0 elsewhere):
+    its E / ep local experts, split by etp (planner/moe_memory.py expert_params_per_gpu's split), biases included."""
+    if not moe.is_moe(moe_spec):
+        return np.zeros(np.shape(layout.stack))
+    stacked = np.isin(np.asarray(layout.stack), [STACK[s] for s in STACKED_MODULE_STACKS])
+    etp = np.maximum(np.asarray(getattr(layout, "etp", 1.0), dtype=np.float64), 1.0)
+    local = moe_spec.moe_experts / _ep(layout) * moe.mlp_params(moe_spec, moe.expert_ffn(moe_spec)) / etp
+    return np.where(stacked, local, 0.0)
+
+
 def _ep(layout) -> np.ndarray:
     return np.maximum(np.asarray(getattr(layout, "ep", 1.0), dtype=np.float64), 1.0)
 

@@ -34,11 +34,14 @@ def accelerate_config(
     block_cls: str = "Block",
     main_process_port: int = DEFAULT_PORT,
     fsdp: dict[str, Any] | None = None,
+    moe_layer_cls: str | None = None,
 ) -> dict[str, Any]:
     """The accelerate ClusterConfig dict for `plan` on `system` (nodes x gpus_per_node).
 
     An FSDP plan's section translates the shared FSDP settings (planner/exports/fsdp_settings.py):
-    `fsdp`, the settings a tuner trial ran, or the ones built for `plan` here."""
+    `fsdp`, the settings a tuner trial ran, or the ones built for `plan` here. `moe_layer_cls`: the MoE block class
+    a DeepSpeed plan fetches as a ZeRO-3 leaf module (planner/exports/moe_leaf.py), written as accelerate's
+    deepspeed_moe_layer_cls_names."""
     target = check_target(target)
     if plan.pp > 1:
         raise PlanError("pp", "accelerate has no pipeline parallelism; use pp=1 or a Megatron launcher")
@@ -63,6 +66,8 @@ def accelerate_config(
             "deepspeed_config_file": deepspeed_config_file,
             "zero3_init_flag": plan.sharding == "zero3",
         }
+        if moe_layer_cls:  # accelerate's DeepSpeedPlugin.set_moe_leaf_modules: set_z3_leaf_modules on that class
+            config["deepspeed_config"]["deepspeed_moe_layer_cls_names"] = moe_layer_cls
     elif is_fsdp(plan):
         config["distributed_type"] = "FSDP"
         config["mixed_precision"] = MIXED_PRECISION[plan.precision]

@@ -12,7 +12,7 @@ from pydantic import Field
 from hardware.stacks import StackProfile
 from planner.errors import NothingFits, PlanError, unknown
 from planner.exports.accelerate import accelerate_config, accelerate_yaml
-from planner.exports import memory_settings, moe_routing, moe_settings
+from planner.exports import memory_settings, moe_leaf, moe_routing, moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.cp_settings import megatron_args
 from planner.exports.deepspeed_json import config_text, deepspeed_config
@@ -172,6 +172,9 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         notes.append(chosen.note)
     if (moe_note := moe_settings.note(fmt, plan, model)) is not None:
         notes.append(moe_note)
+    leaf_model = model or _model_of(chosen)
+    if (leaf_note := moe_leaf.note(fmt, plan, leaf_model)) is not None:
+        notes.append(leaf_note)
     if fmt in moe_settings.MODEL_CODE_FORMATS:
         notes += moe_routing.model_code_notes(fmt, plan, model, chosen.moe)
     if (stack_note := other_stack_note(fmt, plan)) is not None:
@@ -219,7 +222,8 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
                          "FullyShardedDataParallelPlugin(mixed_precision_policy={..., 'reduce_dtype': torch.float32}) "
                          "in code, or plan with --grad-reduce-dtype bf16")
         files = [ExportFile(name=options.accelerate_file, content=accelerate_yaml(accelerate_config(
-            plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp),
+            plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp,
+            moe_layer_cls=moe_leaf.accelerate_value(plan, leaf_model)),
             file_name=options.accelerate_file))]
         if is_deepspeed(plan):
             files.append(ExportFile(name=options.deepspeed_file, content=ds_text()))
@@ -270,6 +274,16 @@ def other_stack_note(fmt: str, plan: ExecutionPlan) -> str | None:
         return None
     return (f"ranked and timed as stack {plan.stack}, not the software this {fmt} file is for "
             f"({' / '.join(runs)}): add --stack {runs[0]} to rank and time plans for it")
+
+
+def _model_of(chosen: Chosen) -> ModelSpec | None:
+    """The chosen plan's model: given, or resolved from model_ref (None where that names no model)."""
+    if chosen.model is not None or not chosen.model_ref:
+        return chosen.model
+    try:
+        return resolve_model(chosen.model_ref)
+    except PlanError:
+        return None
 
 
 def _refuse_hybrid(chosen: Chosen) -> None:
