@@ -377,7 +377,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
         out = moe_memory.with_experts(moe_spec, spec, layout, system, out, settings)
     out["optimizer_bytes"] = out["optimizer_bytes"] * ms.optimizer_factor(spec, layout, settings, amp)
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
-    out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof, saved_less)
+    gathered_extra = 0.0 if moe_spec is spec else moe_memory.zero3_gathered_extra_bytes(moe_spec, spec, layout)
+    out["required_bytes"] = required_bytes(spec, layout, system, out, cached, prof, saved_less, gathered_extra)
     out["capacity_bytes"] = np.full(shape, capacity)
     from planner.host_memory import with_host  # it builds on this module
     return with_host(out, moe_spec, spec, layout, system, settings)

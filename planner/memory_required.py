@@ -89,13 +89,15 @@ def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_gra
 
 
 def required_bytes(spec: ModelSpec, layout: Layout, system: System, terms: dict[str, np.ndarray],
-                   cached_transient_bytes, prof: dict[str, np.ndarray], block_saved_less=0.0) -> np.ndarray:
+                   cached_transient_bytes, prof: dict[str, np.ndarray], block_saved_less=0.0,
+                   gathered_extra_bytes=0.0) -> np.ndarray:
     """Bytes alive at once at the step's peak, once the allocator has flushed its cache.
 
     `terms`: memory_arrays' terms with their `total_bytes`; `cached_transient_bytes`: the part of
     `fragmentation_bytes` that is freed transients (0 with a fixed fragmentation margin, which
     then stands for them); `prof`: the stack profiles' fields per candidate; `block_saved_less`: as
-    for `memory.activation_bytes`.
+    for `memory.activation_bytes`; `gathered_extra_bytes`: what an MoE plan's ZeRO-3 gathered module holds beyond the
+    view's (planner/moe_memory.py zero3_gathered_extra_bytes), released before the step like it.
     """
     cached = np.asarray(cached_transient_bytes, dtype=np.float64)
     sb = (layout.seq_len / layout.cp * layout.micro_batch).astype(np.float64)
@@ -103,7 +105,7 @@ def required_bytes(spec: ModelSpec, layout: Layout, system: System, terms: dict[
     activations = np.asarray(terms["activations_bytes"], dtype=np.float64)
     live = backward_live_bytes(spec, layout, activations, np.minimum(cached, logits_grad), prof, block_saved_less)
     fp32_grads, step_peak = step_only_bytes(spec, layout, system, prof["main_grads_fp32"])
-    gathered = gathered_bytes(spec, layout)
+    gathered = gathered_bytes(spec, layout) + np.asarray(gathered_extra_bytes, dtype=np.float64)
     resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - activations - gathered
     return resident + np.maximum(live + gathered, step_peak)
 

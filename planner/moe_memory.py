@@ -171,6 +171,13 @@ def _gathered_delta_bytes(spec, view, layout: Layout) -> tuple[np.ndarray, np.nd
     return c * (zero3 + 2.0 * fsdp_units * fsdp), c * (zero3 + fsdp_grads * fsdp)
 
 
+def zero3_gathered_extra_bytes(spec, view, layout: Layout) -> np.ndarray:
+    """The ZeRO-3 part of `_gathered_delta_bytes` (weights + grads): like the view's gathered module
+    (memory_required.gathered_bytes), alive in forward and backward only, released before the optimizer step."""
+    w, g = _gathered_delta_bytes(spec, view, layout)
+    return np.where(np.asarray(layout.sharding) == SHARD["zero3"], w + g, 0.0)
+
+
 def fsdp_moe_unit_params(spec, view, layout: Layout) -> np.ndarray:
     """The largest FSDP unit of an MoE layer on one GPU where the stack keeps its routed experts in one module
     (zero3.STACKED_MODULE_STACKS; 0 elsewhere), per tp rank: the block (attention, norms, router, shared experts) with
