@@ -12,6 +12,7 @@ from planner.model import ModelSpec
 from planner.resolve import resolve_system
 from planner.scenario import ExecutionPlan, Scenario
 from planner.settings import Settings
+from tests.trainer.zero3_probe import ENGINE, run_probe
 from trainer.model import GPT
 
 # experts (8 x 3 x 64 x 96 = 147k) far above the embedding (256 x 64) and the attention linears
@@ -77,12 +78,8 @@ def sized(self, params, forward, quantize=False):
 C._PartitionedParameterCoordinator__all_gather_params_ = sized
 deepspeed.init_distributed(dist_backend="gloo")
 model = GPT(spec)
-cfg = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-       "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 10 * spec.hidden,
-                             "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 0,
-                             "stage3_max_reuse_distance": 0}}
-engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
-x = torch.randint(0, spec.vocab, (2, 32))
+mb = 2
+""" + ENGINE + """x = torch.randint(0, spec.vocab, (2, 32))
 for _ in range(2):
     out = engine(x)
     engine.backward((out[0] if isinstance(out, tuple) else out).float().mean())
@@ -93,22 +90,7 @@ json.dump(largest, open(sys.argv[2], "w"))
 
 @pytest.mark.slow
 def test_deepspeed_zero3_gathers_the_stacked_experts_at_once_as_planned(tmp_path):
-    import json
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / "largest.json"
-    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
-                        "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", _RUN, SPEC.model_dump_json(), str(out)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 or out.exists(), proc.stderr[-3000:]
-    got = json.loads(out.read_text())
+    got = run_probe(_RUN, tmp_path / "largest.json", SPEC.model_dump_json())
     planned = moe.dense_view(SPEC).largest_module_params + _extra("weights_bytes", "bundled", "zero3",
                                                                   "megatron_deepspeed") / C
     assert got["fwd"] == got["bwd"] == planned == SPEC.moe_experts * moe.mlp_params(SPEC, SPEC.moe_ffn_hidden)

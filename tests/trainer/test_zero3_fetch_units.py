@@ -11,6 +11,7 @@ from planner import moe, zero3
 from planner.layout import Layout
 from planner.presets import resolve_model
 from planner.scenario import ExecutionPlan
+from tests.trainer.zero3_probe import ENGINE, run_probe
 from trainer.model import GPT
 
 
@@ -59,12 +60,8 @@ def counted(self, params, forward, quantize=False):
 C._PartitionedParameterCoordinator__all_gather_params_ = counted
 deepspeed.init_distributed(dist_backend="gloo")
 model = GPT(spec)
-cfg = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-       "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 10 * spec.hidden,
-                             "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 0,
-                             "stage3_max_reuse_distance": 0}}
-engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
-x = torch.randint(0, spec.vocab, (2, 32))
+mb = 2
+""" + ENGINE + """x = torch.randint(0, spec.vocab, (2, 32))
 fwd = []
 for _ in range(3):
     seen.update(fwd=0, bwd=0)
@@ -82,24 +79,11 @@ json.dump({"fwd": fwd, "planned": planned}, open(sys.argv[2], "w"))
 @pytest.mark.slow
 def test_deepspeed_zero3_fetches_the_stacked_experts_in_one_call(tmp_path):
     import json
-    import os
-    import socket
-    import subprocess
-    import sys
 
     tiny = dict(name="tiny-moe", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, vocab=256, max_positions=64,
                 position="rope", norm="rmsnorm", mlp="swiglu", bias=False, tied_embeddings=False, ffn_hidden=128,
                 moe_experts=16, moe_top_k=2, moe_ffn_hidden=32)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / "fetches.json"
-    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
-                        "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", _RUN, json.dumps(tiny), str(out)], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0 or out.exists(), proc.stderr[-3000:]
-    got = json.loads(out.read_text())
+    got = run_probe(_RUN, tmp_path / "fetches.json", json.dumps(tiny))
     # after the first step's trace: q, k, v, o, the router (16 x 64 > 10 x hidden) and ONE experts module per
     # layer, plus the embedding and the output layer: 2 x 6 + 2
     assert got["fwd"][1:] == [14, 14]

@@ -5,12 +5,10 @@ deepspeed_moe_layer_cls_names and LLaMA-Factory do): the whole block is ONE fetc
 for the hf stack. Without the leaf mark the fetches follow the routing (one per expert and projection that ran)."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
+
+from tests.trainer.zero3_probe import ENGINE, run_probe
 
 _RUN = """
 import json, sys
@@ -92,12 +90,8 @@ torch.manual_seed(0)
 model = Model()
 if leaf:
     deepspeed.utils.set_z3_leaf_modules(model, [SparseMoeBlock])
-cfg = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-       "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 10 * h,
-                             "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 0,
-                             "stage3_max_reuse_distance": 0}}
-engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
-fwd = []
+mb = 1
+""" + ENGINE + """fwd = []
 for step in range(3):
     seen.update(fwd=0)
     x = torch.randint(0, spec.vocab, (1, 3))  # 3 tokens x top-2: at most 6 of the 16 experts run
@@ -115,16 +109,7 @@ TINY = dict(name="tiny-hf-moe", n_layers=2, hidden=64, n_heads=4, n_kv_heads=2, 
 
 
 def _run(tmp_path, mode: str) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / f"fetches-{mode}.json"
-    env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
-                        "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", _RUN, json.dumps(TINY), str(out), mode], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 or out.exists(), proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_probe(_RUN, tmp_path / f"fetches-{mode}.json", json.dumps(TINY), mode)
 
 
 @pytest.mark.slow
