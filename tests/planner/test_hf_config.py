@@ -15,7 +15,7 @@ from planner.errors import PlanError
 from planner.hf_config import load_hf_config
 from planner.presets import resolve_model
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+from tests.planner.hf_config_files import FIXTURES, edited_config as _write
 
 # Published totals: model cards / papers (Pythia: Biderman et al. 2023, Table 1). MPT-7B's card
 # says "6.7B"; 6,649,286,656 is the exact count of MosaicML's MPT code (no position table when
@@ -156,18 +156,6 @@ def test_llama_tied_and_gqa_variants(tmp_path: Path) -> None:
     spec = load_hf_config(path)
     kv_saving = 32 * 2 * (4096 * 4096 - 4096 * 1024)
     assert spec.n_params == 6_738_415_616 - 32000 * 4096 - kv_saving
-
-
-def _write(tmp_path: Path, base: str, **changes: object) -> Path:
-    cfg = json.loads((FIXTURES / base).read_text())
-    for key, value in changes.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return path
 
 
 @pytest.mark.parametrize(

@@ -13,20 +13,7 @@ from planner.errors import PlanError
 from planner.hf_config import load_hf_config
 from planner.model import LLAMA_BLOCK, ModelSpec
 from planner.presets import resolve_model
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
-
-
-def _config(tmp_path: Path, base: str, **changes: object) -> Path:
-    cfg = json.loads((FIXTURES / base).read_text())
-    for key, value in changes.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return path
+from tests.planner.hf_config_files import FIXTURES, edited_config as _config
 
 
 @pytest.mark.parametrize("fixture, theta", [
