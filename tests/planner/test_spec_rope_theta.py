@@ -5,7 +5,6 @@ rotary_emb_base, MPT's attn_config.rope_theta), set on the RoPE presets, 10000 f
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
