@@ -4,6 +4,12 @@ Groups the published rows of the PyTorch-FSDP origins (llm-foundry, torchtitan, 
 width, head dim and activation checkpointing, and prints each group's held-out error (predicted / measured
 tokens/s - 1, %) at every sequence length, plus the mean slope of the error per doubling of the sequence
 (validation/worst_rows.md finding 3). Profiles are fitted without the row's origin, as validation/worst_rows.py does.
+It also prints, per origin, GPU, head dim and checkpointing, the attention scale each attention-dominated row
+implies: the factor on the model's attention time that zeroes the row's held-out error with every other part held,
+1 + err / attention share (rows whose predicted attention share is at least MIN_SHARE). A scale flat over s but
+different between head dims is a level error of the kernel per head dim, not a sequence-length shape error (round 38).
+And per model, the least-squares split err ~ (1 - a) e_rest + a e_attn over its lengths (a: the row's predicted
+attention share): a trend that is (e_attn - e_rest) times the growth of a(s) leaves a small rms.
 
     python -m validation.seq_trend
 """
@@ -22,6 +28,7 @@ from planner import fit_weights  # noqa: E402
 from validation.worst_rows import Row, held_out  # noqa: E402
 
 ORIGINS = ("llmfoundry", "torchtitan", "fms_fsdp")
+MIN_SHARE = 0.4  # predicted attention share of the step above which a row's error is mostly attention's
 
 
 def group_key(row: Row) -> tuple:
@@ -47,6 +54,36 @@ def slope_per_doubling(rows: list[Row]) -> float:
     return float(xs @ ys / (xs @ xs)) if len(xs) else float("nan")
 
 
+def implied_attention_scale(rows: list[Row], min_share: float = MIN_SHARE) -> dict[tuple, tuple]:
+    """(origin, gpu, head dim, checkpointing) -> (mean, min, max, rows) of 1 + err / attention share over the rows
+    whose predicted attention share (Row.share["attn"]) is at least `min_share`: the factor on the modelled
+    attention time that would zero each row's error with every other part held."""
+    groups = defaultdict(list)
+    for r in rows:
+        share = r.share.get("attn", 0.0)
+        if share >= min_share:
+            key = (fit_weights.origin(r.run), r.run.gpu_type, r.run.spec.head_dim, r.run.plan.activation_checkpointing)
+            groups[key].append(1.0 + r.err / share)
+    return {k: (float(np.mean(v)), float(min(v)), float(max(v)), len(v)) for k, v in groups.items()}
+
+
+def level_split(rows: list[Row]) -> dict[tuple, tuple[float, float, float]]:
+    """group_key -> (e_rest, e_attn, rms) for models with 3+ lengths: least squares of err = (1 - a) e_rest + a e_attn,
+    a = the row's predicted attention share; e_attn - e_rest is the part of the trend an attention level explains."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[group_key(r)].append(r)
+    out = {}
+    for key, g in groups.items():
+        if len({r.run.plan.seq_len for r in g}) < 3:
+            continue
+        a = np.array([r.share.get("attn", 0.0) for r in g])
+        x, y = np.column_stack([1.0 - a, a]), np.array([r.err for r in g])
+        sol = np.linalg.lstsq(x, y, rcond=None)[0]
+        out[key] = (float(sol[0]), float(sol[1]), float(np.sqrt(np.mean((x @ sol - y) ** 2))))
+    return out
+
+
 def report(rows: list[Row]) -> None:
     pub = [r for r in rows if not fit_weights.is_seed(r.run) and fit_weights.origin(r.run) in ORIGINS]
     groups = defaultdict(list)
@@ -66,6 +103,13 @@ def report(rows: list[Row]) -> None:
             print(f"  {o}: slope {slope_per_doubling(sub):+.2f} points per doubling of s, "
                   f"MAPE {100 * np.mean([abs(r.err) for r in sub]):.1f}% over {len(sub)} rows")
     print(f"  all three: slope {slope_per_doubling(pub):+.2f} points per doubling")
+    print(f"Implied attention scale (1 + err / attention share) of rows with attention share >= {MIN_SHARE:.0%}:")
+    for (o, gpu, hd, ckpt), (mean, lo, hi, n) in sorted(implied_attention_scale(pub).items(), key=str):
+        print(f"  {o:10} {gpu:10} hd{hd:<3} {ckpt:9} mean {mean:.2f} (range {lo:.2f}-{hi:.2f}, {n} rows)")
+    print("Level split per model, err ~ (1 - attention share) e_rest + attention share e_attn (%):")
+    for key, (rest, attn, rms) in sorted(level_split(pub).items(), key=str):
+        print(f"  {key[0]:10} {key[1]:10} h{key[2]:<5} hd{key[3]:<3} {key[4]:9} e_rest {100 * rest:+5.1f} "
+              f"e_attn {100 * attn:+5.1f} rms {100 * rms:.1f}")
 
 
 def main() -> int:
