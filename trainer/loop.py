@@ -79,8 +79,9 @@ def train(cfg: TrainConfig) -> TrainResult | None:
         times_s.append(time.perf_counter() - t0)
         if rank == 0:  # the tuner tells a start-up timeout from a slow run by these lines
             print(f"{STEP_MARK} {step + 1}/{cfg.run.steps} {times_s[-1]:.4f} s", file=sys.stderr, flush=True)
-        if rank == 0 and step in engine.skipped_steps:
-            print(f"[trainer] fp16 overflow: step {step + 1} skipped, loss scale now {engine.loss_scales[-1]:g} "
+        if rank == 0 and step in engine.skipped_steps:  # (DeepSpeed skips non-finite bf16/fp32 steps too: no scale)
+            scale = f", loss scale now {engine.loss_scales[-1]:g}" if engine.loss_scales else ""
+            print(f"[trainer] {'fp16 ' if engine.loss_scales else ''}overflow: step {step + 1} skipped{scale} "
                   f"({len(engine.skipped_steps)} skipped so far)", file=sys.stderr, flush=True)
         losses.append(step_loss)
     per_rank = engine.gather_rank_stats(state, saved["bytes"], cfg.run.warmup_steps)
@@ -135,4 +136,4 @@ def report(cfg, spec, engine, device, world, times_s, losses, saved, state, meas
         model_tflops_per_device=model_tflops, hw_tflops_per_device=hw_tflops,
         peak_tflops_per_device=peak[0], mfu=model_tflops / peak[0], peak_source=peak[1],
         losses=losses, memory=memory, skipped_steps=list(engine.skipped_steps),
-        loss_scales=list(engine.loss_scales) if engine.scaler is not None else None)
+        loss_scales=list(engine.loss_scales) if engine.scales_losses() else None)

@@ -112,7 +112,8 @@ class TrainResult(BaseModel):
     tokens_per_step: int | None = None
     exit_codes: dict[str, int] = Field(default_factory=dict)  # launcher: rank -> exit code
     parallel: ParallelStats | None = None  # tensor/pipeline-parallel runs: layout, per-rank bytes
-    # fp16: the optimizer steps skipped on an overflow (0-based; a [trainer] fp16 line each on stderr) and the loss
-    # scale after each step (None: no loss scaling, or DeepSpeed's own)
+    # fp16: the optimizer steps skipped on an overflow (0-based; a [trainer] line each on stderr) and the loss scale
+    # after each step (None: no loss scaling). DeepSpeed's are read off its engine (trainer/backends/deepspeed_scaling.py),
+    # and it skips a step whose gradients are not finite in bf16/fp32 too (ZeRO 1-3, ZeRO-0 bf16): listed, no scales
     skipped_steps: list[int] = Field(default_factory=list)
     loss_scales: list[float] | None = None

@@ -302,7 +302,7 @@ def _refuse_hybrid(chosen: Chosen) -> None:
 def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
     args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe=chosen.moe, notes=notes,
-                             memory=chosen.memory, profile=chosen.stack_profile)
+                             memory=chosen.memory, profile=chosen.stack_profile, gpu=chosen.system.gpu)
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]

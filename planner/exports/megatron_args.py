@@ -12,14 +12,15 @@ hold, MEGATRON_FLAG_SOURCES in tests/exports/test_export_megatron.py):
   `add_argument`): the model shape, --normalization, --swiglu, --fp8-format (choices e4m3|hybrid),
   tp/pp/cp sizes, --sequence-parallel, --use-distributed-optimizer, --overlap-grad-reduce,
   --overlap-param-gather, --recompute-granularity/-method/-num-layers, --tp-comm-overlap,
-  --use-flash-attn, the batch;
+  the batch;
 - Anai-Guo/Megatron-LM@38d7226546e40591cf82c23f41d38796978f5129 (a 2026 fork of main):
   --num-virtual-stages-per-pipeline-rank, --decoder-first/last-pipeline-num-layers, --cp-comm-type;
   the TransformerConfig-derived flags (--account-for-*-in-pipeline-split,
   --hierarchical-context-parallel-sizes) are the dataclass fields spelled with dashes.
 
 Mixture-of-experts flags: planner/exports/moe_settings.py (checked in the same file, `_add_moe_args`); RoPE
-base and scaling, attention sinks and the attention kernel they need: planner/exports/rope_settings.py.
+base and scaling, attention sinks and the attention kernel they need: planner/exports/rope_settings.py; the attention
+kernel (--attention-backend, the one the plan was timed with): planner/exports/attention_backend.py.
 
 Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 --overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce (same file).
@@ -27,10 +28,11 @@ Megatron's validate_args asserts --tp-comm-overlap needs --sequence-parallel and
 
 from __future__ import annotations
 
+from hardware.models import GPU
 from hardware.stacks import StackProfile
 from planner import grad_dtype
 from planner.errors import PlanError
-from planner.exports import memory_settings, mla_settings, moe_settings, rope_settings
+from planner.exports import attention_backend, memory_settings, mla_settings, moe_settings, rope_settings
 from planner.exports.cp_settings import megatron_args as cp_args
 from planner.memory_recipe import MemoryRecipe
 from planner.model import ModelSpec
@@ -170,12 +172,13 @@ def parallel_args(plan: ExecutionPlan, gpus_per_node: int) -> list[str]:
 
 def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8, *, moe: MoeOptions | None = None,
                   notes: list[str] | None = None, memory: MemoryRecipe | None = None,
-                  profile: StackProfile | None = None) -> list[str]:
-    """The arguments, one flag and its values after the other. A plan or model Megatron-LM cannot
+                  profile: StackProfile | None = None, gpu: GPU | None = None) -> list[str]:
+    """The arguments, one flag and its values after the other (`gpu`: the one the plan was timed on, which picks
+    the attention kernel; `profile`: plan.stack's, None: the built-in catalog's). A plan or model Megatron-LM cannot
     run is a PlanError naming the field; the MoE routing and overlap flags as planned (planner/exports/moe_settings.py,
     moe_routing.py); the memory-saving switches (planner/exports/memory_settings.py)."""
     for why in (refusal(plan), model_refusal(model), moe_settings.megatron_model_refusal(plan, model),
-                rope_settings.megatron_refusal(plan, model)):
+                rope_settings.megatron_refusal(plan, model), attention_backend.megatron_refusal(plan)):
         if why is not None:
             raise why
     recompute, optimizer = memory_settings.megatron_args(plan, model, memory or MemoryRecipe(), notes)
@@ -187,8 +190,8 @@ def megatron_args(plan: ExecutionPlan, model: ModelSpec, gpus_per_node: int = 8,
     args += optimizer + grad_reduce_args(plan, profile)
     if notes is not None and (note := grad_reduce_note(plan, profile)) is not None:
         notes.append(note)
-    # a fused kernel (Megatron has no Triton FlashAttention: flash-attn's CUDA one); learnable sinks: TE's cuDNN one
-    return args + rope_settings.attention_kernel_args(plan, model)
+    # the kernel the plan was timed with (Megatron has no Triton FlashAttention: flash-attn's CUDA one); sinks: cuDNN's
+    return args + attention_backend.megatron_args(plan, model, profile or grad_dtype.profile_of(plan), gpu, notes)
 
 
 def grad_reduce_args(plan: ExecutionPlan, profile: StackProfile | None = None) -> list[str]:

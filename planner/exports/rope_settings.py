@@ -25,7 +25,7 @@ TEDotProductAttention: asserts TE >= 2.8.0 for a softmax_type other than vanilla
 dot_product_attention/utils.py get_attention_backend, "Filter: Softmax type") disables FlashAttention for it: without
 context parallelism FusedAttention (cuDNN) or UnfusedDotProductAttention run it, with context parallelism
 FusedAttention only and only with cp_comm_type a2a (not p2p, allgather, a2a+p2p). So a sink model's fused-kernel plan
-is written --attention-backend fused in place of --use-flash-attn; FlashAttention-2 / Triton plans and cp_impl other
+is written --attention-backend fused (planner/exports/attention_backend.py); FlashAttention-2 / Triton plans and cp_impl other
 than ulysses are refused.
 - --position-embedding-type's choices are learned_absolute, rope, mrope, relative and none: no YaRN for
   standard attention from the command line (Megatron-Core's GPTModel takes position_embedding_type 'yarn' from
@@ -98,10 +98,3 @@ def megatron_refusal(plan: ExecutionPlan, model: ModelSpec) -> PlanError | None:
                          "learnable attention sinks in FusedAttention with cp_comm_type a2a only (allowed: ulysses)")
     return None
 
-
-def attention_kernel_args(plan: ExecutionPlan, model: ModelSpec) -> list[str]:
-    """The fused-attention flag: --use-flash-attn, or for learnable sinks TE's cuDNN FusedAttention (module header);
-    none for an eager plan."""
-    if plan.attention == "eager":
-        return []
-    return ["--attention-backend", "fused"] if model.attn_sinks else ["--use-flash-attn"]

@@ -98,9 +98,10 @@ def test_dense_gpt_with_the_distributed_optimizer():
     assert values(args, "--num-attention-heads") == ["25"] and values(args, "--ffn-hidden-size") == ["6400"]
     assert values(args, "--global-batch-size") == ["128"] and values(args, "--micro-batch-size") == ["4"]
     assert values(args, "--recompute-granularity") == ["selective"] and "--recompute-method" not in args
-    for switch in ("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--bf16",
-                   "--use-flash-attn"):
+    for switch in ("--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--bf16"):
         assert values(args, switch) == []
+    # no GPU given: Transformer Engine picks the kernel (planner/exports/attention_backend.py)
+    assert values(args, "--attention-backend") == ["auto"] and "--use-flash-attn" not in args
     # a GPT-2 block: no LLaMA flags, no GQA, no pipeline or cp flags
     for absent in ("--swiglu", "--normalization", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
                    "--group-query-attention", "--position-embedding-type", "--num-virtual-stages-per-pipeline-rank",
@@ -191,7 +192,9 @@ def test_bundle_writes_a_bash_array_that_sources_to_the_same_args(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     out = subprocess.run(["bash", "-c", f'source "{script}"; printf "%s\\n" "${{MEGATRON_ARGS[@]}}"'],
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == megatron_args(plan, model, system.gpus_per_node)
+    # the GPU the plan was timed on picks the kernel: the megatron profile's cuDNN attention on an H100
+    assert out == megatron_args(plan, model, system.gpus_per_node, gpu=system.gpu)
+    assert values(out, "--attention-backend") == ["fused"]
     body = result.files[0].content.split("MEGATRON_ARGS=(\n")[1].split("\n)")[0].splitlines()
     assert [ln.strip() for ln in body] == flag_lines(out)  # one flag (with its values) per line
     assert "--nnodes 8" in result.files[0].content and "--nproc-per-node 8" in result.files[0].content

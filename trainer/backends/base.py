@@ -137,6 +137,10 @@ class Engine:
             self.skipped_steps.append(len(self.loss_scales))
         self.loss_scales.append(after)
 
+    def scales_losses(self) -> bool:
+        """Whether the run scales its losses (fp16): its result then lists the scale after each step."""
+        return self.scaler is not None
+
     def scaling_stats(self) -> dict:
         """This rank's fp16 decisions (RankStats fields): the skipped steps and the scale after the last step."""
         if self.scaler is None:

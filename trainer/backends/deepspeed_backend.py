@@ -1,5 +1,8 @@
 """DeepSpeed ZeRO 0/1/2/3, offload of optimizer or optimizer+params, fp32/bf16/fp16.
 
+The steps DeepSpeed skips on non-finite gradients and its fp16 loss scale after each step are read off its engine
+(trainer/backends/deepspeed_scaling.py) into the fields the other backends report (base.Engine).
+
 Either builds a DeepSpeed config from the knobs (`ds_config_from_knobs`: the shared builder
 of planner/exports), or takes a
 DeepSpeed JSON file as is (`--deepspeed-config`), so an exported config runs unchanged; the
@@ -17,6 +20,7 @@ import torch
 
 from trainer import ext_locks
 from trainer.backends.base import Engine, make_optimizer, trainer_recipe
+from trainer.backends.deepspeed_scaling import StepDecisions
 from trainer.checkpointing import apply_checkpointing
 from trainer.memory import StorageCounter, iter_tensors
 
@@ -194,6 +198,8 @@ class DeepSpeedEngine(Engine):
                        "global_batch": self.micro_batch * self.grad_accum * world}
         self.stage = self.engine.zero_optimization_stage()
         self.dtype = next(iter(self.engine.module.parameters())).dtype
+        self.fp16 = bool(self.engine.fp16_enabled())
+        self.decisions, self.optimizer_steps = StepDecisions(self.engine), 0
 
     def autocast(self):
         import contextlib
@@ -251,6 +257,27 @@ class DeepSpeedEngine(Engine):
 
     def after_micro(self, last):
         self.engine.step()  # every micro batch; DeepSpeed steps the optimizer at the boundary
+        if last:
+            self.record_step()
+
+    def record_step(self) -> None:
+        """After the step that ended the accumulation: DeepSpeed's decision, as base.Engine.optimizer_step records
+        GradScaler's. Its skipped steps in every precision (the ZeRO optimizers and ZeRO-0's 16-bit one skip a step
+        whose gradients are not finite, bf16 and fp32 too), the scale after each step under fp16 only."""
+        skipped, scale = self.decisions.read()
+        if skipped:
+            self.skipped_steps.append(self.optimizer_steps)
+        if self.fp16:
+            self.loss_scales.append(scale)
+        self.optimizer_steps += 1
+
+    def scales_losses(self) -> bool:
+        return self.fp16
+
+    def scaling_stats(self) -> dict:
+        if not (self.fp16 or self.skipped_steps):
+            return {}
+        return {"skipped_steps": list(self.skipped_steps), "loss_scale": self.loss_scales[-1] if self.loss_scales else None}
 
     # ---- memory: DeepSpeed's own flat buffers -----------------------------------------
     def _zero(self):
