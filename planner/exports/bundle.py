@@ -231,7 +231,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
             files.append(ExportFile(name=options.fsdp_file, content=fsdp_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "megatron":
-        files = [ExportFile(name=options.megatron_file, content=_megatron_text(plan, chosen, notes))]
+        files = [ExportFile(name=options.megatron_file, content=_megatron_text(plan, chosen, notes, steps))]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt in ("torchrun", "slurm"):
         _bundled_trainer_runs(chosen, notes if chosen.model is None else None)
@@ -299,10 +299,12 @@ def _refuse_hybrid(chosen: Chosen) -> None:
                         "them; no export writes their layer pattern)")
 
 
-def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
+def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str], steps: int | None = None) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
     args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe=chosen.moe, notes=notes,
                              memory=chosen.memory, profile=chosen.stack_profile)
+    if steps:  # --steps, or --tokens / the global batch's tokens: Megatron-LM's own iteration count
+        args += ["--train-iters", str(steps)]
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]
