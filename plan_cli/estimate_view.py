@@ -78,7 +78,7 @@ def _training(report: EstimateReport) -> str:
     if p is None:
         return seq
     grads = f", gradients reduced in {p.grad_reduce_dtype}" if p.grad_reduce_dtype != "default" else ""
-    return seq + f", {p.precision}" + (f" ({p.fp8_recipe} recipe)" if p.precision == "fp8" else "") + grads
+    return seq + f", {p.precision}" + (f" ({p.fp8_recipe} recipe; MFU against the bf16 peak)" if p.precision == "fp8" else "") + grads
 
 
 def _tier_note(report: EstimateReport, fitting) -> list[str]:
