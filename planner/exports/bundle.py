@@ -221,6 +221,12 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
                          "settings: plan export fsdp), but accelerate's mixed_precision reduces in the 16-bit dtype; pass "
                          "FullyShardedDataParallelPlugin(mixed_precision_policy={..., 'reduce_dtype': torch.float32}) "
                          "in code, or plan with --grad-reduce-dtype bf16")
+        if fsdp is not None and plan.activation_checkpointing not in ("none", "full"):
+            # accelerate_fsdp_section: fsdp_activation_checkpointing is a switch that wraps whole blocks
+            notes.append(f"activation checkpointing: the plan was timed with {plan.activation_checkpointing}, but "
+                         "accelerate's fsdp_activation_checkpointing recomputes every whole block (full): more "
+                         "recompute than planned; plan with --activation-checkpointing full to time that, or "
+                         "checkpoint in your model code")
         files = [ExportFile(name=options.accelerate_file, content=accelerate_yaml(accelerate_config(
             plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp,
             moe_layer_cls=moe_leaf.accelerate_value(plan, leaf_model)),
