@@ -122,3 +122,10 @@ def test_sweep_speeds_carry_their_stack_error_and_the_memory_marks_are_explained
     assert any(row["mem_tight"] for row in data.values())  # the 8-GPU plan is tight: its `*` needs the note
     assert "* tight: within the memory model's error" in r.output, r.output
     assert "tokens/s +-: the cross-validated error of the plan's stack profile (megatron 7%" in r.output, r.output
+
+
+def test_wide_over_a_sweep_is_one_line_exit_2_not_ignored():
+    r = runner.invoke(app, ["estimate", "--model", "125m", "--gpus", "8:16", "--wide"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: wide:") and "--json or --csv" in lines[0], r.output
