@@ -95,8 +95,14 @@ def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | Non
     passed over. When the format can write none of them, the error says why and which knobs to pin."""
     fitting = [e for e in report.results if e.fits]
     if not fitting:
-        reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
-        raise NothingFits("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
+        # the memory misses first (the search's own impossible combinations after them), then the closest miss
+        rejected = sorted(report.rejected.items(), key=lambda kv: ("does not fit" not in kv[0], -kv[1]))
+        reasons = "; ".join(f"{k}: {v}" for k, v in rejected) or "nothing to search"
+        miss = report.results[0] if report.results and report.results[0].reason else None
+        closest = "" if miss is None else (
+            f"; the closest (tp{miss.plan.tp} pp{miss.plan.pp} dp{miss.plan.dp} {miss.plan.sharding} offload="
+            f"{miss.plan.offload} ckpt={miss.plan.activation_checkpointing} mb={miss.plan.micro_batch}) {miss.reason}")
+        raise NothingFits("scenario", f"no plan fits ({reasons}){closest}; add GPUs or unpin knobs")
     # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: exported only when pinned
     pinned_mp = (report.scenario.tp or 1) > 1 or (report.scenario.pp or 1) > 1
 
