@@ -110,6 +110,9 @@ def estimate(
         check_plot(plot, sweep=len(gpu_counts) > 1, tokens=base.get("tokens"))
     if explain and len(gpu_counts) > 1:
         raise PlanError("explain", f"explains one configuration: give one GPU count, not the sweep {gpus}")
+    if wide and len(gpu_counts) > 1:  # the sweep's table has its own columns: --wide was silently ignored
+        raise PlanError("wide", f"shows every column of one GPU count's plans: give one GPU count, not the sweep "
+                        f"{gpus} (a sweep's --json or --csv has every column of each count's best plan)")
     reports = []
     for count in gpu_counts:
         scenario = Scenario(**base, gpus=count)

@@ -78,7 +78,7 @@ def _training(report: EstimateReport) -> str:
     if p is None:
         return seq
     grads = f", gradients reduced in {p.grad_reduce_dtype}" if p.grad_reduce_dtype != "default" else ""
-    return seq + f", {p.precision}" + (f" ({p.fp8_recipe} recipe)" if p.precision == "fp8" else "") + grads
+    return seq + f", {p.precision}" + (f" ({p.fp8_recipe} recipe; MFU against the bf16 peak)" if p.precision == "fp8" else "") + grads
 
 
 def _tier_note(report: EstimateReport, fitting) -> list[str]:
@@ -205,12 +205,12 @@ def _must_fit(m, capacity: str) -> str:
     return f"{_gib(need)}/{capacity}" + ("*" if m.tight else "")
 
 
-def _memory_notes(fitting) -> list[str]:
+def _memory_notes(fitting, where: str = "--wide: reserved, --explain") -> list[str]:
     """The footnotes under the ranked plans: what GiB/GPU shows, and what `*` means where a plan has it."""
     from planner.memory_required import MEMORY_ERROR_PCT
 
     notes = ["GiB/GPU: bytes alive at once at the peak (what must fit) / capacity; the reserved peak "
-             "nvidia-smi shows is higher (--wide: reserved, --explain)."]
+             f"nvidia-smi shows is higher ({where})."]
     if any(e.memory.tight for e in fitting):
         notes.append(f"* tight: within the memory model's error ({MEMORY_ERROR_PCT:g}% on measured peaks) of "
                      "capacity; it may not fit. --objective memory-headroom ranks by headroom.")
@@ -219,15 +219,21 @@ def _memory_notes(fitting) -> list[str]:
 
 def _error_note(fitting, wide: bool) -> str:
     """What the +-N% after tokens/s is, with each listed stack's error: the table names no stack unless wide."""
-    errors = {}
+    errors, unknown = {}, []
     for e in fitting:
         if e.performance is not None and e.performance.expected_error_pct is not None:
             errors.setdefault(e.plan.stack, e.performance.expected_error_pct)
+        elif e.performance is not None and e.plan.stack not in unknown:
+            unknown.append(e.plan.stack)
+    # a stack fitted on no measured runs (bundled) has no cross-validated error: say so, not a silent bare number
+    none = (f"no +- on {', '.join(unknown)}: fitted on no measured runs, its error is unknown (plan calibrate, "
+            "plan tune --stack-out fit one)") if unknown else ""
     if not errors:
-        return ""
+        return f"tokens/s {none}." if none else ""
     stacks = ", ".join(f"{s} {pct:.0f}%" for s, pct in errors.items())
     where = "" if wide else "; --wide names each row's stack"
-    return f"tokens/s +-: the cross-validated error of the plan's stack profile ({stacks}; catalog/stacks{where})."
+    return (f"tokens/s +-: the cross-validated error of the plan's stack profile ({stacks}; catalog/stacks{where})"
+            + (f"; {none}." if none else "."))
 
 
 def _compact_rows(fitting) -> tuple[list[str], list[list[str]]]:

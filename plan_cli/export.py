@@ -126,7 +126,8 @@ def _from_scenario(fields: dict, objective: str, catalog_dirs, fmt: str, moe: Mo
 
     cat = load_catalog(catalog_dirs)
     scenario = Scenario(**fields)
-    report = api.estimate(scenario, catalog=cat, settings=memory.settings(_settings(None, None, None, moe)), objective=objective, top=500)
+    report = api.estimate(scenario, catalog=cat, settings=memory.settings(_settings(None, None, None, moe)), objective=objective, top=500,
+                          include_rejected=True)  # nothing fits: its closest misses, for the one-line error
     if (why := pinned_dead_end(report, cat.stacks)) is not None:
         raise why  # the pins rule out every plan: `plan estimate`'s line for the same flags
     cluster = cat.clusters.get(report.system.cluster_id or "")

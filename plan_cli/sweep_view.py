@@ -4,8 +4,8 @@ and with --within-days the fewest GPUs that train the tokens by then."""
 from __future__ import annotations
 
 from plan_cli.common import console, print_json
-from plan_cli.estimate_view import (GIB, _SHORT, _compact_layout, _knobs, _measured, _must_fit, _print_uncut,
-                                    _share, _sharding, _table, _training, print_csv)
+from plan_cli.estimate_view import (GIB, _SHORT, _compact_layout, _error_note, _knobs, _measured, _memory_notes,
+                                    _must_fit, _print_uncut, _share, _sharding, _speed, _table, _training, print_csv)
 from planner.api import EstimateReport, estimate_row
 from planner.errors import PlanError
 
@@ -91,13 +91,18 @@ def show_sweep(reports: list[EstimateReport], json_out: bool, csv_out: bool, plo
             strategy = "/".join(_SHORT.get(x, x) for x in (_sharding(p, short=True), p.offload, p.activation_checkpointing))
             row = [str(pt["gpus"]), _compact_layout(p), strategy,
                    f"{p.micro_batch} x {p.grad_accum}", str(p.global_batch), _must_fit(m, f"{m.capacity_bytes / GIB:.0f}"),
-                   f"{perf.tokens_per_s:,.0f}" if perf else "", f"{perf.mfu:.0%}" if perf else ""]
+                   _speed(perf), f"{perf.mfu:.0%}" if perf else ""]
             if has_days:
                 row.append(f"{perf.days:.1f}" if perf and perf.days else "")
             if has_cost:
                 row.append(f"{perf.cost:,.0f}" if perf and perf.cost is not None else "")
             rows.append(row + [_share(perf.network_share) if perf else ""])
         _print_uncut(_table(columns, rows, wide=False))
+        best = [pt["best"] for pt in points if pt["best"] is not None]
+        # what GiB/GPU, `*` and the +-N% after tokens/s mean, as under plan estimate's table
+        for line in _memory_notes(best, "--explain with --gpus N") + [_error_note(best, wide=True)]:
+            if line:
+                console.print(line, highlight=False)
         console.print("net %: the share of the step the inter-node network costs (against an unlimited one; "
                       "--explain with --gpus N says the bandwidth it needs)", highlight=False)
         if within_days is not None:

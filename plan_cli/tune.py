@@ -96,6 +96,7 @@ def tune(
         raise unknown("backend", backend, ("deepspeed", "fsdp", "any"))
     if sampler not in ("tpe", "random"):
         raise unknown("sampler", sampler, ("tpe", "random"))
+    _check_model(model)
     if calibration is not None and not calibration.is_file():
         raise PlanError("calibration", f"{calibration}: " + ("a folder, not a file" if calibration.is_dir() else "file not found"))
     _check_places(storage=storage, study=study, gpu=gpu, cluster=cluster, calibration_out=calibration_out, csv=csv,
@@ -130,6 +131,15 @@ def tune(
     _show(report, cfg.storage, json_out)
     if report.interrupted_by:  # the Unix convention for a command stopped by a signal: 128 + its number
         raise typer.Exit(INTERRUPTED_EXIT[report.interrupted_by])
+
+
+def _check_model(model: str) -> None:
+    """A model that does not resolve (a typo, a missing config.json) is refused before the study is opened and
+    this machine measured: no storage file left behind, no start-up lines before the one-line error."""
+    from planner.resolve import resolve_model
+    from planner.scenario import Scenario
+
+    resolve_model(Scenario(model=model))
 
 
 def _starting_lines(progress: bool):

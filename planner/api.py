@@ -297,9 +297,10 @@ def _closest_misses(spec, found, system, settings, k: int) -> list[Estimate]:
     idx = np.flatnonzero(mem_fail)
     if idx.size == 0:
         idx = np.arange(len(found.layout))
-    over = np.maximum(found.mem["required_bytes"][idx] / found.mem["capacity_bytes"][idx],
-                      found.mem["host_bytes_per_node"][idx] / found.mem["host_capacity_bytes_per_node"][idx])
-    order = idx[np.argsort(over, kind="stable")]
+    gpu = found.mem["required_bytes"][idx] / found.mem["capacity_bytes"][idx]
+    over = np.maximum(gpu, found.mem["host_bytes_per_node"][idx] / found.mem["host_capacity_bytes_per_node"][idx])
+    # the larger overshoot first, then the GPU's: where host RAM overshoots alike, the GPU memory orders them
+    order = idx[np.lexsort((gpu, over))]
     # distinct misses: candidates that differ only in grad_accum repeat the same line
     lay = found.layout
     key = np.stack([found.reason[order]] + [getattr(lay, f)[order] for f in _MISS_KEY], axis=1)

@@ -95,8 +95,14 @@ def choose_from_estimate(report, model_ref: str | None, cpus_per_node: int | Non
     passed over. When the format can write none of them, the error says why and which knobs to pin."""
     fitting = [e for e in report.results if e.fits]
     if not fitting:
-        reasons = "; ".join(f"{k}: {v}" for k, v in report.rejected.items()) or "nothing to search"
-        raise NothingFits("scenario", f"no plan fits ({reasons}); add GPUs or unpin knobs")
+        # the memory misses first (the search's own impossible combinations after them), then the closest miss
+        rejected = sorted(report.rejected.items(), key=lambda kv: ("does not fit" not in kv[0], -kv[1]))
+        reasons = "; ".join(f"{k}: {v}" for k, v in rejected) or "nothing to search"
+        miss = report.results[0] if report.results and report.results[0].reason else None
+        closest = "" if miss is None else (
+            f"; the closest (tp{miss.plan.tp} pp{miss.plan.pp} dp{miss.plan.dp} {miss.plan.sharding} offload="
+            f"{miss.plan.offload} ckpt={miss.plan.activation_checkpointing} mb={miss.plan.micro_batch}) {miss.reason}")
+        raise NothingFits("scenario", f"no plan fits ({reasons}){closest}; add GPUs or unpin knobs")
     # tp/pp > 1 in a DeepSpeed JSON needs Megatron-style model code: exported only when pinned
     pinned_mp = (report.scenario.tp or 1) > 1 or (report.scenario.pp or 1) > 1
 
@@ -221,6 +227,12 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
                          "settings: plan export fsdp), but accelerate's mixed_precision reduces in the 16-bit dtype; pass "
                          "FullyShardedDataParallelPlugin(mixed_precision_policy={..., 'reduce_dtype': torch.float32}) "
                          "in code, or plan with --grad-reduce-dtype bf16")
+        if fsdp is not None and plan.activation_checkpointing not in ("none", "full"):
+            # accelerate_fsdp_section: fsdp_activation_checkpointing is a switch that wraps whole blocks
+            notes.append(f"activation checkpointing: the plan was timed with {plan.activation_checkpointing}, but "
+                         "accelerate's fsdp_activation_checkpointing recomputes every whole block (full): more "
+                         "recompute than planned; plan with --activation-checkpointing full to time that, or "
+                         "checkpoint in your model code")
         files = [ExportFile(name=options.accelerate_file, content=accelerate_yaml(accelerate_config(
             plan, chosen.system, target=target, deepspeed_config_file=options.deepspeed_file, fsdp=fsdp,
             moe_layer_cls=moe_leaf.accelerate_value(plan, leaf_model)),
@@ -231,7 +243,7 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
             files.append(ExportFile(name=options.fsdp_file, content=fsdp_text()))
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt == "megatron":
-        files = [ExportFile(name=options.megatron_file, content=_megatron_text(plan, chosen, notes))]
+        files = [ExportFile(name=options.megatron_file, content=_megatron_text(plan, chosen, notes, steps))]
         return ExportResult(format=fmt, plan=plan, source=chosen.source, files=files, steps=steps, notes=notes)
     if fmt in ("torchrun", "slurm"):
         _bundled_trainer_runs(chosen, notes if chosen.model is None else None)
@@ -299,10 +311,12 @@ def _refuse_hybrid(chosen: Chosen) -> None:
                         "them; no export writes their layer pattern)")
 
 
-def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str]) -> str:
+def _megatron_text(plan: ExecutionPlan, chosen: Chosen, notes: list[str], steps: int | None = None) -> str:
     model = chosen.model or resolve_model(chosen.model_ref)
     args = megatron_all_args(plan, model, chosen.system.gpus_per_node, moe=chosen.moe, notes=notes,
                              memory=chosen.memory, profile=chosen.stack_profile, gpu=chosen.system.gpu)
+    if steps:  # --steps, or --tokens / the global batch's tokens: Megatron-LM's own iteration count
+        args += ["--train-iters", str(steps)]
     per_node = min(chosen.system.gpus_per_node, plan.gpus)
     header = [f"Megatron-LM / Megatron-Core arguments of {model.name} on {plan.gpus} x {chosen.system.gpu.id}"
               + (f" ({chosen.source})" if chosen.source else "")]

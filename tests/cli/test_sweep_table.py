@@ -105,3 +105,27 @@ def test_within_one_day_is_singular():
                       env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "within 1 day:" in r.output or "within 1 day;" in r.output, r.output
+
+
+def test_sweep_speeds_carry_their_stack_error_and_the_memory_marks_are_explained():
+    """Every printed speed carries its expected error: the sweep's tokens/s as the ranked table's (+-N%, the
+    plan's stack profile), and its `*` (a plan within the memory model's error of capacity) is explained."""
+    args = ["estimate", "--model", "7b", "--gpus", "8:16"]
+    data = {row["gpus"]: row for row in json.loads(runner.invoke(app, [*args, "--json"]).output)}
+    r = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    cols = _cells(_header(r.output))
+    for gpus, cells in _rows(r.output).items():
+        cell = dict(zip(cols, cells))
+        row = data[gpus]
+        assert cell["tokens/s"] == f"{row['tokens_per_s']:,.0f} +-{row['expected_error_pct']:.0f}%", cell
+    assert any(row["mem_tight"] for row in data.values())  # the 8-GPU plan is tight: its `*` needs the note
+    assert "* tight: within the memory model's error" in r.output, r.output
+    assert "tokens/s +-: the cross-validated error of the plan's stack profile (megatron 7%" in r.output, r.output
+
+
+def test_wide_over_a_sweep_is_one_line_exit_2_not_ignored():
+    r = runner.invoke(app, ["estimate", "--model", "125m", "--gpus", "8:16", "--wide"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: wide:") and "--json or --csv" in lines[0], r.output

@@ -169,3 +169,25 @@ def test_yaml_comment_derives_the_port_accelerate_then_uses(tmp_path):
         prepare_multi_gpu_env(args)  # the torchrun arguments accelerate launch hands on (2 nodes: an endpoint)
         assert getattr(args, "rdzv_endpoint", None) or getattr(args, "master_port", None)
         assert proc.stdout in (getattr(args, "master_port", None), getattr(args, "rdzv_endpoint", ":").rpartition(":")[2])
+
+
+
+def test_a_partial_recompute_written_as_accelerates_whole_block_switch_says_so():
+    """accelerate's fsdp_activation_checkpointing wraps whole blocks (accelerate applies checkpoint_wrapper to every
+    transformer layer class it wraps): a plan timed with less recompute (op, selective) runs more than planned, and
+    the export says so instead of writing `true` silently; full and none need no such note."""
+    from typer.testing import CliRunner
+
+    from plan_cli.main import app
+
+    for ckpt, noted in (("op", True), ("selective", True), ("full", False), ("none", False)):
+        r = CliRunner().invoke(app, ["export", "accelerate", "--model", "125m", "--gpus", "8", "--sharding",
+                                     "fsdp_full_shard", "--activation-checkpointing", ckpt, "--json"])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.stdout)
+        section = yaml.safe_load(doc["files"][0]["content"])["fsdp_config"]
+        assert section["fsdp_activation_checkpointing"] is (ckpt != "none")
+        said = [n for n in doc["notes"] if n.startswith("activation checkpointing:")]
+        assert bool(said) is noted, (ckpt, doc["notes"])
+        if noted:
+            assert f"timed with {ckpt}" in said[0] and "--activation-checkpointing full" in said[0]

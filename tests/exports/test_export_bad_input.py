@@ -53,3 +53,19 @@ def test_nothing_fits_is_exit_3_like_estimate(fmt):
     lines = export.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: scenario: no plan fits ("), export.stderr
     assert "does not fit in GPU memory" in lines[0], lines[0]
+
+
+def test_nothing_fits_names_the_memory_misses_first_and_the_closest_plan():
+    """The one line of an export that nothing fits leads with the memory misses (not the search's own impossible
+    combinations, e.g. "offload needs ZeRO or FSDP sharding") and names the closest plan and what it needs, as
+    `plan estimate`'s first closest miss says."""
+    flags = ["--model", "175b", "--gpus", "8", "--gpu", "v100-16gb"]
+    export = runner.invoke(app, ["export", "deepspeed", *flags], env={"COLUMNS": "400"})
+    assert export.exit_code == 3, export.output
+    line = export.stderr.strip()
+    assert line.startswith("error: scenario: no plan fits (does not fit in GPU memory: "), line
+    estimate = runner.invoke(app, ["estimate", *flags], env={"COLUMNS": "400"})
+    lines = estimate.output.splitlines()
+    first = lines[lines.index("No configuration fits. Closest misses:") + 1].strip()  # "tp4 pp1 ... mb=1: needs ..."
+    need = first.split(": ", 1)[1]
+    assert f") {need}; add GPUs" in line and "; the closest (tp" in line, (line, first)

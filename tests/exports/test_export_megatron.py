@@ -42,7 +42,7 @@ MEGATRON_FLAG_SOURCES = {
         "--sequence-parallel", "--tp-comm-overlap", "--overlap-grad-reduce", "--use-distributed-optimizer",
         "--overlap-param-gather", "--micro-batch-size", "--global-batch-size", "--recompute-granularity",
         "--recompute-method", "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--optimizer",
-        "--use-flash-attn")},
+        "--use-flash-attn", "--train-iters")},
     **{f: NEW for f in ("--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
                         "--decoder-last-pipeline-num-layers", "--cp-comm-type")},
     **{f: WINDOW for f in ("--window-size", "--window-attn-skip-freq")},
@@ -230,3 +230,22 @@ def test_cli_refusals_are_one_line_exit_2(args, field):
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), res.stderr
+
+
+def test_steps_or_tokens_are_written_as_train_iters():
+    """--steps, or --tokens over the global batch's tokens (the steps the torchrun/SLURM exports train), is Megatron-LM's
+    --train-iters (_add_training_args of arguments.py@307dcf37); without either none is written."""
+    base = ["export", "megatron", "--model", "125m", "--gpus", "8", "--stack", "megatron", "--json"]
+    for extra, steps in ((["--steps", "100"], 100), (["--tokens", "1B"], None), ([], None)):
+        res = runner.invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        content = doc["files"][0]["content"]
+        args = [a for line in content.split("MEGATRON_ARGS=(\n")[1].split("\n)")[0].splitlines() for a in line.split()]
+        check_flags(args)
+        if not extra:
+            assert "--train-iters" not in args and doc["steps"] is None
+            continue
+        p = doc["plan"]
+        expected = steps or -(-10**9 // (p["micro_batch"] * p["grad_accum"] * p["dp"] * p["seq_len"]))
+        assert doc["steps"] == expected and values(args, "--train-iters") == [str(expected)], content

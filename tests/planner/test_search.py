@@ -78,3 +78,16 @@ def test_objective_memory_headroom_sorts_by_headroom_then_simplicity():
 def test_unknown_objective():
     with pytest.raises(PlanError, match="objective"):
         api.estimate(Scenario(model="7b", gpus=8), objective="speed")
+
+
+def test_closest_misses_that_overshoot_host_ram_alike_are_ordered_by_gpu_memory():
+    """175B on 8 V100-16GB: every miss offloads to a host RAM it overshoots by the same factor; they were listed
+    in search order (118.7, 118.7, 82.7, 119.6, 84.9 GiB), now the least GPU memory first."""
+    r = api.estimate(Scenario(model="175b", gpus=8, gpu="v100-16gb"), include_rejected=True)
+    assert r.fitting == 0 and len(r.results) > 2
+    need = [e.memory.required_bytes / e.memory.capacity_bytes for e in r.results]
+    host = [e.memory.host_bytes_per_node / e.memory.host_capacity_bytes_per_node for e in r.results]
+    over = [max(g, h) for g, h in zip(need, host)]
+    assert over == sorted(over)
+    keys = list(zip(over, need))
+    assert keys == sorted(keys), keys

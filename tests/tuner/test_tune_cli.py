@@ -105,3 +105,14 @@ def test_short_real_study_on_two_cpu_ranks(tmp_path):
                "--study", "short", "--remeasure-rounds", "0", "--json"], tmp_path)
     again = json.loads(r2.stdout)
     assert again["launched"] == 2 and "every configuration" in again["stop_reason"]
+
+
+def test_a_misspelt_model_is_refused_before_the_study_is_opened(tmp_path, monkeypatch):
+    """A typo in --model is the one-line error, said before the study is opened and the machine measured: no
+    storage file is left behind in the folder (the default sqlite:///plan-tune.db)."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["tune", "--model", "tinyy", "--gpus", "2", "--budget", "1m", "--no-network-bench"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines() == [r.output.strip()] and r.output.startswith("error: model:"), r.output
+    assert "did you mean tiny" in r.output
+    assert list(tmp_path.iterdir()) == []
