@@ -91,8 +91,8 @@ def _tier_note(report: EstimateReport, fitting) -> list[str]:
     if report.objective == "memory-headroom" or not out_of_order:
         return []
     offload = any(e.plan.offload != "none" for e in fitting)
-    return [f"Ranked in {TIE_FRACTION:.0%} tiers of {report.objective} (inside the model's error): within a tier the "
-            "simpler plan comes first (less sharding, no offload, less recompute, smaller tp/pp, bigger micro batch)"
+    return [f"Ranked in {TIE_FRACTION:.0%} tiers of {report.objective} (inside the model's error): within a tier a plan "
+            "with memory headroom comes before a tight one (*), then the simpler plan first (less sharding, no offload, less recompute, smaller tp/pp, bigger micro batch)"
             + ("; offload plans count as slower by their stack's error." if offload else ".")]
 
 

@@ -18,6 +18,7 @@ from planner.errors import PlanError, unknown
 from planner.layout import Layout
 from planner.model import ModelSpec
 from planner.memory_recipe import MemoryRecipe
+from planner.memory_required import is_tight
 from planner.moe_options import MoeOptions
 from planner.resolve import resolve_model, resolve_system, seq_len_of, seq_len_rule
 from planner.scenario import (
@@ -229,10 +230,14 @@ DEFAULT_OFFLOAD_ERROR_PCT = 25.0
 
 def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str, profiles=None) -> np.ndarray:
     """Best first. Plans within 2% of each other (in steps of 2% from the best) are ordered by
-    simplicity: less sharding, no offload, no recompute, smaller tp/pp, bigger micro batch,
-    smaller gradient accumulation. Offload plans are discounted by the model's error."""
+    memory first, then simplicity: a plan that fits by less than the memory model's error (`tight`, the
+    table's `*`: it may not run) after the plans with headroom; then less sharding, no offload, no
+    recompute, smaller tp/pp, bigger micro batch, smaller gradient accumulation. Offload plans are
+    discounted by the model's error."""
     simple = search_mod.simplicity(lay)
-    headroom = found.mem["capacity_bytes"][idx] - found.mem.get("required_bytes", found.mem["total_bytes"])[idx]
+    need = found.mem.get("required_bytes", found.mem["total_bytes"])[idx]
+    headroom = found.mem["capacity_bytes"][idx] - need
+    tight = is_tight(need, found.mem["capacity_bytes"][idx]).astype(np.int8)
     if objective == "memory-headroom" or perf is None:
         score = headroom + 1.0  # higher is better, > 0 for plans that fit
     elif objective == "tokens_per_s":
@@ -245,7 +250,7 @@ def _rank(lay: Layout, found, idx: np.ndarray, perf, objective: str, profiles=No
                         or DEFAULT_OFFLOAD_ERROR_PCT for name in STACKS])[np.asarray(lay.stack)]
         score = np.where(np.asarray(lay.offload) > 0, score / (1.0 + err / 100.0), score)
     tier = np.floor(np.log(score.max() / score) / np.log1p(TIE_FRACTION)) if score.size else score
-    return np.lexsort((-score, simple, tier))
+    return np.lexsort((-score, simple, tight, tier))
 
 
 def _estimate_at(found, i: int, perf: dict | None, j: int, errors: dict | None = None) -> Estimate:

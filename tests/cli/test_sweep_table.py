@@ -110,7 +110,7 @@ def test_within_one_day_is_singular():
 def test_sweep_speeds_carry_their_stack_error_and_the_memory_marks_are_explained():
     """Every printed speed carries its expected error: the sweep's tokens/s as the ranked table's (+-N%, the
     plan's stack profile), and its `*` (a plan within the memory model's error of capacity) is explained."""
-    args = ["estimate", "--model", "7b", "--gpus", "8:16"]
+    args = ["estimate", "--model", "7b", "--gpus", "8:16", "--gpu", "a100-40gb"]
     data = {row["gpus"]: row for row in json.loads(runner.invoke(app, [*args, "--json"]).output)}
     r = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
@@ -119,7 +119,7 @@ def test_sweep_speeds_carry_their_stack_error_and_the_memory_marks_are_explained
         cell = dict(zip(cols, cells))
         row = data[gpus]
         assert cell["tokens/s"] == f"{row['tokens_per_s']:,.0f} +-{row['expected_error_pct']:.0f}%", cell
-    assert any(row["mem_tight"] for row in data.values())  # the 8-GPU plan is tight: its `*` needs the note
+    assert any(row["mem_tight"] for row in data.values())  # the 16-GPU plan is tight: its `*` needs the note
     assert "* tight: within the memory model's error" in r.output, r.output
     assert "tokens/s +-: the cross-validated error of the plan's stack profile (megatron 7%" in r.output, r.output
 
