@@ -342,12 +342,21 @@ def _nodes_of(plan: ExecutionPlan, system: System) -> int:
     return max(1, plan.gpus // max(1, min(system.gpus_per_node, plan.gpus)))
 
 
+# A derived time limit above this gets a note: a SLURM partition's MaxTime is site policy (slurm.conf
+# PartitionName ... MaxTime), a day or two or less on most shared clusters' user guides
+LONG_JOB_S = 2 * 86400
+
+
 def _time_limit(given: str | None, step_time_s: float | None, steps: int | None, notes: list[str]) -> str:
     if given:
         return given
     if step_time_s and steps:
         limit_s = time_limit_s(step_time_s, steps)
         notes.append(f"time limit = {steps} steps x {step_time_s:.3g} s predicted x 1.2 + 10 min start-up")
+        if limit_s > LONG_JOB_S:
+            notes.append(f"the job asks for {limit_s / 86400:.1f} days in one allocation: most SLURM partitions cap a "
+                         "job at 1-2 days (MaxTime in `scontrol show partition`), and sbatch refuses a longer --time or "
+                         "the job ends at the cap; export fewer steps per job (--steps) and chain the jobs")
         return slurm_time(limit_s)
     missing = "a step count (--steps or --tokens)" if step_time_s else "a predicted step time"
     raise PlanError("time", f"cannot derive a time limit without {missing}; pass --time D-HH:MM:SS")

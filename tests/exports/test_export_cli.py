@@ -71,6 +71,23 @@ def test_slurm_time_from_tokens_and_bash_syntax(tmp_path):
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
 
 
+def test_slurm_time_beyond_two_days_is_said(tmp_path):
+    """1T tokens of 7b on 16 H100 is months in one allocation: the script asked for it without a word (a UX audit
+    found --time=206-05:16:00 for 64 GPUs); now a note says partitions cap jobs and how to split. 1B tokens: no note."""
+    texts = {}
+    for tokens in ("1T", "1B"):
+        out = tmp_path / f"job-{tokens}.sbatch"
+        res = plan_cli("export", "slurm", "--model", "7b", "--gpus", "16", "--cluster", "dgx-h100",
+                       "--tokens", tokens, "--out", str(out))
+        assert res.exit_code == 0, res.output
+        texts[tokens] = out.read_text()
+    days = int(texts["1T"].split("#SBATCH --time=")[1].split("-")[0])
+    assert days > 2
+    assert "in one allocation: most SLURM partitions cap a job" in texts["1T"]
+    assert "export fewer steps per job (--steps) and chain the jobs" in texts["1T"]
+    assert "in one allocation" not in texts["1B"]
+
+
 @pytest.mark.parametrize("args, field", [
     (["export", "yaml"], "format"),
     (["export", "slurm", "--model", "7b", "--gpus", "16"], "time"),
