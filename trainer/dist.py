@@ -264,7 +264,7 @@ def check_cpu_fp16(backend: str, precision: str, cpu_fp16: bool) -> None:
     """DeepSpeed on a CPU runs fp16 only where oneDNN has fp16 kernels: its engine raises "Type fp16 is not supported
     on your device" after the ranks started (deepspeed/runtime/engine.py _do_sanity_check; accelerator/
     cpu_accelerator.py is_fp16_supported = torch.ops.mkldnn._is_mkldnn_fp16_supported(), AVX512-FP16 / AMX-FP16).
-    Refused before any rank starts; DDP and FSDP2 run fp16 on a CPU (torch autocast, GradScaler)."""
+    Refused before any rank starts; DDP and FSDP2 run fp16 on a CPU (autocast / MixedPrecisionPolicy, loss scaling)."""
     from planner.errors import PlanError
 
     if backend == "deepspeed" and precision == "fp16" and not cpu_fp16:

@@ -102,6 +102,21 @@ def test_backends_on_cuda(tmp_path, args, backend):
 
 
 @TWO_GPUS
+def test_fsdp_fp16_with_cpu_offload_over_nccl(tmp_path):
+    """FSDP2 fp16 with CPUOffloadPolicy on two GPUs: the gradient shards (and so the overflow flags) are on the CPU,
+    the group NCCL alone. torch's GradScaler all-reduced that CPU flag through DTensor's found_inf handler ("No backend
+    type associated with device type cpu", found by reading torch 2.13, not run on a GPU here); the trainer's
+    ModelParallelScaler all-reduces it on the GPU. A first scale of 2**30 overflows every step of the tiny model (as in
+    test_gpu_deepspeed_fp16.py): every step skipped, the scale halved each time, on both ranks alike."""
+    r = plan_train(tmp_path, "--sharding", "fsdp_full_shard", "--offload", "optimizer+params", "--precision", "fp16",
+                   "--loss-scale", str(2**30), nproc=2)
+    assert_ran_on_cuda(r, 2)
+    assert r["backend"] == "fsdp2" and r["config"]["offload"] == "optimizer+params"
+    assert r["skipped_steps"] == [0, 1, 2, 3]
+    assert r["loss_scales"] == [2.0**29, 2.0**28, 2.0**27, 2.0**26]
+
+
+@TWO_GPUS
 def test_two_rank_nccl_allreduce_bench(tmp_path):
     from trainer.collectives import bus_factor
 

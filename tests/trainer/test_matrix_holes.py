@@ -51,7 +51,7 @@ def test_fp16_fsdp_llama_trains_as_ddp(tmp_path):
     ("deepspeed", "fp16", False, True),
     ("deepspeed", "fp16", True, False),  # oneDNN fp16 kernels (AVX512-FP16 / AMX-FP16): DeepSpeed runs it
     ("deepspeed", "bf16", False, False),
-    ("fsdp2", "fp16", False, False),  # torch autocast + GradScaler run fp16 on a CPU
+    ("fsdp2", "fp16", False, False),  # MixedPrecisionPolicy + loss scaling run fp16 on a CPU
     ("ddp", "fp16", False, False),
 ])
 def test_cpu_fp16_rule(backend, precision, cpu_fp16, refused):

@@ -5,6 +5,17 @@ builder `plan tune` stores on its trials and `plan export fsdp|accelerate` write
 from the knobs, or read as is from a file (`--fsdp-config`): bf16/fp16 use
 `MixedPrecisionPolicy` (compute dtype params, fp32 gradient reduction); bf16_pure keeps the
 parameters themselves in bf16; offload uses `CPUOffloadPolicy` (pinned only on a GPU target).
+
+fp16 scales its losses with trainer/backends/loss_scale.py ModelParallelScaler, whose overflow flag is all-reduced over
+every rank (as the tp/pp backends do), not torch's GradScaler. GradScaler does reach a common decision over a 1-D FSDP2
+mesh, but only through DTensor's dispatcher (torch 2.13 torch/distributed/tensor/_dispatch.py found_inf_reduce_handler:
+the flag of aten._amp_foreach_non_finite_check_and_unscale_ is reduced with MAX over the mesh dimensions the gradients
+are sharded on, Replicate dimensions left alone): (1) under hybrid sharding it leaves out the replicate dimension, so
+the ranks agree only as long as every replica holds bit-equal gradients; (2) under CPUOffloadPolicy the gradient shards
+are on the CPU (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce), so is the flag, and on a GPU
+the mesh's group is NCCL alone (distributed_c10d.py Backend.backend_capability: nccl -> cuda only): that all-reduce of
+a CPU tensor has no backend ("No backend type associated with device type cpu"). ModelParallelScaler checks the
+rank-local shards and all-reduces its flag over the whole world, on the GPU under NCCL.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from trainer.backends.base import Engine, make_optimizer
+from trainer.backends.loss_scale import ModelParallelScaler
 from trainer.checkpointing import apply_checkpointing
 
 
@@ -83,8 +95,8 @@ class FSDPEngine(Engine):
         fully_shard_model(cfg, model, model.blocks, make_mesh(settings, device.type), settings)
         self.module = model
         self.optimizer = make_optimizer(cfg, model.parameters())
-        self.scaler = torch.amp.GradScaler(device.type, init_scale=cfg.run.loss_scale) if settings["grad_scaler"] \
-            else None
+        # fp16: one overflow decision for every rank, every shard and replica (see the module's docstring)
+        self.scaler = ModelParallelScaler(cfg.run.loss_scale) if settings["grad_scaler"] else None
 
     def autocast(self):
         import contextlib

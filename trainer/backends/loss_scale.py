@@ -1,8 +1,10 @@
-"""fp16 dynamic loss scaling for the tensor- and pipeline-parallel backends: every rank takes the same decision.
+"""fp16 dynamic loss scaling for the FSDP2, tensor- and pipeline-parallel backends: every rank takes the same decision.
 
-torch's GradScaler decides per rank: it checks the gradients this rank holds. Under tensor / pipeline parallelism
-(and FSDP2 shards) a rank holds a slice of the model's gradients, so an overflow in one slice made that rank skip the
-step and back off its scale while the others stepped: the replicas of one model drifted apart. As Megatron-LM does
+torch's GradScaler decides per rank: it checks the gradients this rank holds. Under tensor / pipeline parallelism a
+rank holds a slice of the model's gradients, so an overflow in one slice made that rank skip the step and back off its
+scale while the others stepped: the replicas of one model drifted apart. (On FSDP2's DTensor shards torch reduces the
+flag over the sharded mesh dimension itself, not over hybrid sharding's replicas, nor on a GPU with CPU-offloaded
+shards: trainer/backends/fsdp.py.) As Megatron-LM does
 (megatron/core/optimizer/optimizer.py MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan: found_inf
 all-reduced with MAX over the model-parallel group; grad_scaler.py DynamicGradScaler), the overflow flag is reduced
 over every rank here (the whole world: tp x pp x dp, since FSDP2's dp shards differ too) before the step, and the scale
