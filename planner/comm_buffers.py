@@ -43,10 +43,12 @@ def ddp_bucket_copy_bytes(layout: Layout, grads, bucket_view, main_fp32=False, c
     """torch DDP's flat bucket copy of every gradient: `grads` (memory.py grads_bytes, the gradients in the dtype DDP
     reduces: fp32 under autocast) where a plan runs torch DDP with gradient_as_bucket_view=False (its stack profile's
     `bucket_view` false): sharding none over dp > 1 replicas, neither an fp32 main-gradient buffer nor Megatron-Core's
-    DDP (their buckets are views: main_grads.buffer_on, core_bucket_views). torch/csrc/distributed/c10d/reducer.cpp
+    DDP (their buckets are views: main_grads.buffer_on, core_bucket_views), nor context parallelism (hf runs it as
+    DeepSpeed's Ulysses, torchtitan under FSDP, Megatron with its own DDP: no torch DDP). torch/csrc/distributed/c10d/reducer.cpp
     initialize_buckets allocates each bucket's flat `gradients` tensor, and without the view option copies each grad
     into it (bucket_views_in) and back (bucket_views_out); "the saved memory size will be equal to the total gradients
     size" (torch/nn/parallel/distributed.py, gradient_as_bucket_view)."""
     views = main_grads.buffer_on(layout, main_fp32) | main_grads.core_bucket_views(layout, core_buckets)
-    copy = (layout.sharding == SHARD["none"]) & (layout.dp > 1) & ~(np.asarray(bucket_view) > 0) & ~views
+    plain = (layout.sharding == SHARD["none"]) & (layout.dp > 1) & (layout.cp == 1)
+    copy = plain & ~(np.asarray(bucket_view) > 0) & ~views
     return np.where(copy, np.asarray(grads, dtype=np.float64), 0.0)

@@ -39,6 +39,8 @@ def test_torch_ddp_with_its_default_holds_a_second_copy_of_the_gradients(stack):
 
 def test_only_plain_data_parallel_over_several_replicas_copies():
     assert _copy(stack="hf", dp=1) == 0.0  # one process: no DDP
+    ulysses = {"cp": 2, "cp_impl": "ulysses", "seq_len": 4096}  # DeepSpeed's Ulysses (its all-to-all buffers): no DDP
+    assert _copy(stack="hf", **ulysses) == pytest.approx(_copy(stack="bundled", **ulysses))
     for sharding in ("zero1", "zero2", "zero3", "fsdp_full_shard"):
         assert _copy(stack="hf", sharding=sharding) == 0.0
     # an fp32 main-gradient buffer (grad_reduce_dtype fp32 under bf16): its buckets are views of it
