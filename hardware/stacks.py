@@ -137,6 +137,17 @@ class StackProfile(BaseModel):
     # (torch.nn.parallel.DistributedDataParallel). DeepSpeed's engine without ZeRO: 5e8-element buckets
     # (deepspeed/runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE = 500000000; 953.7 MiB of 16-bit gradients).
     ddp_bucket_mib: float = Field(default=25.0, gt=0, description="DDP gradient bucket, MiB")
+    # torch DDP's `gradient_as_bucket_view` (default False): without it the Reducer keeps every gradient twice, in
+    # param.grad and in its flat buckets ("When set to True, gradients will be views pointing to different offsets of
+    # allreduce communication buckets. This can reduce peak memory usage, where the saved memory size will be equal to
+    # the total gradients size", torch/nn/parallel/distributed.py, torch 2.13). planner/comm_buffers.py
+    # ddp_bucket_copy_bytes counts the copy where false. Each profile's `source` cites its framework: the bundled
+    # trainer passes True (trainer/backends/ddp.py); HF Trainer / accelerate, Composer (llm-foundry) and torchtitan's
+    # replicate() keep torch's default; Megatron-Core's own DDP and DeepSpeed's engine are no torch DDP (no resident
+    # copy: true). Default false: an unknown script runs torch's default.
+    ddp_bucket_view: bool = Field(
+        default=False, description="torch DDP keeps gradients as views of its all-reduce buckets (gradient_as_bucket_view"
+                                   "=True) or the stack runs no torch DDP; false: a second, flat copy of the gradients")
     overlap_cp: float = Field(default=0.8, ge=0, le=1)
     # Share of the backward that hides the gradients' copies to the host (offload): they run on DMA
     # copy engines from a side stream as buckets are reduced (DeepSpeed overlap_comm's reduction

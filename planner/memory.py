@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner import main_grads, mla, parallel_block, ssm, stage_split
-from planner.comm_buffers import comm_buffer_bytes  # noqa: F401 (re-exported)
+from planner.comm_buffers import comm_buffer_bytes, ddp_bucket_copy_bytes  # noqa: F401 (comm_buffer_bytes: re-exported)
 from planner.activation_terms import eager_scores_saved_bytes, op_sac_block_bytes, pipeline_outputs_bytes
 from planner.layout import CKPT, OFFLOAD, OPTIM, PREC, SHARD, ATTN, Layout
 from planner.model import ModelSpec
@@ -375,6 +375,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     }
     if moe_spec is not spec:
         out = moe_memory.with_experts(moe_spec, spec, layout, system, out, settings)
+    out["comm_buffers_bytes"] = out["comm_buffers_bytes"] + ddp_bucket_copy_bytes(
+        layout, out["grads_bytes"], prof["ddp_bucket_view"], prof["main_grads_fp32"], prof["grad_bucket_params"])
     out["optimizer_bytes"] = out["optimizer_bytes"] * ms.optimizer_factor(spec, layout, settings, amp)
     out["total_bytes"] = sum(np.asarray(v, dtype=np.float64) for v in out.values())
     gathered_extra = 0.0 if moe_spec is spec else moe_memory.zero3_gathered_extra_bytes(moe_spec, spec, layout)

@@ -22,7 +22,8 @@ from planner.scenario import ExecutionPlan
 from planner.settings import Settings
 from planner.system import System
 
-# fp32 weights + fp32 gradients + DDP's fp32 bucket copy of the gradients, bytes per parameter
+# fp32 weights + fp32 gradients + DDP's fp32 bucket copy of the gradients, bytes per parameter (the copy
+# planner/comm_buffers.py ddp_bucket_copy_bytes counts for the hf profile, ddp_bucket_view = false)
 AMP_DDP_BYTES_PER_PARAM = 12.0
 
 

@@ -12,7 +12,7 @@ from pydantic import Field
 from hardware.stacks import StackProfile
 from planner.errors import NothingFits, PlanError, unknown
 from planner.exports.accelerate import accelerate_config, accelerate_yaml
-from planner.exports import memory_settings, moe_leaf, moe_routing, moe_settings
+from planner.exports import ddp_settings, memory_settings, moe_leaf, moe_routing, moe_settings
 from planner.exports.common import Recipe, Target, is_deepspeed, is_fsdp, steps_for_tokens, target_for
 from planner.exports.cp_settings import megatron_args
 from planner.exports.deepspeed_json import config_text, deepspeed_config
@@ -185,6 +185,8 @@ def export(fmt: str, chosen: Chosen, options: ExportOptions | None = None) -> Ex
         notes += moe_routing.model_code_notes(fmt, plan, model, chosen.moe)
     if (stack_note := other_stack_note(fmt, plan)) is not None:
         notes.append(stack_note)
+    if (ddp_note := ddp_settings.note(fmt, plan, chosen.stack_profile, leaf_model, chosen.system)) is not None:
+        notes.append(ddp_note)  # DDP's gradient bucket copy: what the file's software holds vs what the plan counted
     if chosen.deepspeed_json is not None:
         notes.append("DeepSpeed config exactly as the trial ran it (recipe options do not apply)")
     if chosen.fsdp_json is not None:
