@@ -28,11 +28,30 @@ def fp32_asked(layout: Layout, main_fp32) -> np.ndarray:
 
 
 def buffer_on(layout: Layout, main_fp32) -> np.ndarray:
-    """The plans whose gradients are an fp32 main-gradient buffer: bf16/fp8 under DDP or ZeRO-1 (the
-    distributed optimizer), no offload, where the plan asks for fp32 gradients (`fp32_asked`)."""
-    bf16 = (layout.precision == PREC["bf16"]) | (layout.precision == PREC["fp8"])
+    """The plans whose gradients are an fp32 main-gradient buffer: 16-bit mixed precision (bf16, fp8, fp16) under
+    DDP or ZeRO-1 (the distributed optimizer), no offload, where the plan asks for fp32 gradients (`fp32_asked`).
+    Megatron-Core's DistributedDataParallel allocates its grad buffer in fp32 whenever grad_reduce_in_fp32 is on,
+    whatever the parameters' 16-bit dtype (param_and_grad_buffer.py grad_dtype; under --fp16 the export's
+    --accumulate-allreduce-grads-in-fp32 turns it on)."""
+    p = layout.precision
+    mixed16 = (p == PREC["bf16"]) | (p == PREC["fp8"]) | (p == PREC["fp16"])
     ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
-    return fp32_asked(layout, main_fp32) & bf16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
+    return fp32_asked(layout, main_fp32) & mixed16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
+
+
+def resident_fp32(layout: Layout, prof: dict, stated_bytes=None) -> np.ndarray:
+    """`main_fp32` per candidate as the memory model reads it: the profile's main_grads_fp32, or a stack with
+    Megatron-Core's own DDP (its buckets, `grad_bucket_params` > 0) under plain data parallelism whose gradients
+    the timing reduces in 4 bytes (planner/dp_comm.py grad_bytes; `stated_bytes`: the run's framework fact). There
+    the grad buffer IS the fp32 buffer that reduction runs on: Megatron-LM under --bf16 turns
+    accumulate_allreduce_grads_in_fp32 on (megatron/training/arguments.py validate_args), and the Megatron export
+    writes that flag for these plans (planner/exports/megatron_args.py grad_reduce_args): 2 bytes a parameter more
+    than a 16-bit buffer (dist_optimizer.md: "bf16 parameters, fp32 gradients: 18" bytes a parameter)."""
+    from planner import dp_comm
+
+    wire = dp_comm.grad_bytes(layout, stated_bytes, prof["fsdp_reduce_fp32"])
+    core_ddp = (np.asarray(prof["grad_bucket_params"]) > 0) & (layout.sharding == SHARD["none"])
+    return (np.asarray(prof["main_grads_fp32"]) > 0) | (core_ddp & (np.asarray(wire) >= 4.0))
 
 
 def core_bucket_views(layout: Layout, core_buckets) -> np.ndarray:

@@ -350,6 +350,8 @@ def memory_arrays(spec: ModelSpec, layout: Layout, system: System, settings: Set
     from planner.stacks import per_candidate
 
     prof = per_candidate(stack_profiles(settings), layout)
+    # the fp32 main-gradient buffer where the profile keeps one or Megatron-Core's DDP reduces in fp32
+    prof = {**prof, "main_grads_fp32": main_grads.resident_fp32(layout, prof, system.grad_reduce_bytes)}
     cached = np.zeros(shape)  # freed transients the allocator keeps (planner/memory_required.py)
     if settings.fragmentation_margin is not None:
         reserve = np.full(shape, settings.fragmentation_margin * capacity)

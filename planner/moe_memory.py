@@ -134,7 +134,9 @@ def with_experts(spec, view, layout: Layout, system, out: dict, settings=None) -
         from planner.stacks import per_candidate
 
         prof = per_candidate(stack_profiles(settings), layout)
-        kept, main_fp32 = prof["moe_expert_outputs_kept"], prof["main_grads_fp32"]
+        from planner.main_grads import resident_fp32
+
+        kept, main_fp32 = prof["moe_expert_outputs_kept"], resident_fp32(layout, prof, system.grad_reduce_bytes)
         amp = amp_ddp(layout, prof["grad_bucket_params"])  # torch DDP under autocast: the experts' fp32 too
     grads = functools.partial(grads_bytes, main_fp32=main_fp32, amp=amp)  # the experts' fp32 main grads too
     terms = (("weights_bytes", functools.partial(weights_bytes, amp=amp)), ("grads_bytes", grads),

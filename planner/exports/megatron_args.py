@@ -218,11 +218,9 @@ def grad_reduce_note(plan: ExecutionPlan, profile: StackProfile | None = None) -
         return None
     flags, dtype = grad_reduce_args(plan, profile), _dtype(plan, profile)
     how = f"written as {flags[0]}" if flags else "Megatron-LM's own default for this precision, no flag"
-    held = ""
-    if dtype == "fp32" and not (profile or grad_dtype.profile_of(plan)).main_grads_fp32:
-        # timed as an fp32 reduction (dp_comm: DDP's 4 bytes) while memory counted a 16-bit buffer (main_grads.py)
-        held = ("; Megatron-LM then holds an fp32 main-gradient buffer, 2 bytes a parameter more than this plan's "
-                "memory counted: plan with --grad-reduce-dtype fp32 to count it")
+    # an fp32 reduction holds Megatron-Core's fp32 main-gradient buffer, and the plan's memory counts it
+    # (planner/main_grads.py resident_fp32; a stack without Core's DDP: torch DDP's fp32 gradients, amp_ddp)
+    held = "; memory counts the fp32 main-gradient buffer it fills (4 bytes a parameter)" if dtype == "fp32" else ""
     return (f"gradients: reduced in {dtype} as the plan was timed (grad_reduce_dtype default, stack "
             f"profile {plan.stack}): {how}{held}; plan with --grad-reduce-dtype fp32|bf16 to choose")
 

@@ -46,8 +46,29 @@ def test_megatron_export_says_what_a_default_was_resolved_to(dtype, precision, s
     assert [f for f in MEGATRON_FLAGS.values() if f in args] == ([MEGATRON_FLAGS[flag]] if flag else [])
     if noted:
         assert "stack profile megatron" in said[0] and (MEGATRON_FLAGS[flag] in said[0] if flag else "no flag" in said[0])
-        # DDP: timed as an fp32 all-reduce, memory counted the profile's 16-bit buffer: the note says what it costs
-        assert ("2 bytes a parameter more" in said[0]) == (sharding == "none")
+        # DDP: timed as an fp32 all-reduce, and memory counts the fp32 buffer that reduction fills (it counted a
+        # 16-bit one, 2 bytes a parameter short, before round 38)
+        assert ("memory counts the fp32 main-gradient buffer" in said[0]) == (sharding == "none")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp8"])
+def test_megatron_ddp_memory_counts_the_fp32_buffer_its_reduction_fills(precision):
+    """Megatron plain DDP in 16-bit mixed precision is timed as an fp32 all-reduce (dp_comm.grad_bytes: 4 bytes) and
+    exported with Megatron-LM's fp32 gradient accumulation, so Megatron-Core's grad buffer is fp32: its memory must
+    count 4 bytes a parameter of gradients (it counted 2). The distributed optimizer (zero1, reduced in bf16 as
+    exported with --grad-reduce-in-bf16) keeps its 16-bit buffer; --grad-reduce-dtype bf16 on DDP too."""
+    from planner import api
+    from planner.scenario import Scenario
+
+    def grads(sharding, dtype="default"):
+        sc = Scenario(model="gpt2-xl", gpus=8, gpu="h100-80gb", stack="megatron", sharding=sharding, tp=1, pp=1,
+                      precision=precision, grad_reduce_dtype=dtype, micro_batch=1, activation_checkpointing="full")
+        est = api.evaluate(sc)
+        return est.memory.grads_bytes / resolve_model("gpt2-xl").n_params
+
+    assert grads("none") == pytest.approx(4.0, rel=0.01)
+    assert grads("none", "bf16") == pytest.approx(2.0, rel=0.01)
+    assert grads("zero1") == pytest.approx(2.0 + 4.0 / 8, rel=0.01)  # 16-bit buffer + the fp32 partition of 8
 
 
 def test_fsdp_reduce_dtype_follows_the_knob():
