@@ -151,6 +151,11 @@ def calibrate(
     held_out = (f"{len(fitted.fit_sources)} sources held out in turn" if len(fitted.fit_sources) > 1
                 else f"one source: each of the {len(mine)} runs held out in turn")
     console.print(f"cross-validated MAPE of tokens/s: {_pct(fitted.cv_mape_pct)} ({held_out})", highlight=False)
+    if len(mine) < len(profile_fit.PARAMS):  # more factors than runs: the ridge, not the runs, sets most of them
+        console.print(f"warning: {len(mine)} runs for {len(profile_fit.PARAMS)} fitted factors: the runs cannot tell "
+                      f"the factors apart, each stays near its prior ({stack}'s catalog profile) unless the runs pull "
+                      "it; runs that vary model size, sequence length, micro batch, accumulation and GPU count "
+                      "identify them", highlight=False, soft_wrap=True)
     console.print(f"wrote {out}; plan with: plan estimate ... --catalog {out.parent.parent} --stack {stack}",
                   highlight=False)
 

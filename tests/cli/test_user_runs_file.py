@@ -46,3 +46,20 @@ def test_calibrate_on_one_source_says_it_held_out_runs(tmp_path):
                       env={"COLUMNS": "300"})
     assert r.exit_code == 0, r.output
     assert "each of the 3 runs held out in turn" in r.output and "1 sources" not in r.output
+
+
+def test_calibrate_warns_when_runs_are_fewer_than_the_factors_it_fits(tmp_path):
+    """3 runs cannot identify 9 factors: the fit said nothing about it (a UX audit: 9 factors on 2 rows, no word);
+    the runs of the seeds' hf log (41) get no warning."""
+    from planner import profile_fit
+
+    out = tmp_path / "cat" / "stacks" / "fsdp.toml"
+    r = runner.invoke(app, ["calibrate", str(_file(tmp_path, ROWS[:3])), "--stack", "fsdp", "--out", str(out)],
+                      env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert f"warning: 3 runs for {len(profile_fit.PARAMS)} fitted factors" in r.output, r.output
+    seeds = Path(__file__).resolve().parents[2] / "validation" / "data" / "seed_runs.csv"
+    out2 = tmp_path / "cat2" / "stacks" / "hf.toml"
+    r = runner.invoke(app, ["calibrate", str(seeds), "--stack", "hf", "--out", str(out2)], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    assert "warning:" not in r.output, r.output
