@@ -6,19 +6,16 @@ and step exactly as before."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.trainer.gloo_rank import gloo_rank
+
 
 def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, init_file):
         from trainer.config import TrainConfig
         from trainer.loop import build
 
@@ -49,11 +46,6 @@ def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
             with open(out_path, "w") as f:
                 json.dump({"n_grads": len(grads), "n_storages": len(storages), "n_storages_after_step": len(storages2),
                            "sums": [t.item() for t in gathered], "losses": losses, "loss2": float(loss2)}, f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(0)
 
 
 def test_ddp_gradients_are_bucket_views(tmp_path):

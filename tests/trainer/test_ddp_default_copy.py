@@ -10,13 +10,10 @@ the bundled one (true) the views."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hardware.catalog import load_catalog
@@ -26,6 +23,8 @@ from planner.presets import resolve_model
 from planner.scenario import ExecutionPlan
 from planner.settings import Settings
 from planner.system import System
+
+from tests.trainer.gloo_rank import gloo_rank
 
 CASES = [(view, precision) for view in (False, True) for precision in ("bf16", "bf16_pure")]
 
@@ -65,10 +64,7 @@ def _held_bytes(model, view: bool, precision: str) -> dict:
 
 
 def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, init_file):
         from trainer.model import GPT
 
         out = {}
@@ -80,11 +76,6 @@ def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
         if rank == 0:
             with open(out_path, "w") as f:
                 json.dump(out, f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(0)
 
 
 def _planned(stack: str, precision: str) -> float:

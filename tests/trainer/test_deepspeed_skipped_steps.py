@@ -12,21 +12,18 @@ show DeepSpeed really skipped it. Before, the DeepSpeed backend reported no skip
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from tests.trainer.gloo_rank import gloo_rank
+
 pytestmark = pytest.mark.slow
 INF_STEP, STEPS = 1, 4
 
 
-def _one_rank(init_file: str) -> None:
-    os.environ.update(OMP_NUM_THREADS="1", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
+DS_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}  # DeepSpeed reads them
 
 
 def _weights(module) -> list[torch.Tensor]:
@@ -35,8 +32,7 @@ def _weights(module) -> list[torch.Tensor]:
 
 
 def _reader_worker(rank: int, init_file: str, out: str) -> None:
-    _one_rank(init_file)
-    try:
+    with gloo_rank(rank, 1, init_file, DS_ENV):
         import deepspeed
 
         from trainer.backends.deepspeed_scaling import StepDecisions
@@ -62,10 +58,6 @@ def _reader_worker(rank: int, init_file: str, out: str) -> None:
             record[stage] = steps
         with open(out, "w") as f:
             json.dump(record, f)
-    finally:
-        torch.distributed.destroy_process_group()
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(0)
 
 
 def test_the_reader_sees_deepspeeds_skipped_step_on_every_zero_stage(tmp_path):
@@ -84,8 +76,7 @@ def test_the_reader_sees_deepspeeds_skipped_step_on_every_zero_stage(tmp_path):
 
 
 def _engine_worker(rank: int, init_file: str, out: str, runs: list[dict]) -> None:
-    _one_rank(init_file)
-    try:
+    with gloo_rank(rank, 1, init_file, DS_ENV):
         from trainer.config import TrainConfig
         from trainer.data import Batches
         from trainer.loop import build
@@ -109,10 +100,6 @@ def _engine_worker(rank: int, init_file: str, out: str, runs: list[dict]) -> Non
                            "stats": engine.scaling_stats(), "moved": moved, "grad_accum": engine.grad_accum})
         with open(out, "w") as f:
             json.dump(record, f)
-    finally:
-        torch.distributed.destroy_process_group()
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(0)
 
 
 RUNS = [dict(sharding="zero1", precision="bf16"), dict(sharding="zero2", precision="bf16", grad_accum=2),

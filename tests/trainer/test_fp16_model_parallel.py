@@ -11,23 +11,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from validation.trainer_matrix4 import TOLERANCE
+
+from tests.trainer.gloo_rank import gloo_rank
 
 STEPS = 6
 
 
 def _scaler_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, init_file):
         from trainer.backends.loss_scale import ModelParallelScaler
 
         record = {}
@@ -52,11 +49,6 @@ def _scaler_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
             record[name] = steps
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump(record, f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(0)
 
 
 def test_an_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path):

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from tests.trainer.gloo_rank import gloo_rank
 
 LAYOUTS = {
     "full_shard": dict(sharding="fsdp_full_shard"),
@@ -71,18 +72,10 @@ def _run_layout(rank: int, world: int, kw: dict) -> dict:
 
 
 def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, init_file):
         record = {name: _run_layout(rank, world, kw) for name, kw in LAYOUTS.items()}
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump(record, f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(0)
 
 
 @pytest.fixture(scope="module")

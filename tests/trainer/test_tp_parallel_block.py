@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import sys
 from collections import Counter
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from planner.model import ModelSpec
 from planner.parallel_block import tp_calls_per_pass
+
+from tests.trainer.gloo_rank import gloo_rank
 
 B, S, H = 2, 8, 32
 CASES = {  # name: (ModelSpec fields, sequence parallel)
@@ -93,10 +92,7 @@ def _case(fields: dict, sp: bool, mesh) -> dict:
 
 
 def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, init_file):
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh("cpu", (world,))
@@ -104,16 +100,6 @@ def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
         if rank == 0:
             with open(out_path, "w") as f:
                 json.dump(results, f)
-        # both ranks' collectives done before either tears gloo down: without it a rank that destroys
-        # its group while the other's last functional collective is in flight aborts at exit
-        # ("terminate called without an active exception", ~1 run in 3 on a 2-core box)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    # the results are on disk: skip the interpreter's C++ teardown, where gloo's threads can still
-    # abort the process at exit (as trainer/worker.py does on its error path)
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(0)
 
 
 @pytest.fixture(scope="module")
