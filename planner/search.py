@@ -150,10 +150,13 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
         reduce_bucket_elems=h2, allgather_bucket_elems=h2, stage3_prefetch_elems=int(0.9 * h2),
         stage3_max_live_params=1_000_000_000, **{k: int(v) for k, v in (zpp or zeropp.OFF).items()},
     )
-    # combinations no stack runs, of knobs the search chose, are not evaluated (planner/search_prune.py)
-    own = search_prune.searched_rules(system, scenario)
-    drop = search_prune.dropped(rules.Knobs(**varying, **constant, spec=spec, system=system,
-                                            global_batch=global_batch, profiles=profiles), own)
+    # combinations no stack runs, of knobs the search chose, are not evaluated (planner/search_prune.py);
+    # the rules that read no per-step knob are evaluated once per shape x sharding x offload
+    context = dict(spec=spec, system=system, global_batch=global_batch, profiles=profiles)
+    inner = idx.size // (len(shapes) * len(grid["sharding"]) * len(grid["offload"]))
+    coarse = {k: v[::inner] for k, v in varying.items() if k not in search_prune.PER_STEP}
+    drop = search_prune.dropped(rules.Knobs(**varying, **constant, **context), search_prune.searched_rules(system, scenario),
+                                rules.Knobs(**coarse, **constant, **context), inner)
     if drop.any():
         keep = np.flatnonzero(~drop)
         varying = {k: v[keep] for k, v in varying.items()}

@@ -44,11 +44,19 @@ def searched_rules(system: System, scenario: Scenario) -> tuple[rules.Rule, ...]
                  if any(i in SEARCHED and i not in pinned for i in rules.BY_NAME[name].inputs))
 
 
-def dropped(k: rules.Knobs, own: tuple[rules.Rule, ...]) -> np.ndarray:
+# The knobs the search varies fastest (planner/search.py's grid order): a rule that reads none of them
+# is evaluated on the candidates with these left out, then repeated.
+PER_STEP = frozenset({"activation_checkpointing", "checkpoint_fraction", "micro_batch", "grad_accum"})
+
+
+def dropped(k: rules.Knobs, own: tuple[rules.Rule, ...], coarse: rules.Knobs | None = None,
+            inner: int = 1) -> np.ndarray:
     """True where the first structural rule a candidate breaks (rules.RULES' order, as the search counts
     it) is one of `own`: every other reason keeps its count. All False where no candidate passes every
     structural rule: a dead end is reported whole, as the pinned knobs made it (planner/stack_pins.py
-    names its cause from the counts). Rules whose inputs `k` lacks (`profiles` None) are skipped."""
+    names its cause from the counts). Rules whose inputs `k` lacks (`profiles` None) are skipped.
+    `coarse`: every `inner`-th candidate without the PER_STEP knobs (they vary fastest), for the rules
+    that do not read them."""
     n = len(k)
     drop = np.zeros(n, dtype=bool)
     names = {r.name for r in own}
@@ -56,7 +64,10 @@ def dropped(k: rules.Knobs, own: tuple[rules.Rule, ...]) -> np.ndarray:
     for rule in rules.structural():
         if any(not hasattr(k, i) or (i == "profiles" and k.profiles is None) for i in rule.inputs):
             continue
-        bad = np.broadcast_to(np.asarray(rule.bad(k), dtype=bool), (n,))
+        if coarse is not None and not PER_STEP & set(rule.inputs):
+            bad = np.repeat(np.broadcast_to(np.asarray(rule.bad(coarse), dtype=bool), (len(coarse),)), inner)
+        else:
+            bad = np.broadcast_to(np.asarray(rule.bad(k), dtype=bool), (n,))
         if rule.name in names:
             drop |= bad & ~decided
         decided |= bad
