@@ -5,6 +5,7 @@ gradient accumulation x tp x pp x vpp x cp and its implementation x sequence par
 mixture-of-experts model ep x etp: planner/moe_parallel.py); pinned
 knobs take one value. Each candidate is either rejected with a reason (invalid combination, or
 does not fit in GPU memory or host RAM) or kept; the kept ones are scored by the throughput model and ranked.
+Combinations of searched knobs that no stack runs are not enumerated at all (planner/search_prune.py).
 """
 
 from __future__ import annotations
