@@ -160,6 +160,10 @@ def attention_core_efficiency(spec: ModelSpec, shape: GemmShapeData | None, elem
     return np.where(aligned, 1.0, UNALIGNED_BMM_FACTOR)
 
 
+# Candidates above this many share few GEMM shapes (tokens x tp x dtype): each distinct one is computed once.
+DISTINCT_MIN = 4096
+
+
 def plan_factors(spec: ModelSpec, layout, gpu) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Shape shares of one plan's block linears (flops.block_gemms order), eager attention core
     and output layer, for `layout` (planner.layout.Layout) on `gpu` (catalog GPU)."""
@@ -168,6 +172,15 @@ def plan_factors(spec: ModelSpec, layout, gpu) -> tuple[list[np.ndarray], np.nda
     shape = GemmShapeData.of(gpu)
     tokens = layout.micro_batch * layout.seq_len / layout.cp
     eb = compute_dtype_bytes(layout)
-    linears = block_linear_efficiencies(spec, tokens, layout.tp, shape, eb)
     attn = attention_core_efficiency(spec, shape, eb)
-    return linears, attn, logits_efficiency(spec, tokens, layout.tp, shape, eb)
+    cols = np.broadcast_arrays(np.asarray(tokens, dtype=np.float64), np.asarray(layout.tp, dtype=np.float64),
+                               np.asarray(eb, dtype=np.float64))
+    if shape is None or cols[0].ndim != 1 or cols[0].size < DISTINCT_MIN:
+        linears = block_linear_efficiencies(spec, tokens, layout.tp, shape, eb)
+        return linears, attn, logits_efficiency(spec, tokens, layout.tp, shape, eb)
+    # the same elementwise formulas over the distinct (tokens, tp, bytes) rows, then spread back
+    distinct, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    t, tp, b = distinct[:, 0], distinct[:, 1], distinct[:, 2]
+    linears = [e[inverse] for e in block_linear_efficiencies(spec, t, tp, shape, b)]
+    return linears, attn, logits_efficiency(spec, t, tp, shape, b)[inverse]

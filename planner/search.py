@@ -5,6 +5,7 @@ gradient accumulation x tp x pp x vpp x cp and its implementation x sequence par
 mixture-of-experts model ep x etp: planner/moe_parallel.py); pinned
 knobs take one value. Each candidate is either rejected with a reason (invalid combination, or
 does not fit in GPU memory or host RAM) or kept; the kept ones are scored by the throughput model and ranked.
+Combinations of searched knobs that no stack runs are not enumerated at all (planner/search_prune.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner import context_parallel, memory, moe_parallel, rules, stage_split, zeropp
+from planner import context_parallel, memory, moe_parallel, rules, search_prune, stage_split, zeropp
 from planner.errors import PlanError
 from planner.layout import ATTN, CKPT, FP8, GRAD_REDUCE, OFFLOAD, OPTIM, PREC, SHARD, STACK, Layout
 from planner.model import ModelSpec
@@ -69,8 +70,10 @@ def _values(pinned, default: list) -> list:
 
 
 def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int,
-               global_batch: int | None = None) -> Layout:
-    """The cartesian product of every searched knob, as one Layout of arrays."""
+               global_batch: int | None = None, profiles=None) -> Layout:
+    """The cartesian product of every searched knob, as one Layout of arrays, less the combinations of
+    searched knobs that no stack runs (planner/search_prune.py; `profiles`: the stack profiles, whose
+    unsupported plans are left out too)."""
     gpus = system.gpus
     check_pinned(spec, system, scenario, seq_len,
                  global_batch if global_batch is not None else _global_batch(scenario, seq_len))
@@ -120,7 +123,6 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     mesh = np.meshgrid(np.arange(len(shapes)), *[np.asarray(v) for v in grid.values()], indexing="ij")
     flat = [m.reshape(-1) for m in mesh]
     idx, cols = flat[0], dict(zip(grid, flat[1:]))
-    n = idx.size
     tp, pp, vpp, cp, cp_impl, sp, dp, ep, etp = (shapes[idx, j] for j in range(9))
     micro = cols["micro_batch"]
     if derive_ga:
@@ -128,33 +130,39 @@ def candidates(spec: ModelSpec, system: System, scenario: Scenario, seq_len: int
     else:
         ga = cols["grad_accum"]
     if scenario.stack is not None:
-        stack = np.full(n, STACK[scenario.stack])
+        stack = np.full(idx.size, STACK[scenario.stack])
     else:
         stack = moe_parallel.default_stack(default_stack(cols["sharding"], tp, pp), ep)
     # DeepSpeed-style bucket sizes as Hugging Face's "auto" sets them: hidden^2 elements.
     h2 = spec.hidden * spec.hidden
     fraction = scenario.checkpoint_fraction or DEFAULT_CHECKPOINT_FRACTION
     ckpt = cols["activation_checkpointing"]
-    lay = Layout(
-        stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, cp_impl=cp_impl, ep=ep, etp=etp, dp=dp, sequence_parallel=sp,
-        **{k: np.full(n, value) for k, value in zip(SPLIT_KNOBS, split)},
-        sharding=cols["sharding"], offload=cols["offload"],
-        activation_checkpointing=ckpt,
-        checkpoint_fraction=np.where(ckpt == CKPT["blocks"], fraction, 1.0),
-        precision=np.full(n, PREC[precision]),
-        fp8_recipe=np.full(n, FP8[scenario.fp8_recipe or "tensorwise"]),
-        grad_reduce_dtype=np.full(n, GRAD_REDUCE[scenario.grad_reduce_dtype or "default"]),
-        optimizer=np.full(n, OPTIM[scenario.optimizer or "adamw"]),
-        attention=np.full(n, ATTN[scenario.attention or "flash"]),
-        compile=np.full(n, int(bool(scenario.compile))),
-        async_tp=np.full(n, int(bool(scenario.async_tp))),
-        activation_offload=np.full(n, int(bool(scenario.activation_offload))),
-        micro_batch=micro, grad_accum=ga, seq_len=np.full(n, seq_len),
-        reduce_bucket_elems=np.full(n, h2), allgather_bucket_elems=np.full(n, h2),
-        stage3_prefetch_elems=np.full(n, int(0.9 * h2)),
-        stage3_max_live_params=np.full(n, 1_000_000_000),
-        **{k: np.full(n, int(v)) for k, v in (zpp or zeropp.OFF).items()},
+    varying = dict(stack=stack, tp=tp, pp=pp, vpp=vpp, cp=cp, cp_impl=cp_impl, ep=ep, etp=etp, dp=dp,
+                   sequence_parallel=sp, sharding=cols["sharding"], offload=cols["offload"],
+                   activation_checkpointing=ckpt, checkpoint_fraction=np.where(ckpt == CKPT["blocks"], fraction, 1.0),
+                   micro_batch=micro, grad_accum=ga)
+    constant = dict(
+        **dict(zip(SPLIT_KNOBS, split)),
+        precision=PREC[precision], fp8_recipe=FP8[scenario.fp8_recipe or "tensorwise"],
+        grad_reduce_dtype=GRAD_REDUCE[scenario.grad_reduce_dtype or "default"],
+        optimizer=OPTIM[scenario.optimizer or "adamw"], attention=ATTN[scenario.attention or "flash"],
+        compile=int(bool(scenario.compile)), async_tp=int(bool(scenario.async_tp)),
+        activation_offload=int(bool(scenario.activation_offload)), seq_len=seq_len,
+        reduce_bucket_elems=h2, allgather_bucket_elems=h2, stage3_prefetch_elems=int(0.9 * h2),
+        stage3_max_live_params=1_000_000_000, **{k: int(v) for k, v in (zpp or zeropp.OFF).items()},
     )
+    # combinations no stack runs, of knobs the search chose, are not evaluated (planner/search_prune.py);
+    # the rules that read no per-step knob are evaluated once per shape x sharding x offload
+    context = dict(spec=spec, system=system, global_batch=global_batch, profiles=profiles)
+    inner = idx.size // (len(shapes) * len(grid["sharding"]) * len(grid["offload"]))
+    coarse = {k: v[::inner] for k, v in varying.items() if k not in search_prune.PER_STEP}
+    drop = search_prune.dropped(rules.Knobs(**varying, **constant, **context), search_prune.searched_rules(system, scenario),
+                                rules.Knobs(**coarse, **constant, **context), inner)
+    if drop.any():
+        keep = np.flatnonzero(~drop)
+        varying = {k: v[keep] for k, v in varying.items()}
+    n = varying["tp"].size
+    lay = Layout(**varying, **{k: np.full(n, v) for k, v in constant.items()})
     lay = lay if zpp is not None else zeropp.with_searched(lay, system.gpus_per_node)
     if scenario.sharding is not None:  # pinned: the user asked for it, even over one rank
         return lay
@@ -201,10 +209,11 @@ def reject_reasons(spec: ModelSpec, system: System, lay: Layout, seq_len: int, g
 
 def search(spec: ModelSpec, system: System, scenario: Scenario, settings: Settings, seq_len: int,
            global_batch: int | None = None) -> SearchResult:
-    lay = candidates(spec, system, scenario, seq_len, global_batch)
+    profiles = stack_profiles(settings)
+    lay = candidates(spec, system, scenario, seq_len, global_batch, profiles)
     mem = memory.memory_arrays(spec, lay, system, settings)
     global_batch = global_batch if global_batch is not None else _global_batch(scenario, seq_len)
-    reason = reject_reasons(spec, system, lay, seq_len, global_batch, stack_profiles(settings), mem)
+    reason = reject_reasons(spec, system, lay, seq_len, global_batch, profiles, mem)
     return SearchResult(layout=lay, reason=reason, mem=mem)
 
 
