@@ -41,7 +41,8 @@ def test_tier_note_only_where_a_slower_plan_ranks_above_a_faster_one():
     assert any(b > a for a, b in zip(speeds, speeds[1:])), speeds  # the case the note is for
     out = _run(*args, "--top", "7")
     assert _speeds(out) == [round(x) for x in speeds]
-    assert "Ranked in 2% tiers of tokens_per_s" in out and "simpler plan comes first" in out
+    assert "Ranked in 2% tiers of tokens_per_s" in out and "the simpler plan first" in out
+    assert "a plan with memory headroom comes before a tight one" in out
     assert "offload plans" not in out
     top2 = _run(*args, "--top", "2")
     assert _speeds(top2) == sorted(_speeds(top2), reverse=True) and "Ranked in 2% tiers" not in top2
