@@ -10,10 +10,7 @@ For a plan with `precision fp8`, its `fp8_recipe` sets
 - the fp8 weight copies a recipe caches between micro batches (`weight_cache_bytes`).
 A recipe whose TP all-gather stays 16-bit (torchao rowwise under torchtitan) has every linear
 cast its whole gathered input itself: q, k and v (and gate and up) are separate linears in the
-torchao-converted models, each with its own cast in eager mode. Compiled, the casts of one input
-are the same ops on the same tensor and AOTAutograd's common-subexpression pass keeps one of
-them (torch/_functorch/partitioners.py min_cut_rematerialization_partition: "if config.cse:
-cse_graph = fx_graph_cse(fx_g)", torch/_functorch/config.py `cse = True`): one cast per module.
+torchao-converted models, each with its own cast.
 """
 
 from __future__ import annotations
@@ -62,10 +59,8 @@ def _elements_per_token(spec: ModelSpec, layout: Layout, rec) -> dict[str, np.nd
     sp = np.asarray(layout.sequence_parallel) > 0
     gathered = rec["tp_fp8_allgather"] > 0
     # column-parallel linears (qkv, up) read the normed hidden input: cast once per module on the
-    # sequence-parallel shard when the all-gather carries fp8, else whole: once per module when
-    # compiled (CSE of the identical casts), once per linear in eager mode
-    per_linear = np.where(np.asarray(layout.compile) > 0, 2.0 * h, h * (3.0 + gates))
-    col_input = np.where(gathered, 2.0 * h / np.where(sp, tp, 1.0), per_linear)
+    # sequence-parallel shard when the all-gather carries fp8, else once per linear, whole
+    col_input = np.where(gathered, 2.0 * h / np.where(sp, tp, 1.0), h * (3.0 + gates))
     # output gradients: column-parallel outputs are split by tp; row-parallel ones are the hidden
     # size, sharded by sequence parallelism before the gather when it carries fp8
     row_grad = 2.0 * h / np.where(gathered & sp, tp, 1.0)

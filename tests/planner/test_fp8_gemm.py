@@ -109,24 +109,3 @@ def test_fused_norm_and_activation_kernels_cut_te_cast_traffic():
     fused = float(fp8.cast_s_per_token(spec, dl, rec, 2.0e12, 0.0)[0])
     rec["producer_fused_bytes_per_element"] = np.full(1, np.nan)  # no fused norm/activation kernels
     assert fused < float(fp8.cast_s_per_token(spec, dl, rec, 2.0e12, 0.0)[0])
-
-
-def test_compiled_rowwise_casts_a_gathered_input_once_per_module():
-    """torchao rowwise under torchtitan TP gathers 16-bit inputs and q, k, v (gate, up) are separate
-    Float8Linears casting the same tensor. Eager: one cast each. Compiled: the identical casts are
-    merged by AOTAutograd's CSE pass (torch/_functorch/partitioners.py min_cut_rematerialization_partition,
-    `if config.cse: cse_graph = fx_graph_cse(fx_g)`): one per module (attention, MLP), whole."""
-    spec = resolve_model("llama3-8b")
-    h, f = spec.hidden, spec.ffn
-    for compiled, per_module in ((True, 2.0 * h), (False, 5.0 * h)):  # q, k, v, gate, up
-        lay = _layout(fp8_recipe="rowwise", compile=compiled)
-        n = fp8._elements_per_token(spec, lay, _rec(lay))
-        assert float(n["fused_input"][0]) == pytest.approx(per_module + f / 8)
-    eager = _layout(fp8_recipe="rowwise", compile=False)
-    compiled = _layout(fp8_recipe="rowwise")
-    assert float(fp8.cast_s_per_token(spec, compiled, _rec(compiled), 2.0e12, 0.0)[0]) < \
-        0.75 * float(fp8.cast_s_per_token(spec, eager, _rec(eager), 2.0e12, 0.0)[0])
-    # tensorwise casts on the sequence shard before its fp8 gather, compiled or not
-    tw = [fp8._elements_per_token(spec, lay, _rec(lay))["fused_input"][0]
-          for lay in (_layout(fp8_recipe="tensorwise"), _layout(fp8_recipe="tensorwise", compile=False))]
-    assert tw[0] == tw[1] == pytest.approx(2.0 * h / 8 + f / 8)
