@@ -14,7 +14,7 @@ Sources (each point names its own):
   comparison table": bf16 torch.mm, mean of 100 runs after 50 warm-ups at the best shape mamf-finder.py
   found; v2 flushes the cache between runs, v1 does not.
 - zzc0721: zzc0721/torch-performance-test-data, benchmark v2 bf16 torch.mm n x n x n, issues #79 (H100 SXM,
-  torch 2.7+cu128; n = 2048, 4096, 8192: the sweep h100-80gb's curve follows) and #195 (MI210 = the CDNA2 gfx90a die of one MI250X GCD, 104 vs 110 CUs, same clock;
+  torch 2.7+cu128) and #195 (MI210 = the CDNA2 gfx90a die of one MI250X GCD, 104 vs 110 CUs, same clock;
   rescaled here to one GCD's 191.5 peak: 124.18 x 191.5 / 181.0).
 - Markidis 2018: Markidis et al., "NVIDIA Tensor Core Programmability, Performance & Precision", IPDPSW 2018
   (arXiv 1803.04014): cuBLAS fp16-in/fp32-accumulate GEMM on a Tesla V100 SXM2 "up to 83 Tflops/s" (CUDA 9).
@@ -45,8 +45,6 @@ POINTS = (
     Point("a100-80gb", (6912, 2048, 16384), 267.9, f"{MAMF} v1, A100 SXM, CUDA 12.1", True),
     Point("h100-80gb", (2048, 2048, 13312), 794.5, f"{MAMF} v2, H100 SXM, torch 2.7.0+cu126", True),
     Point("h100-80gb", (6144, 2816, 17920), 792.1, f"{MAMF} v1, H100 SXM, CUDA 12.1", True),
-    Point("h100-80gb", (2048, 2048, 2048), 676.59, "zzc0721/torch-performance-test-data #79, H100 SXM, n=2048"),
-    Point("h100-80gb", (4096, 4096, 4096), 788.72, "zzc0721/torch-performance-test-data #79, H100 SXM, n=4096"),
     Point("h100-80gb", (8192, 8192, 8192), 797.51, "zzc0721/torch-performance-test-data #79, H100 SXM, n=8192"),
     Point("a100-pcie-80gb", (2048, 5120, 6144), 252.9, f"{MAMF} v2, A100 PCIe, torch 2.5.1+cu124"),
     Point("mi300x", (10240, 15360, 8192), 668.4, f"{MAMF} v2, MI300X, torch 2.5.1+rocm6.3, TunableOp"),
