@@ -28,19 +28,23 @@ def fp32_asked(layout: Layout, main_fp32) -> np.ndarray:
 
 
 def buffer_on(layout: Layout, main_fp32) -> np.ndarray:
-    """The plans whose gradients are an fp32 main-gradient buffer: 16-bit mixed precision (bf16, fp8, fp16) under
-    DDP or ZeRO-1 (the distributed optimizer), no offload, where the plan asks for fp32 gradients (`fp32_asked`).
-    Megatron-Core's DistributedDataParallel allocates its grad buffer in fp32 whenever grad_reduce_in_fp32 is on,
-    whatever the parameters' 16-bit dtype (param_and_grad_buffer.py grad_dtype; under --fp16 the export's
-    --accumulate-allreduce-grads-in-fp32 turns it on)."""
+    """The plans whose gradients are an fp32 main-gradient buffer: DDP or ZeRO-1 (the distributed optimizer), no
+    offload, where the plan asks for fp32 gradients (`fp32_asked`), in bf16/fp8 — and in fp16 where fp32 is asked
+    for explicitly (the knob) or the plan is timed as an fp32 reduction on Megatron-Core's DDP (`main_fp32` 2,
+    `resident_fp32`): Megatron-Core allocates its grad buffer in fp32 whenever grad_reduce_in_fp32 is on, whatever
+    the 16-bit dtype (param_and_grad_buffer.py grad_dtype), which under --fp16 takes
+    --accumulate-allreduce-grads-in-fp32 (the export writes it); a profile's main_grads_fp32 is Megatron-LM's bf16
+    default and leaves fp16 in 16 bit (dist_optimizer.md: "fp16 parameters, fp16 gradients: 4 + 16/d")."""
     p = layout.precision
-    mixed16 = (p == PREC["bf16"]) | (p == PREC["fp8"]) | (p == PREC["fp16"])
+    knob = np.asarray(getattr(layout, "grad_reduce_dtype", GRAD_REDUCE["default"]))
+    fp16_fp32 = (p == PREC["fp16"]) & ((knob == GRAD_REDUCE["fp32"]) | (np.asarray(main_fp32) >= 2))
+    precision = (p == PREC["bf16"]) | (p == PREC["fp8"]) | fp16_fp32
     ddp_or_zero1 = (layout.sharding == SHARD["none"]) | (layout.sharding == SHARD["zero1"])
-    return fp32_asked(layout, main_fp32) & mixed16 & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
+    return fp32_asked(layout, main_fp32) & precision & ddp_or_zero1 & (layout.offload == OFFLOAD["none"])
 
 
 def resident_fp32(layout: Layout, prof: dict, stated_bytes=None) -> np.ndarray:
-    """`main_fp32` per candidate as the memory model reads it: the profile's main_grads_fp32, or a stack with
+    """`main_fp32` per candidate as the memory model reads it (buffer_on): 1 the profile's main_grads_fp32, 2 a stack with
     Megatron-Core's own DDP (its buckets, `grad_bucket_params` > 0) under plain data parallelism whose gradients
     the timing reduces in 4 bytes (planner/dp_comm.py grad_bytes; `stated_bytes`: the run's framework fact). There
     the grad buffer IS the fp32 buffer that reduction runs on: Megatron-LM under --bf16 turns
@@ -51,7 +55,8 @@ def resident_fp32(layout: Layout, prof: dict, stated_bytes=None) -> np.ndarray:
 
     wire = dp_comm.grad_bytes(layout, stated_bytes, prof["fsdp_reduce_fp32"])
     core_ddp = (np.asarray(prof["grad_bucket_params"]) > 0) & (layout.sharding == SHARD["none"])
-    return (np.asarray(prof["main_grads_fp32"]) > 0) | (core_ddp & (np.asarray(wire) >= 4.0))
+    # 2: fp32 in any 16-bit precision (the timed reduction); 1: the profile's bf16 default; 0: none
+    return np.where(core_ddp & (np.asarray(wire) >= 4.0), 2.0, (np.asarray(prof["main_grads_fp32"]) > 0) * 1.0)
 
 
 def core_bucket_views(layout: Layout, core_buckets) -> np.ndarray:
