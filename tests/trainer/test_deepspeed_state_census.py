@@ -10,7 +10,10 @@ the distinct storages by role:
 - the fp32 gradient partition the step made (single_partition_of_fp32_groups[i].grad, deepspeed 0.19
   runtime/zero/stage_1_and_2.py step: flatten the partition's gradients, .to(fp32)): the planner's step copy
   (planner/memory_required.py step_only_bytes: 4P/N, in bf16 and in fp32 alike; before, none in fp32);
-- by then the 16-bit gradients are freed (free_grad_in_param_list) and nothing else of size is held.
+- by then the 16-bit gradients are freed (free_grad_in_param_list) and nothing else of size is held;
+- as the engine's step begins (after backward and the boundary's reduce_gradients) only the partition's gradients are
+  held, in ZeRO-1 as in ZeRO-2: the planner's gradients less the step's fp32 partition and, for ZeRO-1, the gradients
+  outside the partition it counts through backward only (memory_required.zero1_reduced_grads_bytes; before, 2P held).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch.multiprocessing as mp
 from hardware.catalog import load_catalog
 from planner import memory
 from planner.layout import Layout
-from planner.memory_required import step_only_bytes
+from planner.memory_required import step_only_bytes, zero1_reduced_grads_bytes
 from planner.presets import resolve_model
 from planner.scenario import ExecutionPlan
 from planner.settings import Settings
@@ -86,6 +89,16 @@ def _census(engine) -> dict:
             "optimizer_type": type(engine.optimizer).__name__}
 
 
+def _grads_at_step(engine) -> dict:
+    """The gradients held as the engine's step begins (after backward and the boundary's reduce): param.grad and the
+    ZeRO optimizer's averaged_gradients, distinct storages; and the largest parameter's gradient bytes."""
+    held: dict = {}
+    _storages([p.grad for p in engine.module.parameters() if p.grad is not None], held, set())
+    _storages(list(engine.optimizer.averaged_gradients.values()), held, set())
+    biggest = max(p.numel() * p.element_size() for p in engine.module.parameters())
+    return {"grads_at_step": sum(held.values()), "largest_grad": biggest}
+
+
 def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
     env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world)}
     with gloo_rank(rank, world, init_file, env):
@@ -100,6 +113,8 @@ def _worker(rank: int, world: int, init_file: str, out_path: str) -> None:
             spec, model, eng = build(cfg, device)
             seen: dict = {}
             hook = eng.engine.optimizer.optimizer.register_step_post_hook(lambda *a: seen.update(_census(eng.engine)))
+            engine_step = eng.engine.step
+            eng.engine.step = lambda *a, **k: (seen.update(_grads_at_step(eng.engine)), engine_step(*a, **k))[1]
             batches = Batches("synthetic", spec.vocab, eng.micro_batch, cfg.plan.seq_len, seed=rank)
             for _ in range(2):  # the second step: Adam's states exist
                 eng.train_step(batches, device, False)
@@ -118,11 +133,13 @@ def _planned(sharding: str, precision: str) -> dict:
                     host_to_gpu_gbps=100, intranode_gbps=100, internode_gbps=100)
     out = memory.memory_arrays(spec, layout, system, Settings())
     fp32_part, step_peak = step_only_bytes(spec, layout, system)
+    reduced = zero1_reduced_grads_bytes(spec, layout, system)
     one = lambda v: float(np.asarray(v).reshape(-1)[0])  # noqa: E731
     # the step's fp32 gradient copy: the fp32 partition in mixed precision; in fp32 the step's whole peak (its
     # flattened source is that fp32 tensor itself)
     return {"params": one(out["weights_bytes"]), "optimizer": one(out["optimizer_bytes"]),
-            "fp32_grads": one(fp32_part) or one(step_peak)}
+            "fp32_grads": one(fp32_part) or one(step_peak),
+            "grads_at_step": one(out["grads_bytes"]) - one(fp32_part) - one(reduced)}
 
 
 def test_deepspeed_zero12_step_census_matches_the_planner(tmp_path):
@@ -137,3 +154,7 @@ def test_deepspeed_zero12_step_census_matches_the_planner(tmp_path):
         assert m["other"] < 0.01 * m["all"], m  # nothing else of size (buckets are 16384 elements here)
         for role in ("params", "optimizer", "fp32_grads"):
             assert m[role] == pytest.approx(planned[role], rel=0.01), (sharding, precision, role, m, planned)
+        # as the step begins: the partition's gradients only (ZeRO-1 too: reduce_gradients freed the others); the
+        # parameter straddling the partition's end keeps its whole gradient (at most the largest one more)
+        assert planned["grads_at_step"] <= m["grads_at_step"] <= planned["grads_at_step"] + m["largest_grad"], (
+            sharding, precision, m, planned)
