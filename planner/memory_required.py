@@ -41,12 +41,16 @@ def is_tight(need_bytes, capacity_bytes, error_pct: float = MEMORY_ERROR_PCT) ->
     return np.asarray(need_bytes) * (1 + error_pct / 100) > np.asarray(capacity_bytes)
 
 
-def step_only_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=False) -> tuple[np.ndarray, np.ndarray]:
+def step_only_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=False,
+                    core_buckets=0.0) -> tuple[np.ndarray, np.ndarray]:
     """(the fp32 gradient partition `memory.grads_bytes` counts, the step's own peak with the
     flattened 16-bit partition it is cast from); 0 where the fp32 copy lives on the host (offload)
-    or is not made (DDP, FSDP, pure bf16; ZeRO-1/2 train fp32 in place; a stack whose fp32 main
-    grads are resident, `main_fp32`: planner/main_grads.py)."""
-    from planner.main_grads import buffer_on
+    or is not made (DDP, FSDP, pure bf16; a stack whose fp32 main grads are resident, `main_fp32`:
+    planner/main_grads.py). DeepSpeed's ZeRO-1/2 in fp32 flattens the partition's gradients into a new
+    fp32 tensor at the step as well (deepspeed 0.19.8 runtime/zero/stage_1_and_2.py step: flatten /
+    flatten_dense_tensors_aligned, lines 3112-3118, then .to(fp32) a no-op): a step peak of 4P/N, nothing resident;
+    not Megatron-Core's distributed optimizer (`core_buckets`: it steps on views of its grad buffer)."""
+    from planner.main_grads import buffer_on, core_bucket_views
     from planner.memory import _is_mixed, compute_dtype_bytes, params_per_gpu, shard_degree
 
     part = params_per_gpu(spec, layout) / shard_degree(layout, system)
@@ -56,7 +60,26 @@ def step_only_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=F
     zero3 = (s == SHARD["zero3"]) & (layout.precision != PREC["bf16_pure"])
     fp32 = np.where(on_gpu & (zero12 | zero3), 4.0 * part, 0.0)
     flattened = np.where(fp32 > 0, compute_dtype_bytes(layout) * part, 0.0)
-    return fp32, fp32 + flattened
+    zero12_fp32 = (((s == SHARD["zero1"]) | (s == SHARD["zero2"])) & (layout.precision == PREC["fp32"])
+                   & ~core_bucket_views(layout, core_buckets))
+    flat_fp32 = np.where(on_gpu & zero12_fp32, 4.0 * part, 0.0)  # the step's own copy, counted in no resident term
+    return fp32, fp32 + flattened + flat_fp32
+
+
+def zero1_reduced_grads_bytes(spec: ModelSpec, layout: Layout, system: System, main_fp32=False,
+                              core_buckets=0.0) -> np.ndarray:
+    """The 16-bit gradients DeepSpeed's ZeRO-1 holds through backward but frees before the step: all but the
+    rank's partition, c(P - P/N). Without hooks (stage 1, no overlap_comm) the gradients stay in param.grad until
+    the boundary's reduce_gradients, which frees those outside the partition as their bucket is reduced (deepspeed
+    0.19.8 runtime/zero/stage_1_and_2.py reduce_gradients, lines 958-976; step frees params_not_in_partition, line
+    3103). Not Megatron-Core's distributed optimizer (`core_buckets`, `main_fp32`: its gradient buffer stays)."""
+    from planner.main_grads import buffer_on, core_bucket_views
+    from planner.memory import compute_dtype_bytes, params_per_gpu, shard_degree
+
+    p = params_per_gpu(spec, layout)
+    deepspeed_zero1 = ((layout.sharding == SHARD["zero1"]) & (layout.offload == OFFLOAD["none"])
+                       & ~buffer_on(layout, main_fp32) & ~core_bucket_views(layout, core_buckets))
+    return np.where(deepspeed_zero1, compute_dtype_bytes(layout) * (p - p / shard_degree(layout, system)), 0.0)
 
 
 def backward_live_bytes(spec: ModelSpec, layout: Layout, activations, logits_grad_cached, prof,
@@ -104,10 +127,14 @@ def required_bytes(spec: ModelSpec, layout: Layout, system: System, terms: dict[
     logits_grad = prof["loss_grad_bytes_per_logit"] * sb * spec.vocab_padded / layout.tp
     activations = np.asarray(terms["activations_bytes"], dtype=np.float64)
     live = backward_live_bytes(spec, layout, activations, np.minimum(cached, logits_grad), prof, block_saved_less)
-    fp32_grads, step_peak = step_only_bytes(spec, layout, system, prof["main_grads_fp32"])
+    fp32_grads, step_peak = step_only_bytes(spec, layout, system, prof["main_grads_fp32"],
+                                              prof["grad_bucket_params"])
     gathered = gathered_bytes(spec, layout) + np.asarray(gathered_extra_bytes, dtype=np.float64)
-    resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - activations - gathered
-    return resident + np.maximum(live + gathered, step_peak)
+    # backward-only: ZeRO-3's gathered modules, DeepSpeed ZeRO-1's gradients outside the rank's partition
+    backward = gathered + zero1_reduced_grads_bytes(spec, layout, system, prof["main_grads_fp32"],
+                                                    prof["grad_bucket_params"])
+    resident = np.asarray(terms["total_bytes"], dtype=np.float64) - cached - fp32_grads - activations - backward
+    return resident + np.maximum(live + backward, step_peak)
 
 
 def gathered_bytes(spec: ModelSpec, layout: Layout) -> np.ndarray:
